@@ -1,0 +1,57 @@
+"""One exception family; the CLI maps each kind to an exit code in one place."""
+
+from __future__ import annotations
+
+
+class KdtreeError(Exception):
+    """Base of every error kdtree reports to a user: a one-line message, no traceback needed.
+
+    `file` is the path at fault (if any) and `field` the path inside it (`cases[3].budget`).
+    """
+
+    def __init__(self, message: str, *, file: object = None, field: str | None = None,
+                 line: int | None = None):
+        self.message = message
+        self.file = None if file is None else str(file)
+        self.field = field
+        self.line = line
+        super().__init__(self.__str__())
+
+    def __str__(self) -> str:
+        where = ""
+        if self.file is not None:
+            where = self.file
+            if self.line is not None:
+                where += f":{self.line}"
+            where += ": "
+        if self.field:
+            where += f"{self.field}: "
+        return where + self.message
+
+
+class KdtrError(KdtreeError):
+    """A KDTR bundle is malformed or unreadable."""
+
+
+class SpecError(KdtreeError):
+    """A YAML suite is malformed."""
+
+
+class UsageError(KdtreeError):
+    """Bad command-line usage or an option value out of range."""
+
+
+class ConfigError(KdtreeError):
+    """A bad environment variable."""
+
+
+class CompileError(KdtreeError):
+    """NVRTC refused a kernel; the message carries the log."""
+
+
+class DeviceError(KdtreeError):
+    """No usable GPU or driver, or a CUDA call failed."""
+
+
+class LaunchError(DeviceError):
+    """A kernel launch failed for one case (the case fails; others go on where possible)."""

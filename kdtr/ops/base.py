@@ -1,0 +1,150 @@
+"""What every op module provides: the contract the CLI, gen-refs, verify and bench rely on.
+
+An op module defines one subclass of `Op` and exposes an instance as `OP`. Nothing outside the
+module knows an op by name: adding an op = one module + one .cu + one spec (and a line in
+`kdtr.ops.OP_MODULES`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+
+EXACT = "exact"
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Pass iff |x - r| <= atol + rtol * |r| elementwise; `exact` means bitwise equality."""
+
+    atol: float = 0.0
+    rtol: float = 0.0
+    exact: bool = False
+
+    @staticmethod
+    def parse(value: Any) -> "Tolerance":
+        """From the bundle/spec form: "exact" or {"atol": a, "rtol": r}. Raises ValueError."""
+        if value == EXACT:
+            return Tolerance(exact=True)
+        if isinstance(value, Mapping):
+            unknown = set(value) - {"atol", "rtol"}
+            if unknown:
+                raise ValueError(f"unknown tolerance key(s) {sorted(unknown)}; expected atol, rtol")
+            out = {}
+            for key in ("atol", "rtol"):
+                v = value.get(key, 0.0)
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v) or v < 0:
+                    raise ValueError(f"{key} must be a finite number >= 0, got {v!r}")
+                out[key] = float(v)
+            return Tolerance(**out)
+        raise ValueError(f'a tolerance is "exact" or {{atol: a, rtol: r}}, got {value!r}')
+
+    def to_json(self) -> Any:
+        return EXACT if self.exact else {"atol": self.atol, "rtol": self.rtol}
+
+
+@dataclass(frozen=True)
+class Param:
+    """One case parameter an op accepts in a suite (validated by kdtr.spec)."""
+
+    name: str
+    type: type                      # int, float, str or bool
+    default: Any = None             # None: required
+    min: float | None = None
+    max: float | None = None
+    choices: tuple | None = None
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class Cost:
+    """The op's cost model for one case: useful FLOPs and the fewest bytes it must move."""
+
+    flops: float
+    bytes: float
+
+
+@dataclass
+class Case:
+    """One generated test case, ready for an op's generate()."""
+
+    name: str
+    op: str
+    variant: str
+    seed: int
+    params: dict[str, Any]
+    tolerance: dict[str, Tolerance] = field(default_factory=dict)
+    inline: dict[str, Any] = field(default_factory=dict)   # small hand-given inputs
+    source: str | None = None                              # "specs/x.yaml:12"
+
+
+@dataclass
+class Generated:
+    """What gen-refs stores: kernel inputs, optional debugging aux tensors, bundle params."""
+
+    inputs: dict[str, np.ndarray]
+    params: dict[str, Any]                                 # meta.params of the bundle
+    aux: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+class Op:
+    """Base class; subclasses fill in the class attributes and the methods below."""
+
+    name: str = ""
+    variants: tuple[str, ...] = ("default",)
+    params: tuple[Param, ...] = ()
+    inline_inputs: tuple[str, ...] = ()     # names a suite may give inline
+    outputs: tuple[str, ...] = ()
+
+    # -- suites ---------------------------------------------------------------------------
+    def case_name(self, variant: str, params: Mapping[str, Any]) -> str:
+        """A unique, readable name generated from the parameters (e.g. `h16_p2048_b16`)."""
+        raise NotImplementedError
+
+    def check_params(self, variant: str, params: Mapping[str, Any]) -> None:
+        """Cross-parameter checks beyond each Param's range; raise ValueError with the reason."""
+
+    # -- goldens --------------------------------------------------------------------------
+    def generate(self, case: Case) -> Generated:
+        """Deterministic inputs from the case's params and seed (numpy Generator, no global state)."""
+        raise NotImplementedError
+
+    def reference(self, variant: str, inputs: Mapping[str, np.ndarray],
+                  params: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """The exact numpy reference, per ops.md; outputs in their stored dtypes."""
+        raise NotImplementedError
+
+    def tolerances(self, variant: str) -> dict[str, Tolerance]:
+        """Default tolerance per output (each with its reason written beside it)."""
+        raise NotImplementedError
+
+    # -- backends -------------------------------------------------------------------------
+    def run_torch(self, variant: str, inputs: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:
+        """The vectorised torch implementation; inputs are torch tensors on one device."""
+        raise NotImplementedError
+
+    def run_cuda(self, variant: str, inputs: Mapping[str, Any], params: Mapping[str, Any],
+                 outputs: Mapping[str, Any]) -> None:
+        """Launch our kernel on torch CUDA tensors, writing into the given (poisoned) outputs."""
+        raise NotImplementedError
+
+    def output_specs(self, variant: str, inputs: Mapping[str, np.ndarray],
+                     params: Mapping[str, Any]) -> dict[str, tuple[str, tuple[int, ...]]]:
+        """Name -> (kdtr dtype, shape) of each output, for allocating and poisoning."""
+        raise NotImplementedError
+
+    def kernel_sources(self, variant: str) -> tuple[str, ...]:
+        """The .cu files (relative to kernels/) this variant compiles."""
+        return ()
+
+    # -- reports --------------------------------------------------------------------------
+    def describe(self, variant: str, inputs: Mapping[str, np.ndarray],
+                 params: Mapping[str, Any]) -> dict[str, int]:
+        """Configuration columns for tables (B, H, Q, prefix, ...), read off the shapes."""
+        raise NotImplementedError
+
+    def cost(self, variant: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any]) -> Cost:
+        """FLOP/byte model for the roofline."""
+        raise NotImplementedError
