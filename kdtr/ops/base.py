@@ -17,10 +17,15 @@ EXACT = "exact"
 
 @dataclass(frozen=True)
 class Tolerance:
-    """Pass iff |x - r| <= atol + rtol * |r| elementwise; `exact` means bitwise equality."""
+    """Pass iff |x - r| <= atol + rtol * |r| elementwise; `exact` means bitwise equality.
+
+    `l2` (optional, kdtree's extension of ops.md) also bounds ||x - r|| / ||r|| over the whole
+    output: elementwise bounds must leave room for cancellation near zero, the norm does not.
+    """
 
     atol: float = 0.0
     rtol: float = 0.0
+    l2: float | None = None
     exact: bool = False
 
     @staticmethod
@@ -29,12 +34,14 @@ class Tolerance:
         if value == EXACT:
             return Tolerance(exact=True)
         if isinstance(value, Mapping):
-            unknown = set(value) - {"atol", "rtol"}
+            unknown = set(value) - {"atol", "rtol", "l2"}
             if unknown:
-                raise ValueError(f"unknown tolerance key(s) {sorted(unknown)}; expected atol, rtol")
+                raise ValueError(f"unknown tolerance key(s) {sorted(unknown)}; expected atol, rtol, l2")
             out = {}
-            for key in ("atol", "rtol"):
-                v = value.get(key, 0.0)
+            for key in ("atol", "rtol", "l2"):
+                if key not in value:
+                    continue
+                v = value[key]
                 if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v) or v < 0:
                     raise ValueError(f"{key} must be a finite number >= 0, got {v!r}")
                 out[key] = float(v)
@@ -42,7 +49,12 @@ class Tolerance:
         raise ValueError(f'a tolerance is "exact" or {{atol: a, rtol: r}}, got {value!r}')
 
     def to_json(self) -> Any:
-        return EXACT if self.exact else {"atol": self.atol, "rtol": self.rtol}
+        if self.exact:
+            return EXACT
+        out = {"atol": self.atol, "rtol": self.rtol}
+        if self.l2 is not None:
+            out["l2"] = self.l2
+        return out
 
 
 @dataclass(frozen=True)
