@@ -158,5 +158,10 @@ class Op:
         raise NotImplementedError
 
     def cost(self, variant: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any]) -> Cost:
-        """FLOP/byte model for the roofline."""
-        raise NotImplementedError
+        """FLOP/byte model for the roofline; by default a latency-bound op that reads its inputs
+        and writes its outputs once and does no floating-point work worth counting."""
+        from ..dtypes import NUMPY_DTYPES
+
+        specs = self.output_specs(variant, inputs, params)
+        out_bytes = sum(NUMPY_DTYPES[d].itemsize * int(np.prod(s)) for d, s in specs.values())
+        return Cost(flops=0.0, bytes=float(sum(a.nbytes for a in inputs.values()) + out_bytes))

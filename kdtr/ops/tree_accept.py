@@ -1,0 +1,162 @@
+"""tree_accept: the greedy walk down a draft tree with the target's predictions (ops.md §3)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._common import inline_array, name_from, rng_for
+from .base import Case, Cost, Generated, Op, Param, Tolerance
+from .tree_build import OP as TREE_BUILD
+
+OUTPUT_DTYPES = {"accept_len": "i32", "accept_nodes": "i32", "accept_tokens": "i32", "bonus": "i32"}
+MODES = ("mixed", "none", "full", "partial", "random")
+
+
+def walk(tokens: np.ndarray, parents: np.ndarray, target_ids: np.ndarray) -> tuple[list[int], int]:
+    """Accepted node indices (root first) and the bonus token of one request."""
+    children: dict[int, dict[int, int]] = {}
+    for node in range(1, len(tokens)):
+        if parents[node] >= 0:
+            children.setdefault(int(parents[node]), {})[int(tokens[node])] = node
+    path, cur = [0], 0
+    nxt = int(target_ids[0])
+    while nxt in children.get(cur, {}):
+        cur = children[cur][nxt]
+        path.append(cur)
+        nxt = int(target_ids[cur])
+    return path, nxt
+
+
+class TreeAccept(Op):
+    name = "tree_accept"
+    variants = ("default",)
+    params = (
+        Param("batch", int, 4, 1, 65536, doc="requests B"),
+        Param("budget", int, 16, 0, 4096, doc="non-root tree nodes; Q = budget + 1"),
+        Param("depth", int, 6, 1, 64, doc="draft depth of the trees"),
+        Param("vocab", int, 32, 2, 1 << 20, doc="drafter vocabulary of the trees"),
+        Param("sharpness", float, 1.0, 0.0, 1e6, doc="drafter logit scale (chains vs bushes)"),
+        Param("mode", str, "mixed", choices=MODES,
+              doc="accept none / a whole root-to-leaf path / part of one / random targets; mixed "
+                  "draws one per request"),
+    )
+    inline_inputs = ("tokens", "parents", "target_ids")
+    outputs = tuple(OUTPUT_DTYPES)
+    _defaults = {p.name: p.default for p in params}
+
+    def case_name(self, variant, params):
+        return name_from(params, [("batch", "b"), ("budget", "n"), ("depth", "l"), ("vocab", "v"),
+                                  ("sharpness", "s"), ("mode", "")], defaults=self._defaults)
+
+    # -- goldens --------------------------------------------------------------------------
+    def generate(self, case: Case) -> Generated:
+        p, inline = case.params, case.inline
+        if "tokens" in inline:
+            tokens = inline_array(inline, "tokens", np.int32, 2, 1)
+            parents = inline_array(inline, "parents", np.int32, 2, tokens.shape[0])
+            target = inline_array(inline, "target_ids", np.int32, 2, tokens.shape[0])
+            if parents is None or target is None or not (tokens.shape == parents.shape == target.shape):
+                raise ValueError("inline tokens, parents and target_ids must all be given, same shape")
+            inputs = {"tokens": tokens, "parents": parents, "target_ids": target}
+            return Generated(inputs, {"batch": tokens.shape[0], "q": tokens.shape[1]})
+        rng = rng_for(case.seed, 1)
+        tree_case = Case(case.name, "tree_build", "default", case.seed,
+                         dict(TREE_BUILD._defaults, batch=p["batch"], depth=p["depth"],
+                              vocab=p["vocab"], budget=p["budget"], sharpness=p["sharpness"]))
+        tree = TREE_BUILD.generate(tree_case)
+        built = TREE_BUILD.reference("default", tree.inputs, tree.params)
+        tokens, parents = built["tokens"], built["parents"]
+        target = np.empty_like(tokens)
+        for b in range(tokens.shape[0]):
+            mode = p["mode"] if p["mode"] != "mixed" else rng.choice(MODES[1:])
+            target[b] = self._targets(rng, tokens[b], parents[b], str(mode), p["vocab"])
+        inputs = {"tokens": tokens, "parents": parents, "target_ids": target}
+        return Generated(inputs, {"batch": p["batch"], "q": tokens.shape[1], "mode": p["mode"]})
+
+    @staticmethod
+    def _targets(rng, tokens, parents, mode, vocab):
+        """Target predictions that make the walk accept none / all / part of a random path."""
+        q = len(tokens)
+        target = rng.integers(-vocab, 2 * vocab, size=q, dtype=np.int64).astype(np.int32)
+        if mode == "random":
+            return target
+        kids = {n: [c for c in range(1, q) if parents[c] == n] for n in range(q)}
+        path = [0]
+        while kids[path[-1]]:
+            path.append(int(rng.choice(kids[path[-1]])))
+        stop = {"none": 0, "full": len(path) - 1}.get(mode)
+        if stop is None:
+            stop = int(rng.integers(0, len(path)))
+        for i in range(stop):                       # predict the path's next token
+            target[path[i]] = tokens[path[i + 1]]
+        child_tokens = {int(tokens[c]) for c in kids[path[stop]]}
+        miss = int(target[path[stop]])
+        while miss in child_tokens:                 # at the stop: a token no child has
+            miss += 1
+        target[path[stop]] = miss
+        return target
+
+    def reference(self, variant, inputs, params):
+        tokens, parents, target = inputs["tokens"], inputs["parents"], inputs["target_ids"]
+        batch, q = tokens.shape
+        out = {"accept_len": np.zeros(batch, np.int32), "bonus": np.zeros(batch, np.int32),
+               "accept_nodes": np.full((batch, q), -1, np.int32),
+               "accept_tokens": np.full((batch, q), -1, np.int32)}
+        for b in range(batch):
+            path, bonus = walk(tokens[b], parents[b], target[b])
+            out["accept_len"][b] = len(path)
+            out["bonus"][b] = bonus
+            out["accept_nodes"][b, :len(path)] = path
+            out["accept_tokens"][b, :len(path)] = tokens[b, path]
+        return out
+
+    def tolerances(self, variant):
+        # Integer outputs of a discrete walk: any difference is a bug.
+        return {name: Tolerance(exact=True) for name in self.outputs}
+
+    def output_specs(self, variant, inputs, params):
+        batch, q = inputs["tokens"].shape
+        return {"accept_len": ("i32", (batch,)), "accept_nodes": ("i32", (batch, q)),
+                "accept_tokens": ("i32", (batch, q)), "bonus": ("i32", (batch,))}
+
+    # -- backends -------------------------------------------------------------------------
+    def run_torch(self, variant, inputs, params):
+        """The walk vectorised over the batch: each step matches every node at once."""
+        import torch
+
+        tokens, parents, target = inputs["tokens"], inputs["parents"], inputs["target_ids"]
+        batch, q = tokens.shape
+        rows = torch.arange(batch, device=tokens.device)
+        cur = torch.zeros(batch, dtype=torch.int64, device=tokens.device)
+        nxt = target[:, 0].clone()
+        going = torch.ones(batch, dtype=torch.bool, device=tokens.device)
+        nodes = torch.full((batch, q), -1, dtype=torch.int32, device=tokens.device)
+        nodes[:, 0] = 0
+        length = torch.ones(batch, dtype=torch.int32, device=tokens.device)
+        for step in range(1, q):
+            match = (parents == cur[:, None]) & (tokens == nxt[:, None])
+            match[:, 0] = False
+            going &= match.any(dim=1)
+            child = match.to(torch.int8).argmax(dim=1)
+            cur = torch.where(going, child, cur)
+            nxt = torch.where(going, target[rows, cur], nxt)
+            nodes[going, step] = cur[going].to(torch.int32)
+            length += going.to(torch.int32)
+        accept_tokens = torch.where(nodes >= 0, tokens.gather(1, nodes.clamp(min=0).long()), -1)
+        return {"accept_len": length, "accept_nodes": nodes,
+                "accept_tokens": accept_tokens.to(torch.int32), "bonus": nxt.to(torch.int32)}
+
+    # CUDA binding: filled in by the kernels work
+    def kernel_sources(self, variant):
+        return ()
+
+    def run_cuda(self, variant, inputs, params, outputs):
+        raise NotImplementedError
+
+    # -- reports --------------------------------------------------------------------------
+    def describe(self, variant, inputs, params):
+        batch, q = inputs["tokens"].shape
+        return {"B": batch, "Q": q}
+
+
+OP = TreeAccept()

@@ -1,0 +1,268 @@
+"""verify_attn: MLA absorbed tree-verify attention over prefix + tree with the tree's mask (ops.md §2).
+
+Two layouts share one math: `fp32` (contiguous [B, S, 576] KV, exact FP32) and `bf16_paged`
+(SGLang's page-size-1 token pool). The reference works in float64 on the stored inputs.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from ..dtypes import NUMPY_DTYPES
+from ._common import name_from, rng_for
+from .base import Case, Cost, Generated, Op, Param, Tolerance
+from .tree_build import OP as TREE_BUILD
+
+LATENT, ROPE = 512, 64
+ROW = LATENT + ROPE                          # one 576-wide latent KV row per token
+FLOP_PER_KEY = 2 * ROW + 2 * LATENT          # q·k over 576 dims, p·v over 512, per query row
+KIMI_K2_SCALE = 0.14467963                   # 192^-0.5 · (0.1·ln 64 + 1)^2
+REFERENCE_CHUNK = 1 << 23                    # float64 score elements per reference block (64 MB)
+
+
+def attend_reference(q: np.ndarray, keys: np.ndarray, prefix_len: int, visibility: np.ndarray,
+                     sm_scale: float) -> tuple[np.ndarray, np.ndarray]:
+    """One request in float64: q [Q, H, 576], keys [P + Q, 576] -> out [Q, H, 512], lse [Q, H]."""
+    nq, heads, _ = q.shape
+    keys = keys.astype(np.float64)
+    values = keys[:, :LATENT]
+    allowed = np.ones((nq, keys.shape[0]), dtype=bool)
+    allowed[:, prefix_len:] = visibility.astype(bool)
+    out = np.empty((nq, heads, LATENT))
+    lse = np.empty((nq, heads))
+    rows_per_chunk = max(1, REFERENCE_CHUNK // max(1, keys.shape[0] * heads))
+    for lo in range(0, nq, rows_per_chunk):
+        hi = min(nq, lo + rows_per_chunk)
+        scores = sm_scale * np.einsum("qhd,kd->qhk", q[lo:hi].astype(np.float64), keys)
+        scores = np.where(allowed[lo:hi, None, :], scores, -np.inf)
+        peak = scores.max(axis=-1, keepdims=True)
+        weights = np.exp(scores - peak)
+        total = weights.sum(axis=-1, keepdims=True)
+        out[lo:hi] = np.einsum("qhk,kd->qhd", weights, values) / total
+        lse[lo:hi] = (peak + np.log(total))[..., 0]
+    return out, lse
+
+
+class VerifyAttn(Op):
+    name = "verify_attn"
+    variants = ("fp32", "bf16_paged")
+    params = (
+        Param("batch", int, 1, 1, 4096, doc="requests B"),
+        Param("heads", int, 16, 1, 1024, doc="query heads H (one shared latent KV head)"),
+        Param("prefix", int, 128, 0, 1 << 22, doc="cached tokens before the tree (the largest)"),
+        Param("prefix_mode", str, "same", choices=("same", "mixed"),
+              doc="same: every request has `prefix`; mixed: request 0 has it, others draw from [0, prefix]"),
+        Param("budget", int, 8, 0, 4096, doc="tree nodes besides the root; Q = budget + 1"),
+        Param("depth", int, 6, 1, 64, doc="draft depth of the drafter the trees come from"),
+        Param("sharpness", float, 1.0, 0.0, 1e6, doc="drafter logit scale (chains vs bushes)"),
+        Param("sm_scale", float, KIMI_K2_SCALE, 0.0, 1e3,
+              doc="softmax scale: 0.14467963 Kimi K2, 0.13523378 DeepSeek-V3, 0.07216878 no YaRN"),
+        Param("scale", float, 0.6, 1e-6, 1e6,
+              doc="std of the random q and kv entries; 0.6 gives scores of std ~1.25 (Kimi K2 scale)"),
+    )
+    outputs = ("out", "lse")
+    _defaults = {p.name: p.default for p in params}
+
+    def case_name(self, variant, params):
+        name = name_from(params, [("batch", "b"), ("heads", "h"), ("prefix", "p"), ("budget", "n"),
+                                  ("prefix_mode", ""), ("depth", "l"), ("sharpness", "s"),
+                                  ("sm_scale", "sc"), ("scale", "x")],
+                         defaults=self._defaults | {"prefix_mode": "same"})
+        return f"{variant}_{name}"
+
+    # -- goldens --------------------------------------------------------------------------
+    def generate(self, case: Case) -> Generated:
+        p = case.params
+        batch, heads, budget = p["batch"], p["heads"], p["budget"]
+        q_len = budget + 1
+        rng = rng_for(case.seed, 2)
+        tree_case = Case(case.name, "tree_build", "default", case.seed,
+                         dict(TREE_BUILD._defaults, batch=batch, depth=p["depth"], budget=budget,
+                              vocab=max(budget, 32), sharpness=p["sharpness"]))
+        tree = TREE_BUILD.generate(tree_case)
+        built = TREE_BUILD.reference("default", tree.inputs, tree.params)
+        if not np.all(built["num_nodes"] == budget):          # K = budget makes every tree full
+            raise AssertionError("tree_build produced a tree smaller than its budget")
+        visibility = built["visibility"]
+        prefix_len = np.full(batch, p["prefix"], np.int32)
+        if p["prefix_mode"] == "mixed" and batch > 1:
+            prefix_len[1:] = rng.integers(0, p["prefix"] + 1, size=batch - 1)
+        params = {"sm_scale": p["sm_scale"], "batch": batch, "heads": heads, "prefix": p["prefix"],
+                  "budget": budget, "prefix_mode": p["prefix_mode"]}
+        scale = np.float32(p["scale"])
+
+        def normal(shape):
+            return rng.standard_normal(shape, dtype=np.float32) * scale
+
+        if case.variant == "fp32":
+            rows = int(prefix_len.max()) + q_len
+            kv = np.full((batch, rows, ROW), np.nan, np.float32)      # padding rows are NaN
+            for b in range(batch):
+                kv[b, :prefix_len[b] + q_len] = normal((prefix_len[b] + q_len, ROW))
+            inputs = {"q": normal((batch, q_len, heads, ROW)), "kv": kv, "prefix_len": prefix_len,
+                      "visibility": visibility}
+            return Generated(inputs, params)
+
+        bf16 = NUMPY_DTYPES["bf16"]
+        used = int(prefix_len.sum()) + batch * q_len
+        pool = used + max(1, used // 4)                               # unused slots are NaN
+        slots = rng.permutation(pool).astype(np.int32)                # a fragmented pool
+        kv_buffer = normal((pool, ROW)).astype(bf16)
+        kv_buffer[slots[used:]] = np.nan
+        kv_indptr = np.concatenate([[0], np.cumsum(prefix_len)]).astype(np.int32)
+        masks = []
+        for b in range(batch):
+            mask = np.ones((q_len, prefix_len[b] + q_len), np.uint8)
+            mask[:, prefix_len[b]:] = visibility[b]
+            masks.append(mask.ravel())
+        mask_indptr = np.concatenate([[0], np.cumsum([m.size for m in masks])]).astype(np.int32)
+        inputs = {"q": normal((batch * q_len, heads, ROW)).astype(bf16), "kv_buffer": kv_buffer,
+                  "kv_indptr": kv_indptr, "kv_indices": slots[:kv_indptr[-1]].copy(),
+                  "tree_slots": slots[kv_indptr[-1]:used].copy(),
+                  "custom_mask": np.concatenate(masks), "mask_indptr": mask_indptr}
+        return Generated(inputs, params)
+
+    def requests(self, variant: str, inputs: Mapping[str, np.ndarray]):
+        """Per request: (q [Q, H, 576], keys [P + Q, 576], P, visibility [Q, Q]) in the stored dtype."""
+        if variant == "fp32":
+            q_len = inputs["q"].shape[1]
+            for b, prefix_len in enumerate(inputs["prefix_len"]):
+                keys = inputs["kv"][b, :prefix_len + q_len]
+                yield inputs["q"][b], keys, int(prefix_len), inputs["visibility"][b]
+            return
+        indptr, mask_indptr = inputs["kv_indptr"], inputs["mask_indptr"]
+        batch = len(indptr) - 1
+        q_len = len(inputs["tree_slots"]) // batch
+        for b in range(batch):
+            prefix_len = int(indptr[b + 1] - indptr[b])
+            slots = np.concatenate([inputs["kv_indices"][indptr[b]:indptr[b + 1]],
+                                    inputs["tree_slots"][b * q_len:(b + 1) * q_len]])
+            mask = inputs["custom_mask"][mask_indptr[b]:mask_indptr[b + 1]]
+            mask = mask.reshape(q_len, prefix_len + q_len)[:, prefix_len:]
+            yield (inputs["q"][b * q_len:(b + 1) * q_len], inputs["kv_buffer"][slots], prefix_len, mask)
+
+    def reference(self, variant, inputs, params):
+        outs, lses = [], []
+        for q, keys, prefix_len, visibility in self.requests(variant, inputs):
+            out, lse = attend_reference(q, keys, prefix_len, visibility, float(params["sm_scale"]))
+            outs.append(out)
+            lses.append(lse)
+        out, lse = np.stack(outs), np.stack(lses)                   # [B, Q, H, ...]
+        if variant == "bf16_paged":
+            out, lse = out.reshape((-1,) + out.shape[2:]), lse.reshape((-1,) + lse.shape[2:])
+        # expected outputs at reference precision, stored as f32 for both variants (ops.md §2)
+        return {"out": out.astype(np.float32), "lse": lse.astype(np.float32)}
+
+    def tolerances(self, variant):
+        # Figures below are for the default input scale (outputs of rms ~0.04, max ~0.7; lse ~8).
+        if variant == "fp32":
+            return {
+                # FP32 dots over 576 dims and a softmax over up to ~10^5 keys: the torch backend's
+                # worst element is ~1e-6 off the float64 result; 4x margin. Norm-wise the contract
+                # is 1e-6 of the float64 result (measured: ~5e-7).
+                "out": Tolerance(atol=4e-6, rtol=1e-4, l2=1e-6),
+                # lse is ~8: an f32 ulp there is ~1e-6; 1e-5 allows a few.
+                "lse": Tolerance(atol=1e-5, rtol=1e-6),
+            }
+        return {
+            # bf16 output: one rounding is <= 2^-9 relative; rtol 2^-7 is 2 bf16 ulps of the
+            # reference at worst. Tensor-core kernels also round the softmax weights to bf16 for
+            # P·V (2^-9 relative each), an absolute error of ~2^-9·|v|·sqrt(sum p^2) <= 1.2e-3
+            # for |v| ~ 0.6: atol 1e-3 for near-zero outputs. Norm-wise 8e-3 (one rounding gives
+            # ~1.7e-3).
+            "out": Tolerance(atol=1e-3, rtol=2.0 ** -7, l2=8e-3),
+            # lse comes from fp32 scores of the exact bf16 inputs: f32 rounding only.
+            "lse": Tolerance(atol=1e-5, rtol=1e-6),
+        }
+
+    def output_specs(self, variant, inputs, params):
+        if variant == "fp32":
+            batch, q_len, heads, _ = inputs["q"].shape
+            return {"out": ("f32", (batch, q_len, heads, LATENT)), "lse": ("f32", (batch, q_len, heads))}
+        rows, heads, _ = inputs["q"].shape
+        return {"out": ("bf16", (rows, heads, LATENT)), "lse": ("f32", (rows, heads))}
+
+    # -- backends -------------------------------------------------------------------------
+    def run_torch(self, variant, inputs, params):
+        """What a user writes: gather keys, bmm, masked fp32 softmax, bmm (scores materialised)."""
+        import torch
+
+        if variant == "fp32":
+            q, kv = inputs["q"], inputs["kv"]
+            batch, q_len, heads, _ = q.shape
+            prefix_len = inputs["prefix_len"].long()
+            width = int(prefix_len.max())
+            keys_prefix = kv[:, :width]
+            tree_rows = prefix_len[:, None] + torch.arange(q_len, device=q.device)[None]
+            keys_tree = kv[torch.arange(batch, device=q.device)[:, None], tree_rows]
+            visibility = inputs["visibility"].bool()
+        else:
+            indptr = inputs["kv_indptr"].long()
+            batch = indptr.numel() - 1
+            q_len = inputs["tree_slots"].numel() // batch
+            heads = inputs["q"].shape[1]
+            q = inputs["q"].view(batch, q_len, heads, ROW).float()
+            prefix_len = indptr[1:] - indptr[:-1]
+            width = int(prefix_len.max())
+            indices = inputs["kv_indices"].long()
+            pos = indptr[:-1, None] + torch.arange(width, device=q.device)[None]
+            slots = indices[pos.clamp(max=indices.numel() - 1)] if width else pos
+            keys_prefix = inputs["kv_buffer"][slots].float()
+            keys_tree = inputs["kv_buffer"][inputs["tree_slots"].long().view(batch, q_len)].float()
+            rows = torch.arange(q_len, device=q.device)
+            mask_pos = (inputs["mask_indptr"].long()[:-1, None, None]
+                        + rows[None, :, None] * (prefix_len + q_len)[:, None, None]
+                        + prefix_len[:, None, None] + rows[None, None, :])
+            visibility = inputs["custom_mask"][mask_pos].bool()
+        prefix_cols = torch.arange(width, device=q.device)[None] < prefix_len[:, None]   # [B, width]
+        # rows past a request's prefix are another request's or NaN: zero them, then mask them
+        keys = torch.cat([torch.where(prefix_cols[:, :, None], keys_prefix, 0.0), keys_tree], dim=1)
+        allowed = torch.cat([prefix_cols[:, None, :].expand(-1, q_len, -1), visibility], dim=2)
+        scores = torch.bmm(q.reshape(batch, q_len * heads, ROW), keys.transpose(1, 2))
+        scores = scores.view(batch, q_len, heads, -1) * float(params["sm_scale"])
+        scores = scores.masked_fill(~allowed[:, :, None, :], -torch.inf)
+        lse = torch.logsumexp(scores, dim=-1)
+        weights = torch.exp(scores - lse[..., None]).view(batch, q_len * heads, -1)
+        out = torch.bmm(weights, keys[..., :LATENT]).view(batch, q_len, heads, LATENT)
+        if variant == "fp32":
+            return {"out": out, "lse": lse}
+        return {"out": out.reshape(batch * q_len, heads, LATENT).to(torch.bfloat16),
+                "lse": lse.reshape(batch * q_len, heads)}
+
+    # CUDA binding: filled in by the kernels work
+    def kernel_sources(self, variant):
+        return ()
+
+    def run_cuda(self, variant, inputs, params, outputs):
+        raise NotImplementedError
+
+    # -- reports --------------------------------------------------------------------------
+    def describe(self, variant, inputs, params):
+        if variant == "fp32":
+            batch, q_len, heads, _ = inputs["q"].shape
+            prefix = int(inputs["prefix_len"].max())
+        else:
+            batch = len(inputs["kv_indptr"]) - 1
+            q_len = len(inputs["tree_slots"]) // batch
+            heads = inputs["q"].shape[1]
+            prefix = int(np.diff(inputs["kv_indptr"]).max())
+        return {"B": batch, "H": heads, "Q": q_len, "prefix": prefix}
+
+    def cost(self, variant, inputs, params):
+        """FLOPs over visible (row, key) pairs; bytes: q, each KV row once, the tree mask, outputs."""
+        visible_keys, kv_rows, mask_bytes = 0, 0, 0
+        for q, keys, prefix_len, visibility in self.requests(variant, inputs):
+            heads = q.shape[1]
+            visible_keys += heads * (prefix_len * q.shape[0] + int(visibility.astype(bool).sum()))
+            kv_rows += keys.shape[0]
+            mask_bytes += visibility.size
+        itemsize = inputs["q"].dtype.itemsize
+        out_bytes = sum(NUMPY_DTYPES[d].itemsize * int(np.prod(s))
+                        for d, s in self.output_specs(variant, inputs, params).values())
+        moved = inputs["q"].nbytes + kv_rows * ROW * itemsize + mask_bytes + out_bytes
+        return Cost(flops=float(visible_keys * FLOP_PER_KEY), bytes=float(moved))
+
+
+OP = VerifyAttn()
