@@ -1,0 +1,592 @@
+"""YAML suites -> validated cases.
+
+A suite is one YAML file for one op:
+
+```yaml
+op: verify_attn            # required; a registered op
+variant: fp32              # default variant of every case (default: the op's first variant)
+seed: 1234                 # base seed, int in [0, MAX_SEED] (default 0)
+defaults: {heads: 16}      # params applied to every case
+tolerance: {out: {atol: 1e-5, rtol: 1e-4}, lse: exact}   # per-output overrides for all cases
+cases:                     # explicit cases: params plus the reserved keys of CASE_KEYS
+  - name: my_case          #   optional; else op.case_name(variant, params)
+    variant: bf16_paged    #   optional
+    seed: 7                #   optional; else derive_seed(suite seed, case name)
+    tolerance: {...}       #   optional; per output, replaces the suite's entry for that output
+    inputs: {logits: [[...]]}  # optional inline inputs (names in op.inline_inputs)
+    heads: 8               #   anything else is a param
+sweep:                     # optional cartesian product (last key varies fastest); may sweep `variant`
+  heads: [8, 16]
+```
+
+Params merge as: the op's Param defaults < `defaults` < the case (or the sweep's combination). The file
+is composed (never constructed) with a safe loader, then walked here so that every value keeps the
+1-based line of its node: every SpecError names the file, the line and the field path
+(`cases[3].budget`, `sweep.heads[1]`). Duplicate mapping keys, which YAML's safe_load silently
+collapses, are errors. Floats follow YAML 1.2 (`1e-5` is a float, not YAML 1.1's string).
+
+Seeds: a case without `seed` gets `derive_seed(suite_seed, name)` =
+`zlib.crc32(f"{suite_seed}:{name}".encode("utf-8"))`, a 32-bit value that depends only on the suite's
+seed and the case's name (adding, removing or reordering other cases changes nothing).
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import itertools
+import math
+import os
+import re
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import numpy as np
+import yaml
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from .errors import SpecError
+from .ops import get_op, op_names
+from .ops.base import Case, Op, Param, Tolerance
+
+MAX_SPEC_BYTES = 8 << 20          # a suite larger than this is refused unread
+MAX_DEPTH = 64                    # nesting of YAML collections (also stops recursive aliases)
+MAX_NODES = 1_000_000             # nodes visited, aliases expanded ("billion laughs" guard)
+MAX_SWEEP_CASES = 100_000         # cases one sweep may generate
+MAX_NAME_LEN = 200                # a case name is a file stem
+MAX_SEED = 2**63 - 1              # seeds are stored as int64 in bundles
+
+TOP_KEYS = ("op", "variant", "seed", "defaults", "tolerance", "cases", "sweep")
+CASE_KEYS = ("name", "variant", "seed", "tolerance", "inputs")   # reserved inside a case
+SUITE_SUFFIXES = (".yaml", ".yml")
+
+_NAME_RE = re.compile(r"[A-Za-z0-9_.-]+")
+
+_MAP_TAG = "tag:yaml.org,2002:map"
+_SEQ_TAG = "tag:yaml.org,2002:seq"
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+_FLOAT_TAG = "tag:yaml.org,2002:float"
+_NULL_TAG = "tag:yaml.org,2002:null"
+
+# YAML 1.2's float syntax: PyYAML's YAML 1.1 pattern needs a dot, so `1e-5` would be a string.
+_FLOAT_RE = re.compile(r"""^(?:
+      [-+]?[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    | [-+]?[0-9][0-9_]*[eE][-+]?[0-9]+
+    | [-+]?\.[0-9][0-9_]*(?:[eE][-+]?[0-9]+)?
+    | [-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+\.[0-9_]*
+    | [-+]?\.(?:inf|Inf|INF)
+    | \.(?:nan|NaN|NAN)
+    )$""", re.X)
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader with the YAML 1.2 float pattern; used only to compose nodes and build scalars."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, _FLOAT_RE if tag == _FLOAT_TAG else regexp) for tag, regexp in resolvers]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+Lookup = Callable[[str], Op]
+
+
+@dataclass(frozen=True)
+class Suite:
+    path: Path
+    op: str
+    sha256: str                   # of the file's bytes
+    cases: tuple[Case, ...]
+
+
+# -- public API ---------------------------------------------------------------------------------
+
+def derive_seed(suite_seed: int, name: str) -> int:
+    """The seed of a case that gives none: crc32 of "<suite seed>:<case name>" (UTF-8)."""
+    return zlib.crc32(f"{suite_seed}:{name}".encode("utf-8"))
+
+
+def load_suite(path: str | os.PathLike, *, lookup: Lookup = get_op) -> Suite:
+    """Read and validate one suite; every problem is a SpecError naming file, line and field."""
+    return _load(Path(path), lookup)[0]
+
+
+def load_suites(paths: Iterable[str | os.PathLike] | str | os.PathLike, *,
+                lookup: Lookup = get_op) -> list[Suite]:
+    """Load files and directories (every *.yaml / *.yml below, sorted; hidden entries skipped).
+
+    A file named twice is loaded once. Two cases of the same op with the same name, in different
+    suites, are an error (their goldens would overwrite each other).
+    """
+    seen: dict[tuple[str, str], str] = {}
+    suites = []
+    for file in _expand(paths):
+        suite, origins = _load(file, lookup)
+        for case in suite.cases:   # names are unique within a suite: a repeat is from another
+            key = (suite.op, case.name)
+            if key in seen:
+                field, line = origins[case.name]
+                raise SpecError(f"duplicate case name {case.name!r} for op {suite.op} "
+                                f"(also defined at {seen[key]})", file=file, line=line, field=field)
+            seen[key] = case.source or str(file)
+        suites.append(suite)
+    return suites
+
+
+def select(cases: Iterable[Case], pattern: str | None) -> list[Case]:
+    """The `-k` filter: None keeps all; a pattern with `*` or `?` is a glob over the whole name
+    (`*` any run, `?` one character, nothing else special); otherwise a substring. Case-sensitive."""
+    cases = list(cases)
+    if pattern is None:
+        return cases
+    if "*" in pattern or "?" in pattern:
+        regex = re.compile("".join(".*" if ch == "*" else "." if ch == "?" else re.escape(ch)
+                                   for ch in pattern))
+        return [c for c in cases if regex.fullmatch(c.name)]
+    return [c for c in cases if pattern in c.name]
+
+
+# -- reading and composing ----------------------------------------------------------------------
+
+def _expand(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> list[Path]:
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    files, seen = [], set()
+    for given in map(Path, paths):
+        if given.is_dir():
+            found = sorted(f for f in given.rglob("*")
+                           if f.suffix in SUITE_SUFFIXES and f.is_file()
+                           and not any(part.startswith(".") for part in f.relative_to(given).parts))
+            if not found:
+                raise SpecError("no *.yaml or *.yml suites below this directory", file=given)
+        else:
+            found = [given]
+        for file in found:
+            key = file.resolve()
+            if key not in seen:
+                seen.add(key)
+                files.append(file)
+    return files
+
+
+def _read(path: Path) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_SPEC_BYTES + 1)
+    except OSError as e:
+        raise SpecError(f"cannot read suite: {e.strerror or e}", file=path) from None
+    if len(data) > MAX_SPEC_BYTES:
+        raise SpecError(f"suite is larger than {MAX_SPEC_BYTES} bytes", file=path)
+    return data
+
+
+def _decode(path: Path, data: bytes) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[:e.start].count(b"\n") + 1
+        raise SpecError(f"not UTF-8: byte 0x{data[e.start]:02x} at offset {e.start}",
+                        file=path, line=line) from None
+
+
+class _Doc:
+    """Plain Python values built from the node tree, plus the line of every field path."""
+
+    def __init__(self, path: Path, text: str):
+        self.path = path
+        self.lines: dict[str, int] = {}       # field path -> line of its value node
+        self.key_lines: dict[str, int] = {}   # field path -> line of its key
+        self._nodes = 0
+        try:
+            loader = _Loader(text)
+        except yaml.reader.ReaderError as e:     # a character YAML does not allow
+            raise SpecError(f"YAML error: character #x{e.character:04x} is not allowed",
+                            file=path, line=text[:e.position].count("\n") + 1) from None
+        try:
+            node = loader.get_single_node()
+            if node is None or (isinstance(node, ScalarNode) and node.value == ""
+                                and node.tag == _NULL_TAG):       # nothing, or a bare `---`
+                raise SpecError("empty suite (expected a mapping with `op` and `cases` or `sweep`)",
+                                file=path, line=1)
+            self.root = self._walk(loader, node, "", 0)
+        except yaml.MarkedYAMLError as e:
+            raise self._yaml_error(e) from None
+        finally:
+            loader.dispose()
+
+    # errors ---------------------------------------------------------------------------------
+    def line(self, field: str) -> int:
+        """The line that names `field`: its key's line, else (a list item) its value's."""
+        while True:
+            found = self.key_lines.get(field) or self.lines.get(field)
+            if found or not field:
+                return found or 1
+            field = re.sub(r"(\.[^.\[\]]*|\[\d+\])$", "", field)
+
+    def error(self, field: str, message: str) -> SpecError:
+        return SpecError(message, file=self.path, line=self.line(field), field=field or None)
+
+    def _yaml_error(self, e: yaml.MarkedYAMLError) -> SpecError:
+        mark = e.problem_mark or e.context_mark
+        parts = [p for p in (e.context, e.problem) if p]
+        message = "YAML error: " + ", ".join(parts)
+        if "'\\t'" in (e.problem or ""):      # PyYAML writes the character with %r
+            message += " (YAML forbids tabs for indentation; use spaces)"
+        return SpecError(message, file=self.path, line=mark.line + 1 if mark else None)
+
+    # walking --------------------------------------------------------------------------------
+    def _guard(self, node: Node, field: str, depth: int) -> None:
+        self._nodes += 1
+        if depth > MAX_DEPTH or self._nodes > MAX_NODES:
+            limit = f"deeper than {MAX_DEPTH} levels" if depth > MAX_DEPTH else \
+                f"more than {MAX_NODES} nodes"
+            raise SpecError(f"suite is {limit} (recursive or exploding aliases?)",
+                            file=self.path, line=node.start_mark.line + 1, field=field or None)
+
+    def _scalar(self, loader: _Loader, node: ScalarNode, field: str) -> Any:
+        try:
+            return loader.construct_object(node, deep=True)
+        except (yaml.constructor.ConstructorError, ValueError) as e:   # unknown tag, month 13...
+            reason = e.problem if isinstance(e, yaml.MarkedYAMLError) else e
+            raise SpecError(f"bad scalar {node.value!r}: {reason}", file=self.path,
+                            line=node.start_mark.line + 1, field=field or None) from None
+
+    def _walk(self, loader: _Loader, node: Node, field: str, depth: int) -> Any:
+        self._guard(node, field, depth)
+        self.lines[field] = node.start_mark.line + 1
+        if isinstance(node, ScalarNode):
+            return self._scalar(loader, node, field)
+        if node.tag not in (_MAP_TAG, _SEQ_TAG):
+            raise self.error(field, f"unsupported YAML tag {node.tag!r}")
+        if isinstance(node, SequenceNode):
+            return [self._walk(loader, item, f"{field}[{i}]", depth + 1)
+                    for i, item in enumerate(node.value)]
+        return self._mapping(loader, node, field, depth)
+
+    def _mapping(self, loader: _Loader, node: MappingNode, field: str, depth: int) -> dict:
+        self._guard(node, field, depth)
+        out: dict[Any, Any] = {}
+        for source in reversed(self._merge_sources(node, field)):   # earlier sources win
+            out.update(self._mapping(loader, source, field, depth + 1))
+        explicit: dict[Any, int] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == _MERGE_TAG:
+                continue
+            if not isinstance(key_node, ScalarNode):
+                raise SpecError("mapping keys must be plain scalars", file=self.path,
+                                line=key_node.start_mark.line + 1, field=field or None)
+            sub_hint = f"{field}.{key_node.value}" if field else key_node.value
+            key = self._scalar(loader, key_node, sub_hint)
+            sub = f"{field}.{key}" if field else str(key)
+            line = key_node.start_mark.line + 1
+            if key in explicit:
+                raise SpecError(f"duplicate key {key!r} (first at line {explicit[key]})",
+                                file=self.path, line=line, field=sub)
+            explicit[key] = line
+            self.key_lines[sub] = line
+            out[key] = self._walk(loader, value_node, sub, depth + 1)
+        return out
+
+    def _merge_sources(self, node: MappingNode, field: str) -> list[MappingNode]:
+        sources: list[MappingNode] = []
+        for key_node, value_node in node.value:
+            if key_node.tag != _MERGE_TAG:
+                continue
+            items = value_node.value if isinstance(value_node, SequenceNode) else [value_node]
+            for item in items:
+                if not isinstance(item, MappingNode):
+                    raise SpecError("a merge key `<<` takes a mapping or a list of mappings",
+                                    file=self.path, line=item.start_mark.line + 1, field=field or None)
+                sources.append(item)
+        return sources
+
+
+# -- validating ---------------------------------------------------------------------------------
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a bool"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return f"{type(value).__name__} {value!r}"
+
+
+def _hint(word: Any, options: Iterable[str]) -> str:
+    options = list(options)
+    close = difflib.get_close_matches(str(word), options, n=1)
+    if close:
+        return f" (did you mean {close[0]!r}?)"
+    return f" (expected one of: {', '.join(options)})" if options else ""
+
+
+def _check_value(param: Param, value: Any) -> Any:
+    """The value, normalised (int -> float for float params); ValueError with the reason."""
+    kind = param.type
+    if kind is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"expected a number, got {_describe(value)}")
+        value = float(value)
+        if not math.isfinite(value):
+            raise ValueError(f"expected a finite number, got {value!r}")
+    elif kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise ValueError(f"expected an integer, got {_describe(value)}")
+    elif not isinstance(value, kind):
+        quote = " (quote it: YAML reads yes/no/on/off as booleans)" \
+            if kind is str and isinstance(value, bool) else ""
+        raise ValueError(f"expected {kind.__name__}, got {_describe(value)}{quote}")
+    if param.choices is not None and value not in param.choices:
+        raise ValueError(f"{value!r} is not one of {list(param.choices)}")
+    if param.min is not None and value < param.min:
+        raise ValueError(f"{value!r} is below the minimum {param.min!r}")
+    if param.max is not None and value > param.max:
+        raise ValueError(f"{value!r} is above the maximum {param.max!r}")
+    return value
+
+
+def _is_safe_name(name: str) -> bool:
+    return (bool(_NAME_RE.fullmatch(name)) and not name.startswith(".")
+            and len(name) <= MAX_NAME_LEN)
+
+
+Given = dict[str, tuple[Any, str]]     # param name -> (validated value, field path it came from)
+
+
+class _SuiteReader:
+    """Turns one composed suite into cases; every check raises through `doc.error`."""
+
+    def __init__(self, doc: _Doc, lookup: Lookup):
+        """Checks the suite-level keys; `read` then builds the cases."""
+        self.doc = doc
+        self.lookup = lookup
+        root = doc.root
+        if not isinstance(root, dict):
+            raise doc.error("", f"the top level must be a mapping, got {_describe(root)}")
+        for key in root:
+            if key not in TOP_KEYS:
+                raise doc.error(str(key), f"unknown top-level key {key!r}{_hint(key, TOP_KEYS)}")
+        self.root = root
+        self.op_name, self.op = self._op(root)
+        self.params = {p.name: p for p in self.op.params}
+        self.variant = self._variant(root["variant"], "variant") if "variant" in root \
+            else self.op.variants[0]
+        self.seed = self._seed(root["seed"], "seed") if "seed" in root else 0
+        self.defaults = self._defaults(root.get("defaults", {}), "defaults")
+        self.tolerance = self._tolerances(root["tolerance"], "tolerance") if "tolerance" in root else {}
+
+    def read(self) -> tuple[str, list[tuple[Case, str]]]:
+        """The op's registry name and every case with the field path that defines it."""
+        root = self.root
+        if "cases" not in root and "sweep" not in root:
+            raise self.doc.error("", "a suite needs `cases`, `sweep` or both")
+        cases = self._explicit_cases(root["cases"]) if "cases" in root else []
+        if "sweep" in root:
+            cases += self._sweep(root["sweep"], "sweep")
+        if not cases:
+            raise self.doc.error("cases", "the suite defines no cases")
+        self._check_unique(cases)
+        return self.op_name, cases
+
+    # top-level pieces -----------------------------------------------------------------------
+    def _op(self, root: dict) -> tuple[str, Op]:
+        if "op" not in root:
+            raise self.doc.error("", "missing required key `op`")
+        name = root["op"]
+        if not isinstance(name, str):
+            raise self.doc.error("op", f"expected an op name, got {_describe(name)}")
+        try:
+            return name, self.lookup(name)
+        except KeyError:
+            hint = _hint(name, op_names()) if self.lookup is get_op else ""
+            raise self.doc.error("op", f"unknown op {name!r}{hint}") from None
+
+    def _variant(self, value: Any, field: str) -> str:
+        if not isinstance(value, str) or value not in self.op.variants:
+            raise self.doc.error(field, f"unknown variant {value!r} of op {self.op_name}"
+                                        f"{_hint(value, self.op.variants)}")
+        return value
+
+    def _seed(self, value: Any, field: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEED:
+            raise self.doc.error(field, f"a seed is an integer in [0, 2**63-1], got {_describe(value)}")
+        return value
+
+    def _mapping(self, value: Any, field: str) -> dict:
+        if not isinstance(value, dict):
+            raise self.doc.error(field, f"expected a mapping, got {_describe(value)}")
+        return value
+
+    def _param(self, name: Any, value: Any, field: str) -> Any:
+        param = self.params.get(name) if isinstance(name, str) else None
+        if param is None:
+            raise self.doc.error(field, f"unknown parameter {name!r} of op {self.op_name}"
+                                        f"{_hint(name, self.params)}")
+        try:
+            return _check_value(param, value)
+        except ValueError as e:
+            raise self.doc.error(field, str(e)) from None
+
+    def _defaults(self, value: Any, field: str) -> Given:
+        given = {}
+        for name, v in self._mapping(value, field).items():
+            sub = f"{field}.{name}"
+            if name in CASE_KEYS:
+                raise self.doc.error(sub, f"{name!r} is not a parameter; set it at the top level "
+                                          "or in a case")
+            given[name] = (self._param(name, v, sub), sub)
+        return given
+
+    def _tolerances(self, value: Any, field: str) -> dict[str, Tolerance]:
+        out = {}
+        for name, spec in self._mapping(value, field).items():
+            sub = f"{field}.{name}"
+            if name not in self.op.outputs:
+                raise self.doc.error(sub, f"unknown output {name!r} of op {self.op_name}"
+                                          f"{_hint(name, self.op.outputs)}")
+            try:
+                out[name] = Tolerance.parse(spec)
+            except ValueError as e:
+                raise self.doc.error(sub, str(e)) from None
+        return out
+
+    def _inputs(self, value: Any, field: str) -> dict[str, np.ndarray]:
+        out = {}
+        for name, data in self._mapping(value, field).items():
+            sub = f"{field}.{name}"
+            if name not in self.op.inline_inputs:
+                allowed = _hint(name, self.op.inline_inputs) or " (this op takes none)"
+                raise self.doc.error(sub, f"{name!r} cannot be given inline{allowed}")
+            if not isinstance(data, list):
+                raise self.doc.error(sub, f"expected a nested list of numbers, got {_describe(data)}")
+            _, floating = self._array_shape(data, sub)
+            try:
+                out[name] = np.array(data, dtype=np.float64 if floating else np.int64)
+            except OverflowError:
+                raise self.doc.error(sub, "an integer does not fit in int64") from None
+        return out
+
+    def _array_shape(self, value: Any, field: str) -> tuple[tuple[int, ...], bool]:
+        """Shape of a rectangular nested list of numbers, and whether any number is a float."""
+        if not isinstance(value, list):
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise self.doc.error(field, f"expected a number, got {_describe(value)}")
+            return (), isinstance(value, float)
+        items = [self._array_shape(v, f"{field}[{i}]") for i, v in enumerate(value)]
+        for i, (shape, _) in enumerate(items[1:], 1):
+            if shape != items[0][0]:
+                raise self.doc.error(f"{field}[{i}]", f"not rectangular: shape {list(shape)} "
+                                                      f"but {field}[0] has {list(items[0][0])}")
+        inner = items[0][0] if items else ()
+        return (len(value),) + inner, any(f for _, f in items)
+
+    # cases ----------------------------------------------------------------------------------
+    def _finish(self, variant: str, given: Given, field: str, label: str = "") -> dict[str, Any]:
+        """All params in the op's order, Param defaults filled in, cross-checked by the op."""
+        params, missing = {}, []
+        for p in self.op.params:
+            if p.name in given:
+                params[p.name] = given[p.name][0]
+            elif p.default is not None:
+                params[p.name] = p.default
+            else:
+                missing.append(p.name)
+        if missing:
+            raise self.doc.error(field, f"missing required parameter(s) {', '.join(missing)}{label}")
+        try:
+            self.op.check_params(variant, params)
+        except ValueError as e:
+            raise self.doc.error(field, f"{e}{label}") from None
+        return params
+
+    def _make(self, *, name: str | None, variant: str, params: dict, seed: int | None,
+              tolerance: dict, inline: dict, field: str) -> Case:
+        if name is None:
+            name = self.op.case_name(variant, params)
+            if not isinstance(name, str) or not _is_safe_name(name):
+                raise self.doc.error(field, f"op {self.op_name} generated the case name {name!r}, "
+                                            "which is not a safe file stem; give a `name`")
+        return Case(name=name, op=self.op_name, variant=variant,
+                    seed=derive_seed(self.seed, name) if seed is None else seed,
+                    params=params, tolerance=tolerance, inline=inline,
+                    source=f"{self.doc.path}:{self.doc.line(field)}")
+
+    def _explicit_cases(self, value: Any) -> list[tuple[Case, str]]:
+        if not isinstance(value, list):
+            raise self.doc.error("cases", f"expected a list of cases, got {_describe(value)}")
+        return [self._explicit_case(entry, f"cases[{i}]") for i, entry in enumerate(value)]
+
+    def _explicit_case(self, entry: Any, field: str) -> tuple[Case, str]:
+        if not isinstance(entry, dict):
+            raise self.doc.error(field, f"a case is a mapping, got {_describe(entry)}")
+        variant = self._variant(entry["variant"], f"{field}.variant") if "variant" in entry \
+            else self.variant
+        given = dict(self.defaults)
+        for key, v in entry.items():
+            if key not in CASE_KEYS:
+                given[key] = (self._param(key, v, f"{field}.{key}"), f"{field}.{key}")
+        name = entry.get("name")
+        if "name" in entry and (not isinstance(name, str) or not _is_safe_name(name)):
+            raise self.doc.error(f"{field}.name", f"a case name is a safe file stem ([A-Za-z0-9_.-], "
+                                                  f"not starting with '.', at most {MAX_NAME_LEN} "
+                                                  f"characters), got {_describe(name)}")
+        tolerance = dict(self.tolerance)
+        if "tolerance" in entry:
+            tolerance.update(self._tolerances(entry["tolerance"], f"{field}.tolerance"))
+        case = self._make(
+            name=name, variant=variant, params=self._finish(variant, given, field),
+            seed=self._seed(entry["seed"], f"{field}.seed") if "seed" in entry else None,
+            tolerance=tolerance, field=field,
+            inline=self._inputs(entry["inputs"], f"{field}.inputs") if "inputs" in entry else {})
+        return case, f"{field}.name" if "name" in entry else field
+
+    def _sweep(self, value: Any, field: str) -> list[tuple[Case, str]]:
+        axes = []
+        for key, values in self._mapping(value, field).items():
+            sub = f"{field}.{key}"
+            if key in CASE_KEYS and key != "variant":
+                raise self.doc.error(sub, f"{key!r} cannot be swept")
+            if not isinstance(values, list) or not values:
+                raise self.doc.error(sub, f"a sweep axis is a non-empty list, got {_describe(values)}")
+            check = self._variant if key == "variant" else \
+                (lambda v, f, key=key: self._param(key, v, f))
+            axes.append((key, [check(v, f"{sub}[{i}]") for i, v in enumerate(values)]))
+        if not axes:
+            raise self.doc.error(field, "the sweep is empty")
+        total = math.prod(len(values) for _, values in axes)
+        if total > MAX_SWEEP_CASES:
+            raise self.doc.error(field, f"the sweep makes {total} cases (limit {MAX_SWEEP_CASES})")
+        cases = []
+        for combo in itertools.product(*(values for _, values in axes)):
+            chosen = dict(zip((key for key, _ in axes), combo))
+            label = " (sweep point " + ", ".join(f"{k}={v!r}" for k, v in chosen.items()) + ")"
+            variant = chosen.pop("variant", self.variant)
+            given = {**self.defaults, **{k: (v, field) for k, v in chosen.items()}}
+            params = self._finish(variant, given, field, label)
+            cases.append((self._make(name=None, variant=variant, params=params, seed=None,
+                                     tolerance=dict(self.tolerance), inline={}, field=field), field))
+        return cases
+
+    def _check_unique(self, cases: list[tuple[Case, str]]) -> None:
+        first: dict[str, int] = {}
+        for case, field in cases:
+            line = self.doc.line(field)
+            if case.name in first:
+                raise self.doc.error(field, f"duplicate case name {case.name!r} "
+                                            f"(first defined at line {first[case.name]})")
+            first[case.name] = line
+
+
+def _load(path: Path, lookup: Lookup) -> tuple[Suite, dict[str, tuple[str, int]]]:
+    """The suite, and for each case name the field path and line that define it."""
+    data = _read(path)
+    doc = _Doc(path, _decode(path, data))
+    op, cases = _SuiteReader(doc, lookup).read()
+    origins = {case.name: (field, doc.line(field)) for case, field in cases}
+    suite = Suite(path=path, op=op, sha256=hashlib.sha256(data).hexdigest(),
+                  cases=tuple(case for case, _ in cases))
+    return suite, origins

@@ -1,0 +1,800 @@
+"""kdtr.spec: YAML suites -> validated cases, with fake ops injected through `lookup`.
+
+Expected line numbers come from the fixture text: the offending line carries a `# <-` marker.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import textwrap
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from kdtr.errors import SpecError
+from kdtr.ops.base import Case, Op, Param, Tolerance
+from kdtr.spec import (MAX_SWEEP_CASES, Suite, derive_seed, load_suite, load_suites, select)
+
+DATA = Path(__file__).parent / "data" / "specs"
+
+
+# -- fake ops -----------------------------------------------------------------------------------
+
+class FakeAttn(Op):
+    name = "fake_attn"
+    variants = ("fp32", "bf16_paged")
+    params = (
+        Param("heads", int, None, min=1, max=128),
+        Param("prefix", int, 0, min=0),
+        Param("batch", int, 1, min=1, max=64),
+        Param("sm_scale", float, 0.07216878, min=0.0),
+        Param("mode", str, "tree", choices=("tree", "chain")),
+        Param("causal", bool, True),
+    )
+    inline_inputs = ("visibility",)
+    outputs = ("out", "lse")
+
+    def case_name(self, variant, params):
+        return f"{variant}_h{params['heads']}_p{params['prefix']}_b{params['batch']}"
+
+    def check_params(self, variant, params):
+        if variant == "bf16_paged" and params["heads"] % 8:
+            raise ValueError("bf16_paged needs heads divisible by 8")
+
+
+class FakeAccept(Op):
+    name = "fake_accept"
+    params = (Param("budget", int, None, min=0),)
+    inline_inputs = ("tokens", "parents", "target_ids")
+    outputs = ("accept_len", "accept_nodes", "bonus")
+
+    def case_name(self, variant, params):
+        return f"b{params['budget']}"
+
+
+class FakeBadNames(Op):
+    name = "fake_bad_names"
+    params = (Param("n", int, 0),)
+
+    def case_name(self, variant, params):
+        return f"n = {params['n']}"          # spaces: not a safe file stem
+
+
+OPS = {op.name: op for op in (FakeAttn(), FakeAccept(), FakeBadNames())}
+LOOKUP = OPS.__getitem__
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+def write(tmp_path: Path, text: str | bytes, name: str = "suite.yaml") -> Path:
+    path = tmp_path / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return path
+
+
+def load(tmp_path: Path, text: str, name: str = "suite.yaml") -> Suite:
+    return load_suite(write(tmp_path, text, name), lookup=LOOKUP)
+
+
+def line_of(text: str, marker: str = "# <-") -> int:
+    """The 1-based line of the fixture text that carries the marker."""
+    hits = [i for i, line in enumerate(textwrap.dedent(text).splitlines(), 1) if marker in line]
+    assert len(hits) == 1, f"fixture needs exactly one {marker!r} marker"
+    return hits[0]
+
+
+def expect_error(path: Path, line: int | None, field: str | None, fragment: str) -> SpecError:
+    with pytest.raises(SpecError) as info:
+        load_suite(path, lookup=LOOKUP)
+    err = info.value
+    message = str(err)
+    assert str(path) in message and path.name in message
+    assert err.line == line, message
+    assert err.field == field, message
+    prefix = f"{path}:{line}: " if line is not None else f"{path}: "
+    assert message.startswith(prefix + (f"{field}: " if field else "")), message
+    assert fragment in message, message
+    return err
+
+
+# -- malformed suites: one per error kind -------------------------------------------------------
+
+MALFORMED = {
+    "tab_indent": ("""\
+        op: fake_attn
+        cases:
+        \t- heads: 8  # <-
+        """, None, "tabs"),
+    "yaml_syntax": ("""\
+        op: fake_attn
+        cases:
+          - heads: 8: 9  # <-
+        """, None, "mapping values are not allowed"),
+    "two_documents": ("""\
+        op: fake_attn
+        cases: [{heads: 8}]
+        ---  # <-
+        op: fake_attn
+        """, None, "single document"),
+    "top_level_list": ("""\
+        - op: fake_attn  # <-
+        """, None, "top level must be a mapping"),
+    "top_level_scalar": ("""\
+        just words  # <-
+        """, None, "top level must be a mapping"),
+    "unknown_top_level_key": ("""\
+        op: fake_attn
+        sweeps:  # <-
+          heads: [8]
+        """, "sweeps", "did you mean 'sweep'"),
+    "missing_op": ("""\
+        seed: 3  # <-
+        cases: [{heads: 8}]
+        """, None, "missing required key `op`"),
+    "op_not_a_string": ("""\
+        op: [fake_attn]  # <-
+        cases: [{heads: 8}]
+        """, "op", "expected an op name"),
+    "unknown_op": ("""\
+        variant: fp32
+        op: fake_atn  # <-
+        cases: [{heads: 8}]
+        """, "op", "unknown op 'fake_atn'"),
+    "no_cases_or_sweep": ("""\
+        op: fake_attn  # <-
+        seed: 3
+        """, None, "needs `cases`, `sweep` or both"),
+    "zero_cases": ("""\
+        op: fake_attn
+        cases: []  # <-
+        """, "cases", "defines no cases"),
+    "cases_not_a_list": ("""\
+        op: fake_attn
+        cases: {heads: 8}  # <-
+        """, "cases", "expected a list of cases"),
+    "case_not_a_mapping": ("""\
+        op: fake_attn
+        cases:
+          - heads: 8
+          - 16  # <-
+        """, "cases[1]", "a case is a mapping"),
+    "unknown_param": ("""\
+        op: fake_attn
+        cases:
+          - heads: 8
+            prefx: 4  # <-
+        """, "cases[0].prefx", "did you mean 'prefix'"),
+    "bool_is_not_int": ("""\
+        op: fake_attn
+        cases:
+          - heads: true  # <-
+        """, "cases[0].heads", "expected an integer, got a bool"),
+    "float_is_not_int": ("""\
+        op: fake_attn
+        cases:
+          - heads: 8.0  # <-
+        """, "cases[0].heads", "expected an integer"),
+    "null_value": ("""\
+        op: fake_attn
+        cases:
+          - heads:  # <-
+        """, "cases[0].heads", "got null"),
+    "quoted_float_is_str": ("""\
+        op: fake_attn
+        cases:
+          - heads: 8
+            sm_scale: "1e-5"  # <-
+        """, "cases[0].sm_scale", "expected a number, got str '1e-5'"),
+    "non_finite_float": ("""\
+        op: fake_attn
+        cases:
+          - heads: 8
+            sm_scale: .inf  # <-
+        """, "cases[0].sm_scale", "finite"),
+    "yes_is_not_a_string": ("""\
+        op: fake_attn
+        cases:
+          - heads: 8
+            mode: yes  # <-
+        """, "cases[0].mode", "quote it"),
+    "below_min": ("""\
+        op: fake_attn
+        cases:
+          - heads: 0  # <-
+        """, "cases[0].heads", "below the minimum 1"),
+    "above_max": ("""\
+        op: fake_attn
+        cases:
+          - heads: 8
+            batch: 65  # <-
+        """, "cases[0].batch", "above the maximum 64"),
+    "not_in_choices": ("""\
+        op: fake_attn
+        cases:
+          - heads: 8
+            mode: ring  # <-
+        """, "cases[0].mode", "'ring' is not one of ['tree', 'chain']"),
+    "missing_required": ("""\
+        op: fake_attn
+        cases:
+          - heads: 8
+          - prefix: 4  # <-
+        """, "cases[1]", "missing required parameter(s) heads"),
+    "check_params": ("""\
+        op: fake_attn
+        cases:
+          - {variant: bf16_paged, heads: 12}  # <-
+        """, "cases[0]", "divisible by 8"),
+    "unknown_suite_variant": ("""\
+        op: fake_attn
+        variant: fp16  # <-
+        cases: [{heads: 8}]
+        """, "variant", "unknown variant 'fp16'"),
+    "unknown_case_variant": ("""\
+        op: fake_attn
+        cases:
+          - heads: 8
+            variant: bf16  # <-
+        """, "cases[0].variant", "expected one of: fp32, bf16_paged"),
+    "unknown_sweep_variant": ("""\
+        op: fake_attn
+        defaults: {heads: 8}
+        sweep:
+          variant: [fp32, fp8]  # <-
+        """, "sweep.variant[1]", "unknown variant 'fp8'"),
+    "sweep_value_out_of_range": ("""\
+        op: fake_attn
+        sweep:
+          heads: [8, 0, 16]  # <-
+        """, "sweep.heads[1]", "below the minimum"),
+    "empty_sweep_list": ("""\
+        op: fake_attn
+        defaults: {heads: 8}
+        sweep:
+          heads: [8]
+          prefix: []  # <-
+        """, "sweep.prefix", "non-empty list"),
+    "sweep_axis_not_a_list": ("""\
+        op: fake_attn
+        sweep:
+          heads: 8  # <-
+        """, "sweep.heads", "non-empty list"),
+    "empty_sweep": ("""\
+        op: fake_attn
+        sweep: {}  # <-
+        """, "sweep", "the sweep is empty"),
+    "sweep_of_reserved_key": ("""\
+        op: fake_attn
+        sweep:
+          heads: [8]
+          seed: [1, 2]  # <-
+        """, "sweep.seed", "cannot be swept"),
+    "sweep_point_fails_check": ("""\
+        op: fake_attn
+        sweep:  # <-
+          variant: [fp32, bf16_paged]
+          heads: [8, 12]
+        """, "sweep", "divisible by 8 (sweep point variant='bf16_paged', heads=12)"),
+    "sweep_missing_required": ("""\
+        op: fake_attn
+        sweep:  # <-
+          prefix: [0, 1]
+        """, "sweep", "missing required parameter(s) heads"),
+    "defaults_not_a_mapping": ("""\
+        op: fake_attn
+        defaults: [heads, 8]  # <-
+        cases: [{}]
+        """, "defaults", "expected a mapping"),
+    "defaults_bad_value": ("""\
+        op: fake_attn
+        defaults:
+          heads: 16
+          batch: -1  # <-
+        cases: [{}]
+        """, "defaults.batch", "below the minimum"),
+    "defaults_reserved_key": ("""\
+        op: fake_attn
+        defaults:
+          variant: fp32  # <-
+        cases: [{heads: 8}]
+        """, "defaults.variant", "not a parameter"),
+    "unknown_tolerance_output": ("""\
+        op: fake_attn
+        tolerance:
+          out: exact
+          lsе: exact  # <-
+        cases: [{heads: 8}]
+        """, "tolerance.lsе", "unknown output"),
+    "bad_tolerance_value": ("""\
+        op: fake_attn
+        tolerance:
+          out: {atol: -1e-5}  # <-
+        cases: [{heads: 8}]
+        """, "tolerance.out", "atol must be a finite number"),
+    "bad_case_tolerance": ("""\
+        op: fake_attn
+        cases:
+          - heads: 8
+            tolerance: {lse: approximately}  # <-
+        """, "cases[0].tolerance.lse", "tolerance"),
+    "negative_seed": ("""\
+        op: fake_attn
+        seed: -1  # <-
+        cases: [{heads: 8}]
+        """, "seed", "a seed is an integer"),
+    "bool_case_seed": ("""\
+        op: fake_attn
+        cases:
+          - heads: 8
+            seed: false  # <-
+        """, "cases[0].seed", "a seed is an integer"),
+    "unsafe_name_path": ("""\
+        op: fake_attn
+        cases:
+          - name: ../escape  # <-
+            heads: 8
+        """, "cases[0].name", "safe file stem"),
+    "unsafe_name_hidden": ("""\
+        op: fake_attn
+        cases:
+          - heads: 8
+            name: .hidden  # <-
+        """, "cases[0].name", "safe file stem"),
+    "name_not_a_string": ("""\
+        op: fake_attn
+        cases:
+          - heads: 8
+            name: [a]  # <-
+        """, "cases[0].name", "safe file stem"),
+    "generated_name_unsafe": ("""\
+        op: fake_bad_names
+        cases:
+          - n: 3  # <-
+        """, "cases[0]", "not a safe file stem"),
+    "unknown_inline_input": ("""\
+        op: fake_attn
+        cases:
+          - heads: 8
+            inputs:
+              visibilty: [[1]]  # <-
+        """, "cases[0].inputs.visibilty", "did you mean 'visibility'"),
+    "inline_input_not_a_list": ("""\
+        op: fake_attn
+        cases:
+          - heads: 8
+            inputs: {visibility: 1}  # <-
+        """, "cases[0].inputs.visibility", "nested list of numbers"),
+    "inline_input_ragged": ("""\
+        op: fake_attn
+        cases:
+          - heads: 8
+            inputs:
+              visibility:
+                - [1, 0, 0]
+                - [1, 1]  # <-
+        """, "cases[0].inputs.visibility[1]", "not rectangular"),
+    "inline_input_non_numeric": ("""\
+        op: fake_attn
+        cases:
+          - heads: 8
+            inputs:
+              visibility:
+                - [1, 0]
+                - [1, x]  # <-
+        """, "cases[0].inputs.visibility[1][1]", "expected a number, got str 'x'"),
+    "inline_input_bool": ("""\
+        op: fake_attn
+        cases:
+          - heads: 8
+            inputs:
+              visibility: [true]  # <-
+        """, "cases[0].inputs.visibility[0]", "expected a number, got a bool"),
+    "unsupported_tag": ("""\
+        op: !!python/name:os.system fake_attn  # <-
+        cases: [{heads: 8}]
+        """, "op", "could not determine a constructor"),
+    "unsupported_collection_tag": ("""\
+        op: fake_attn
+        cases: !!set {a, b}  # <-
+        """, "cases", "unsupported YAML tag"),
+    "recursive_alias": ("""\
+        op: fake_attn
+        defaults: &d  # <-
+          <<: *d
+        cases: [{heads: 8}]
+        """, "defaults", "recursive"),
+    "non_scalar_key": ("""\
+        op: fake_attn
+        cases:
+          - heads: 8
+            ? [a, b]  # <-
+            : 1
+        """, "cases[0]", "keys must be plain scalars"),
+    "bad_timestamp_scalar": ("""\
+        op: fake_attn
+        cases:
+          - heads: 8
+            name: 2024-13-45  # <-
+        """, "cases[0].name", "bad scalar"),
+}
+
+
+@pytest.mark.parametrize("text, field, fragment", MALFORMED.values(), ids=MALFORMED.keys())
+def test_malformed_suite(tmp_path, text, field, fragment):
+    expect_error(write(tmp_path, text), line_of(text), field, fragment)
+
+
+def test_duplicate_mapping_key_names_both_lines(tmp_path):
+    text = """\
+        op: fake_attn
+        seed: 1  # first
+        cases: [{heads: 8}]
+        seed: 2  # <-
+        """
+    err = expect_error(write(tmp_path, text), line_of(text), "seed", "duplicate key 'seed'")
+    assert f"first at line {line_of(text, '# first')}" in str(err)
+
+
+def test_duplicate_key_inside_a_case(tmp_path):
+    text = """\
+        op: fake_attn
+        cases:
+          - heads: 8  # first
+            prefix: 0
+            heads: 16  # <-
+        """
+    err = expect_error(write(tmp_path, text), line_of(text), "cases[0].heads", "duplicate key")
+    assert f"first at line {line_of(text, '# first')}" in str(err)
+
+
+def test_duplicate_case_names_name_both_lines(tmp_path):
+    text = """\
+        op: fake_attn
+        cases:
+          - name: same  # first
+            heads: 8
+          - heads: 16
+            name: same  # <-
+        """
+    err = expect_error(write(tmp_path, text), line_of(text), "cases[1].name",
+                       "duplicate case name 'same'")
+    assert f"first defined at line {line_of(text, '# first')}" in str(err)
+
+
+def test_explicit_case_colliding_with_sweep(tmp_path):
+    text = """\
+        op: fake_attn
+        cases:
+          - heads: 8  # first
+        sweep:  # <-
+          heads: [16, 8]
+        """
+    err = expect_error(write(tmp_path, text), line_of(text), "sweep",
+                       "duplicate case name 'fp32_h8_p0_b1'")
+    assert f"first defined at line {line_of(text, '# first')}" in str(err)
+
+
+def test_sweep_with_repeated_value_is_a_duplicate(tmp_path):
+    text = """\
+        op: fake_attn
+        sweep:  # <-
+          heads: [8, 8]
+        """
+    expect_error(write(tmp_path, text), line_of(text), "sweep", "duplicate case name")
+
+
+@pytest.mark.parametrize("text", ["", "\n\n", "# only a comment\n", "---\n"])
+def test_empty_file(tmp_path, text):
+    expect_error(write(tmp_path, text), 1, None, "empty suite")
+
+
+def test_non_utf8(tmp_path):
+    data = b"op: fake_attn\ncases:\n  - name: caf\xe9\n    heads: 8\n"
+    expect_error(write(tmp_path, data), 3, None, "not UTF-8")
+
+
+def test_forbidden_control_character(tmp_path):
+    data = "op: fake_attn\ncases: [{heads: 8}]\n# bell \x07\n"
+    expect_error(write(tmp_path, data), 3, None, "#x0007")
+
+
+def test_missing_file(tmp_path):
+    expect_error(tmp_path / "absent.yaml", None, None, "cannot read suite")
+
+
+def test_directory_given_as_a_suite(tmp_path):
+    (tmp_path / "dir.yaml").mkdir()
+    expect_error(tmp_path / "dir.yaml", None, None, "cannot read suite")
+
+
+def test_unknown_op_through_the_real_registry(tmp_path):
+    path = write(tmp_path, "op: tree_buld\ncases: [{budget: 4}]\n")
+    with pytest.raises(SpecError) as info:
+        load_suite(path)                  # default lookup: kdtr.ops.get_op
+    assert str(info.value).startswith(f"{path}:1: op: unknown op 'tree_buld'")
+    assert "did you mean 'tree_build'" in str(info.value)
+
+
+# -- valid suites -------------------------------------------------------------------------------
+
+def test_defaults_and_case_merge(tmp_path):
+    suite = load(tmp_path, """\
+        op: fake_attn
+        defaults: {heads: 16, batch: 2, sm_scale: 1}
+        cases:
+          - name: a
+          - name: b
+            heads: 8
+            mode: chain
+        """)
+    a, b = suite.cases
+    assert a.params == {"heads": 16, "prefix": 0, "batch": 2, "sm_scale": 1.0, "mode": "tree",
+                        "causal": True}
+    assert list(a.params) == [p.name for p in FakeAttn.params]      # the op's order
+    assert isinstance(a.params["sm_scale"], float)                  # int accepted for float
+    assert b.params == {**a.params, "heads": 8, "mode": "chain"}
+    assert (a.variant, a.op) == ("fp32", "fake_attn")               # the op's first variant
+
+
+def test_suite_fields_and_source(tmp_path):
+    text = """\
+        op: fake_attn
+        variant: bf16_paged
+        cases:
+          - heads: 16  # <-
+        """
+    path = write(tmp_path, text)
+    suite = load_suite(path, lookup=LOOKUP)
+    assert suite.path == path and suite.op == "fake_attn"
+    assert suite.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+    (case,) = suite.cases
+    assert isinstance(case, Case)
+    assert case.name == "bf16_paged_h16_p0_b1" and case.variant == "bf16_paged"
+    assert case.source == f"{path}:{line_of(text)}"
+
+
+def test_sweep_product_and_names(tmp_path):
+    suite = load(tmp_path, """\
+        op: fake_attn
+        defaults: {heads: 64, batch: 4}
+        sweep:
+          heads: [8, 16]
+          prefix: [0, 128, 2048]
+        """)
+    assert len(suite.cases) == 6
+    assert [c.name for c in suite.cases] == [f"fp32_h{h}_p{p}_b4"
+                                             for h, p in itertools.product([8, 16], [0, 128, 2048])]
+    assert all(c.params["batch"] == 4 for c in suite.cases)          # defaults combine
+    assert all(c.inline == {} for c in suite.cases)
+
+
+def test_sweep_over_variants_with_cases(tmp_path):
+    suite = load(tmp_path, """\
+        op: fake_attn
+        cases:
+          - {name: hand, heads: 3}
+        sweep:
+          variant: [fp32, bf16_paged]
+          heads: [8]
+          batch: [1, 2]
+        """)
+    assert [(c.name, c.variant) for c in suite.cases] == [
+        ("hand", "fp32"),
+        ("fp32_h8_p0_b1", "fp32"), ("fp32_h8_p0_b2", "fp32"),
+        ("bf16_paged_h8_p0_b1", "bf16_paged"), ("bf16_paged_h8_p0_b2", "bf16_paged")]
+
+
+def test_sweep_size_limit(tmp_path):
+    axis = list(range(1, 65))
+    text = f"op: fake_attn\nsweep:\n  heads: {axis}\n  prefix: {list(range(2000))}\n"
+    assert len(axis) * 2000 > MAX_SWEEP_CASES
+    expect_error(write(tmp_path, text), 2, "sweep", "limit")
+
+
+def test_yaml_12_floats(tmp_path):
+    suite = load(tmp_path, """\
+        op: fake_attn
+        tolerance: {out: {atol: 1e-5, rtol: 2E+3}}
+        cases:
+          - {heads: 8, sm_scale: 5e-1}
+          - {heads: 16, sm_scale: .5}
+          - {heads: 24, sm_scale: 1_000.5}
+        """)
+    assert [c.params["sm_scale"] for c in suite.cases] == [0.5, 0.5, 1000.5]
+    assert suite.cases[0].tolerance["out"] == Tolerance.parse({"atol": 1e-5, "rtol": 2000.0})
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.floats(min_value=0.0, allow_nan=False, allow_infinity=False))
+def test_float_written_as_repr_reads_back(tmp_path_factory, value):
+    path = write(tmp_path_factory.mktemp("f"), f"op: fake_attn\ncases: [{{heads: 8, sm_scale: {value!r}}}]\n")
+    assert load_suite(path, lookup=LOOKUP).cases[0].params["sm_scale"] == value
+
+
+def test_seed_derivation(tmp_path):
+    text = """\
+        op: fake_attn
+        seed: 1234
+        cases:
+          - {name: a, heads: 8}
+          - {name: b, heads: 8}
+          - {name: c, heads: 8, seed: 7}
+        sweep:
+          heads: [8, 16, 32]
+          prefix: [0, 1, 2, 3]
+        """
+    suite = load(tmp_path, text)
+    seeds = {c.name: c.seed for c in suite.cases}
+    assert seeds["a"] == zlib.crc32(b"1234:a") == derive_seed(1234, "a")
+    assert seeds["c"] == 7                                           # explicit wins
+    assert len(set(seeds.values())) == len(seeds)                    # distinct per case
+    assert seeds == {c.name: c.seed for c in load(tmp_path, text, "again.yaml").cases}  # stable
+    # reordering or removing other cases changes nothing; another suite seed changes everything
+    reordered = load(tmp_path, """\
+        op: fake_attn
+        seed: 1234
+        cases:
+          - {name: b, heads: 8}
+          - {name: a, heads: 8}
+        """, "reordered.yaml")
+    assert {c.name: c.seed for c in reordered.cases} == {"a": seeds["a"], "b": seeds["b"]}
+    other = load(tmp_path, text.replace("seed: 1234", "seed: 1235"), "other.yaml")
+    assert all(seeds[c.name] != c.seed for c in other.cases if c.name != "c")
+
+
+def test_default_suite_seed_is_zero(tmp_path):
+    (case,) = load(tmp_path, "op: fake_accept\ncases: [{budget: 4}]\n").cases
+    assert case.seed == zlib.crc32(b"0:b4")
+
+
+def test_tolerance_parse_and_merge(tmp_path):
+    suite = load(tmp_path, """\
+        op: fake_attn
+        tolerance: {out: {atol: 1e-5, rtol: 1e-4}, lse: exact}
+        cases:
+          - {name: plain, heads: 8}
+          - name: tight
+            heads: 8
+            tolerance: {out: {atol: 0}}
+        """)
+    plain, tight = suite.cases
+    assert plain.tolerance == {"out": Tolerance(atol=1e-5, rtol=1e-4), "lse": Tolerance(exact=True)}
+    assert tight.tolerance == {"out": Tolerance(atol=0.0, rtol=0.0), "lse": Tolerance(exact=True)}
+    assert plain.tolerance is not tight.tolerance
+
+
+def test_no_tolerance_means_op_defaults(tmp_path):
+    (case,) = load(tmp_path, "op: fake_accept\ncases: [{budget: 1}]\n").cases
+    assert case.tolerance == {}
+
+
+def test_inline_inputs(tmp_path):
+    suite = load(tmp_path, """\
+        op: fake_accept
+        cases:
+          - budget: 2
+            inputs:
+              tokens: [[42, 7, 9]]
+              parents: [[-1, 0, 0]]
+              target_ids: [[[1.5, 2], [3, 4]]]
+          - budget: 0
+            inputs: {tokens: []}
+        """)
+    a, b = suite.cases
+    assert a.inline["tokens"].dtype == np.int64 and a.inline["tokens"].shape == (1, 3)
+    np.testing.assert_array_equal(a.inline["parents"], [[-1, 0, 0]])
+    assert a.inline["target_ids"].dtype == np.float64 and a.inline["target_ids"].shape == (1, 2, 2)
+    assert b.inline["tokens"].shape == (0,)
+
+
+def test_merge_keys_and_anchors(tmp_path):
+    suite = load(tmp_path, """\
+        op: fake_attn
+        cases:
+          - &base {name: base, heads: 8, prefix: 2}
+          - <<: *base
+            name: derived
+            prefix: 3
+        """)
+    assert [(c.name, c.params["heads"], c.params["prefix"]) for c in suite.cases] == [
+        ("base", 8, 2), ("derived", 8, 3)]
+
+
+# -- select -------------------------------------------------------------------------------------
+
+def _cases(*names: str) -> list[Case]:
+    return [Case(name=n, op="x", variant="default", seed=0, params={}) for n in names]
+
+
+@pytest.mark.parametrize("pattern, expected", [
+    (None, ["fp32_h8", "fp32_h16", "bf16_h8", "tiny[1]"]),
+    ("", ["fp32_h8", "fp32_h16", "bf16_h8", "tiny[1]"]),
+    ("h8", ["fp32_h8", "bf16_h8"]),
+    ("fp32", ["fp32_h8", "fp32_h16"]),
+    ("*h8", ["fp32_h8", "bf16_h8"]),
+    ("fp32*", ["fp32_h8", "fp32_h16"]),
+    ("fp32_h?", ["fp32_h8"]),
+    ("fp32_h??", ["fp32_h16"]),
+    ("h1*", []),                          # a glob matches the whole name
+    ("tiny[1]", ["tiny[1]"]),             # brackets are literal
+    ("tiny[?]", ["tiny[1]"]),
+    ("FP32", []),                         # case-sensitive
+    ("nothing", []),
+])
+def test_select(pattern, expected):
+    cases = _cases("fp32_h8", "fp32_h16", "bf16_h8", "tiny[1]")
+    assert [c.name for c in select(cases, pattern)] == expected
+
+
+def test_select_accepts_any_iterable():
+    assert [c.name for c in select(iter(_cases("a", "b")), "b")] == ["b"]
+
+
+# -- load_suites --------------------------------------------------------------------------------
+
+def test_load_suites_over_a_directory():
+    tree = DATA / "tree"
+    suites = load_suites([tree], lookup=LOOKUP)
+    assert [s.path.relative_to(tree).as_posix() for s in suites] == [
+        "accept.yml", "attn.yaml", "nested/more_attn.yaml"]          # sorted; hidden and .txt skipped
+    accept, attn, more = suites
+    assert [c.name for c in accept.cases] == ["b0", "b6"]
+    assert [c.name for c in attn.cases] == ["tiny", "fp32_h16_p0_b1", "fp32_h16_p128_b1",
+                                            "bf16_paged_h16_p0_b1", "bf16_paged_h16_p128_b1"]
+    assert attn.cases[0].tolerance["out"] == Tolerance(atol=1e-5, rtol=1e-4)
+    assert [c.name for c in more.cases] == ["bf16_paged_h32_p0_b2"]
+
+
+def test_load_suites_mixed_paths_and_dedup():
+    tree = DATA / "tree"
+    suites = load_suites([tree / "nested" / "more_attn.yaml", str(tree), tree / "accept.yml"],
+                         lookup=LOOKUP)
+    assert [s.path.name for s in suites] == ["more_attn.yaml", "accept.yml", "attn.yaml"]
+    assert [s.path.name for s in load_suites(tree / "accept.yml", lookup=LOOKUP)] == ["accept.yml"]
+
+
+def test_load_suites_empty_directory(tmp_path):
+    write(tmp_path, "not a suite", "notes.txt")
+    with pytest.raises(SpecError, match="no \\*.yaml or \\*.yml suites"):
+        load_suites([tmp_path], lookup=LOOKUP)
+
+
+def test_duplicate_case_names_across_files(tmp_path):
+    first = "op: fake_attn\ncases:\n  - {name: shared, heads: 8}\n"
+    second = """\
+        op: fake_attn
+        cases:
+          - heads: 16
+          - name: shared  # <-
+            heads: 32
+        """
+    write(tmp_path, first, "a.yaml")
+    path_b = write(tmp_path, second, "b.yaml")
+    with pytest.raises(SpecError) as info:
+        load_suites([tmp_path], lookup=LOOKUP)
+    err = info.value
+    assert (err.file, err.line, err.field) == (str(path_b), line_of(second), "cases[1].name")
+    assert f"also defined at {tmp_path / 'a.yaml'}:3" in str(err)
+    assert str(err).startswith(f"{path_b}:{line_of(second)}: cases[1].name: duplicate case name")
+
+
+def test_same_name_in_different_ops_is_fine(tmp_path):
+    write(tmp_path, "op: fake_attn\ncases: [{name: shared, heads: 8}]\n", "a.yaml")
+    write(tmp_path, "op: fake_accept\ncases: [{name: shared, budget: 1}]\n", "b.yaml")
+    assert [s.op for s in load_suites([tmp_path], lookup=LOOKUP)] == ["fake_attn", "fake_accept"]
+
+
+def test_load_suites_propagates_a_file_error(tmp_path):
+    write(tmp_path, "op: fake_accept\ncases: [{budget: 1}]\n", "a.yaml")
+    bad = write(tmp_path, "op: fake_accept\ncases: [{budget: -1}]\n", "b.yaml")
+    with pytest.raises(SpecError) as info:
+        load_suites([tmp_path], lookup=LOOKUP)
+    assert str(info.value).startswith(f"{bad}:2: cases[0].budget: ")
