@@ -12,13 +12,14 @@ def rng_for(seed: int, stream: int = 0) -> np.random.Generator:
     return np.random.default_rng([int(seed), int(stream)])
 
 
-def name_from(params: Mapping[str, Any], fields: Sequence[tuple[str, str]],
-              defaults: Mapping[str, Any] | None = None) -> str:
-    """`h16_p2048_b16`-style names: always the leading fields, others only when not default."""
+def name_from(params: Mapping[str, Any], always: Sequence[tuple[str, str]],
+              optional: Sequence[tuple[str, str]], defaults: Mapping[str, Any]) -> str:
+    """`b2_h16_p2048_n16`-style names: the `always` fields, then the others that differ from
+    their defaults."""
     parts = []
-    for key, prefix in fields:
+    for index, (key, prefix) in enumerate([*always, *optional]):
         value = params.get(key)
-        if defaults is not None and key in defaults and value == defaults[key]:
+        if index >= len(always) and value == defaults.get(key):
             continue
         if isinstance(value, bool):
             if value:

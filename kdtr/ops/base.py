@@ -109,6 +109,7 @@ class Op:
     params: tuple[Param, ...] = ()
     inline_inputs: tuple[str, ...] = ()     # names a suite may give inline
     outputs: tuple[str, ...] = ()
+    kernel_params: tuple[str, ...] = ()    # meta.params a bundle must carry for the kernel
 
     # -- suites ---------------------------------------------------------------------------
     def case_name(self, variant: str, params: Mapping[str, Any]) -> str:
@@ -117,6 +118,15 @@ class Op:
 
     def check_params(self, variant: str, params: Mapping[str, Any]) -> None:
         """Cross-parameter checks beyond each Param's range; raise ValueError with the reason."""
+
+    def input_specs(self, variant: str) -> dict[str, str]:
+        """Name -> KDTR dtype of every input the variant takes."""
+        raise NotImplementedError
+
+    def check_inputs(self, variant: str, inputs: Mapping[str, np.ndarray],
+                     params: Mapping[str, Any]) -> None:
+        """Shape and index consistency of inputs read from a bundle (which is trusted for nothing);
+        raise ValueError naming the fault. Names and dtypes are checked before this is called."""
 
     # -- goldens --------------------------------------------------------------------------
     def generate(self, case: Case) -> Generated:

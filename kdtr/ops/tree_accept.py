@@ -45,8 +45,23 @@ class TreeAccept(Op):
     _defaults = {p.name: p.default for p in params}
 
     def case_name(self, variant, params):
-        return name_from(params, [("batch", "b"), ("budget", "n"), ("depth", "l"), ("vocab", "v"),
-                                  ("sharpness", "s"), ("mode", "")], defaults=self._defaults)
+        return name_from(params, [("batch", "b"), ("budget", "n")],
+                         [("depth", "l"), ("vocab", "v"), ("sharpness", "s"), ("mode", "")], self._defaults)
+
+    def input_specs(self, variant):
+        return {"tokens": "i32", "parents": "i32", "target_ids": "i32"}
+
+    def check_inputs(self, variant, inputs, params):
+        tokens = inputs["tokens"]
+        if tokens.ndim != 2 or 0 in tokens.shape:
+            raise ValueError(f"tokens must be [B, Q] with B, Q >= 1, got {list(tokens.shape)}")
+        for name in ("parents", "target_ids"):
+            if inputs[name].shape != tokens.shape:
+                raise ValueError(f"{name} shape {list(inputs[name].shape)} != tokens {list(tokens.shape)}")
+        parents = inputs["parents"]
+        node = np.arange(tokens.shape[1])[None, :]
+        if np.any(parents[:, 0] != -1) or np.any((parents >= node) | (parents < -1)):
+            raise ValueError("parents must be -1 at the root and satisfy -1 <= parents[i] < i")
 
     # -- goldens --------------------------------------------------------------------------
     def generate(self, case: Case) -> Generated:

@@ -70,16 +70,35 @@ class TreeBuild(Op):
     )
     inline_inputs = ("logits", "probs", "topk_ids", "root_token", "start")
     outputs = tuple(OUTPUT_DTYPES)
+    kernel_params = ("budget",)
     _defaults = {p.name: p.default for p in params}
 
     def case_name(self, variant, params):
-        return name_from(params, [("batch", "b"), ("depth", "l"), ("vocab", "v"), ("budget", "n"),
-                                  ("topk", "k"), ("sharpness", "s"), ("quantize", "q"),
-                                  ("max_start", "st")], defaults=self._defaults)
+        return name_from(params, [("batch", "b"), ("depth", "l"), ("vocab", "v"), ("budget", "n")],
+                         [("topk", "k"), ("sharpness", "s"), ("quantize", "q"), ("max_start", "st")],
+                         self._defaults)
 
     def check_params(self, variant, params):
         if params["topk"] > params["vocab"]:
             raise ValueError(f"topk {params['topk']} exceeds vocab {params['vocab']}")
+
+    def input_specs(self, variant):
+        return {"topk_logp": "f32", "topk_ids": "i32", "root_token": "i32", "start": "i32"}
+
+    def check_inputs(self, variant, inputs, params):
+        lp = inputs["topk_logp"]
+        if lp.ndim != 3 or 0 in lp.shape:
+            raise ValueError(f"topk_logp must be [B, L, K] with B, L, K >= 1, got {list(lp.shape)}")
+        if inputs["topk_ids"].shape != lp.shape:
+            raise ValueError(f"topk_ids shape {list(inputs['topk_ids'].shape)} != topk_logp {list(lp.shape)}")
+        for name in ("root_token", "start"):
+            if inputs[name].shape != lp.shape[:1]:
+                raise ValueError(f"{name} shape {list(inputs[name].shape)} != [B] = [{lp.shape[0]}]")
+        budget = params["budget"]
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
+            raise ValueError(f"params.budget must be an integer >= 0, got {budget!r}")
+        if not np.all(np.isfinite(lp)):
+            raise ValueError("topk_logp holds NaN or Inf")
 
     # -- goldens --------------------------------------------------------------------------
     def generate(self, case: Case) -> Generated:

@@ -63,14 +63,68 @@ class VerifyAttn(Op):
               doc="std of the random q and kv entries; 0.6 gives scores of std ~1.25 (Kimi K2 scale)"),
     )
     outputs = ("out", "lse")
+    kernel_params = ("sm_scale",)
     _defaults = {p.name: p.default for p in params}
 
     def case_name(self, variant, params):
-        name = name_from(params, [("batch", "b"), ("heads", "h"), ("prefix", "p"), ("budget", "n"),
-                                  ("prefix_mode", ""), ("depth", "l"), ("sharpness", "s"),
-                                  ("sm_scale", "sc"), ("scale", "x")],
-                         defaults=self._defaults | {"prefix_mode": "same"})
+        name = name_from(params, [("batch", "b"), ("heads", "h"), ("prefix", "p"), ("budget", "n")],
+                         [("prefix_mode", ""), ("depth", "l"), ("sharpness", "s"), ("sm_scale", "sc"),
+                          ("scale", "x")], self._defaults)
         return f"{variant}_{name}"
+
+    def input_specs(self, variant):
+        if variant == "fp32":
+            return {"q": "f32", "kv": "f32", "prefix_len": "i32", "visibility": "u8"}
+        return {"q": "bf16", "kv_buffer": "bf16", "kv_indptr": "i32", "kv_indices": "i32",
+                "tree_slots": "i32", "custom_mask": "u8", "mask_indptr": "i32"}
+
+    def check_inputs(self, variant, inputs, params):
+        """Every index a kernel follows must land inside its buffer."""
+        scale = params["sm_scale"]
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not np.isfinite(scale):
+            raise ValueError(f"params.sm_scale must be a finite number, got {scale!r}")
+        q = inputs["q"]
+        if variant == "fp32":
+            if q.ndim != 4 or q.shape[3] != ROW or 0 in q.shape:
+                raise ValueError(f"q must be [B, Q, H, {ROW}], got {list(q.shape)}")
+            batch, q_len = q.shape[:2]
+            kv, prefix_len = inputs["kv"], inputs["prefix_len"]
+            if kv.ndim != 3 or kv.shape[0] != batch or kv.shape[2] != ROW:
+                raise ValueError(f"kv must be [B={batch}, S, {ROW}], got {list(kv.shape)}")
+            if prefix_len.shape != (batch,) or np.any(prefix_len < 0) \
+                    or np.any(prefix_len.astype(np.int64) + q_len > kv.shape[1]):
+                raise ValueError(f"prefix_len must be [B] with 0 <= prefix_len <= S - Q = {kv.shape[1] - q_len}")
+            if inputs["visibility"].shape != (batch, q_len, q_len):
+                raise ValueError(f"visibility must be [B, Q, Q] = {[batch, q_len, q_len]}, "
+                                 f"got {list(inputs['visibility'].shape)}")
+            visibility = inputs["visibility"]
+        else:
+            indptr, slots = inputs["kv_indptr"].astype(np.int64), inputs["tree_slots"]
+            if q.ndim != 3 or q.shape[2] != ROW or 0 in q.shape:
+                raise ValueError(f"q must be [B*Q, H, {ROW}], got {list(q.shape)}")
+            if indptr.ndim != 1 or indptr.size < 2 or indptr[0] != 0 or np.any(np.diff(indptr) < 0) \
+                    or indptr[-1] != inputs["kv_indices"].size:
+                raise ValueError("kv_indptr must start at 0, not decrease, and end at len(kv_indices)")
+            batch = indptr.size - 1
+            if slots.ndim != 1 or slots.size % batch or slots.size != q.shape[0]:
+                raise ValueError(f"tree_slots must hold B*Q = {q.shape[0]} slots for B = {batch}")
+            q_len = slots.size // batch
+            pool = inputs["kv_buffer"].shape[0]
+            if inputs["kv_buffer"].ndim != 2 or inputs["kv_buffer"].shape[1] != ROW:
+                raise ValueError(f"kv_buffer must be [N, {ROW}], got {list(inputs['kv_buffer'].shape)}")
+            for name in ("kv_indices", "tree_slots"):
+                if inputs[name].size and (inputs[name].min() < 0 or inputs[name].max() >= pool):
+                    raise ValueError(f"{name} holds a slot outside the pool [0, {pool})")
+            sizes = q_len * (np.diff(indptr) + q_len)
+            expected_indptr = np.concatenate([[0], np.cumsum(sizes)])
+            if not np.array_equal(inputs["mask_indptr"].astype(np.int64), expected_indptr) \
+                    or inputs["custom_mask"].size != expected_indptr[-1]:
+                raise ValueError("mask_indptr must be the exclusive cumsum of Q*(P_b+Q) and end at "
+                                 "len(custom_mask)")
+            visibility = np.stack([m for *_, m in self.requests(variant, inputs)])
+        node = np.arange(q_len)
+        if np.any(visibility[:, node, node] != 1):
+            raise ValueError("every tree row must see itself (visibility diagonal all 1)")
 
     # -- goldens --------------------------------------------------------------------------
     def generate(self, case: Case) -> Generated:

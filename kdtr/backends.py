@@ -1,0 +1,94 @@
+"""Run one op on one backend: `numpy` (the reference), `torch` (CPU or GPU) or `cuda` (our kernels)."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from .dtypes import NUMPY_DTYPES, to_numpy, to_torch, torch_dtype
+from .errors import DeviceError, UsageError
+from .ops.base import Op
+
+BACKENDS = ("numpy", "torch", "cuda", "auto")
+POISON_INT = -0x21524111          # 0xDEADBEEF as int32: what an unwritten integer element holds
+POISON_U8 = 0xCD
+
+
+def resolve_backend(name: str) -> str:
+    """`auto` is cuda where a GPU exists, else torch."""
+    if name not in BACKENDS:
+        raise UsageError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
+    if name != "auto":
+        return name
+    from .device import gpu_available
+
+    return "cuda" if gpu_available() else "torch"
+
+
+def torch_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def poisoned(kind: str, shape: tuple[int, ...], device: str):
+    """An output buffer filled with a value no correct kernel writes where it should write."""
+    import torch
+
+    dtype = torch_dtype(kind)
+    if dtype.is_floating_point:
+        return torch.full(shape, float("nan"), dtype=dtype, device=device)
+    if dtype == torch.bool:
+        return torch.zeros(shape, dtype=dtype, device=device)
+    fill = POISON_U8 if dtype == torch.uint8 else POISON_INT
+    if dtype in (torch.int8, torch.int16):
+        fill = -1 - 0x2A
+    return torch.full(shape, fill, dtype=dtype, device=device)
+
+
+def upload(inputs: Mapping[str, np.ndarray], device: str) -> dict[str, Any]:
+    return {name: to_torch(array, device) for name, array in inputs.items()}
+
+
+def run(backend: str, op: Op, variant: str, inputs: Mapping[str, np.ndarray],
+        params: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """Outputs of `op` on `inputs` as numpy arrays, computed by `backend` (already resolved)."""
+    if backend == "numpy":
+        return op.reference(variant, inputs, params)
+    if backend == "torch":
+        import torch
+
+        with torch.no_grad():
+            out = op.run_torch(variant, upload(inputs, torch_device()), params)
+        return {name: to_numpy(t) for name, t in out.items()}
+    if backend == "cuda":
+        import torch
+
+        from .device import require_gpu
+
+        require_gpu()
+        device_inputs = upload(inputs, "cuda")
+        outputs = {name: poisoned(kind, shape, "cuda")
+                   for name, (kind, shape) in op.output_specs(variant, inputs, params).items()}
+        op.run_cuda(variant, device_inputs, params, outputs)
+        try:
+            torch.cuda.synchronize()
+        except RuntimeError as err:
+            raise DeviceError(f"{op.name}/{variant}: the kernel failed on the device: {err}") from err
+        return {name: to_numpy(t) for name, t in outputs.items()}
+    raise UsageError(f"unknown backend {backend!r}")
+
+
+def expected_dtype_check(op: Op, variant: str, inputs: Mapping[str, np.ndarray]) -> str | None:
+    """Why the inputs don't fit the variant (missing / unexpected names, wrong dtypes), or None."""
+    specs = op.input_specs(variant)
+    missing = [n for n in specs if n not in inputs]
+    extra = [n for n in inputs if n not in specs]
+    if missing or extra:
+        return (f"inputs {sorted(inputs)} do not match {op.name}/{variant}'s {sorted(specs)}"
+                + (f" (missing {missing})" if missing else "") + (f" (unexpected {extra})" if extra else ""))
+    for name, kind in specs.items():
+        if inputs[name].dtype != NUMPY_DTYPES[kind]:
+            return f"input {name!r} has dtype {inputs[name].dtype}, {op.name}/{variant} takes {kind}"
+    return None

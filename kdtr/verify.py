@@ -1,0 +1,174 @@
+"""Verify bundles: run a backend on a golden's inputs (and on fresh inputs), compare every output."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+
+from . import backends
+from .compare import OutputCheck, compare_output
+from .errors import KdtrError, KdtreeError, UsageError
+from .format import Bundle, read_bundle
+from .ops import get_op
+from .ops.base import Case, Op, Tolerance
+
+
+@dataclass(frozen=True)
+class VerifyRow:
+    """One case (trial 0: the golden's own inputs; trial t > 0: fresh inputs from the generator)."""
+
+    case: str
+    file: str
+    op: str
+    variant: str
+    backend: str
+    config: dict[str, int]
+    passed: bool
+    outputs: tuple[OutputCheck, ...] = ()
+    error: str | None = None           # why the case could not be compared at all
+    trial: int = 0
+    seed: int | None = None
+    seconds: float = 0.0
+    deterministic: bool | None = None  # two runs bitwise equal (None: not probed)
+
+    def worst(self, metric: str) -> float:
+        values = [getattr(o, metric) for o in self.outputs if not o.tolerance.exact]
+        values += [getattr(o, metric) for o in self.outputs if o.tolerance.exact and not o.passed]
+        return max(values, default=0.0)
+
+    @property
+    def mismatches(self) -> int:
+        return sum(o.mismatches for o in self.outputs)
+
+
+@dataclass(frozen=True)
+class Options:
+    backend: str = "torch"            # resolved backend name
+    atol: float | None = None         # overrides for every toleranced output
+    rtol: float | None = None
+    trials: int = 0                   # fresh-input re-runs per case
+    determinism: bool = False         # run twice, compare bitwise
+    extra: dict = field(default_factory=dict)
+
+
+def find_bundles(paths: Iterable[str | Path]) -> list[Path]:
+    """Files as given; directories expanded to every *.kdtr below them, sorted."""
+    found: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            found.extend(sorted(p for p in path.rglob("*.kdtr") if p.is_file()))
+        elif path.exists():
+            found.append(path)
+        else:
+            raise UsageError(f"{path}: no such file or directory")
+    return found
+
+
+def bundle_case(bundle: Bundle) -> tuple[Op, str, dict[str, Any], str]:
+    """The op, variant, params and case name a bundle declares, checked against the registry."""
+    meta = bundle.meta
+    op_name = meta.get("op")
+    try:
+        op = get_op(op_name) if isinstance(op_name, str) else None
+    except KeyError:
+        op = None
+    if op is None:
+        raise KdtrError(f"meta.op {op_name!r} is not a known op", file=bundle.path)
+    variant = meta.get("variant", "default")
+    if variant not in op.variants:
+        raise KdtrError(f"meta.variant {variant!r} is not one of {op.name}'s {list(op.variants)}",
+                        file=bundle.path)
+    params = meta.get("params", {})
+    if not isinstance(params, dict):
+        raise KdtrError("meta.params must be an object", file=bundle.path)
+    missing = [k for k in op.kernel_params if k not in params]
+    if missing:
+        raise KdtrError(f"meta.params lacks {missing} ({op.name} needs them)", file=bundle.path)
+    case = meta.get("case", bundle.path.stem)
+    if not isinstance(case, str):
+        raise KdtrError("meta.case must be a string", file=bundle.path)
+    return op, variant, params, case
+
+
+def tolerances(op: Op, variant: str, meta_tolerance: Any, options: Options, file=None) -> dict[str, Tolerance]:
+    """Op defaults < the bundle's meta.tolerance < command-line overrides."""
+    merged = dict(op.tolerances(variant))
+    if meta_tolerance is not None:
+        if not isinstance(meta_tolerance, dict):
+            raise KdtrError("meta.tolerance must be an object", file=file)
+        for name, value in meta_tolerance.items():
+            if name not in op.outputs:
+                raise KdtrError(f"meta.tolerance names {name!r}, not an output of {op.name}", file=file)
+            try:
+                merged[name] = Tolerance.parse(value)
+            except ValueError as err:
+                raise KdtrError(f"meta.tolerance.{name}: {err}", file=file) from None
+    for name, tol in merged.items():
+        if not tol.exact and (options.atol is not None or options.rtol is not None):
+            merged[name] = Tolerance(atol=tol.atol if options.atol is None else options.atol,
+                                     rtol=tol.rtol if options.rtol is None else options.rtol, l2=tol.l2)
+    return merged
+
+
+def check_case(op: Op, variant: str, inputs: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray],
+               params: Mapping[str, Any], tols: Mapping[str, Tolerance], options: Options,
+               **row: Any) -> VerifyRow:
+    """Run the backend once (twice for the determinism probe) and compare every output."""
+    started = time.perf_counter()
+    config = op.describe(variant, inputs, params)
+    try:
+        got = backends.run(options.backend, op, variant, inputs, params)
+        deterministic = None
+        if options.determinism:
+            again = backends.run(options.backend, op, variant, inputs, params)
+            deterministic = all(np.array_equal(got[k].view(np.uint8), again[k].view(np.uint8))
+                                for k in got)
+    except KdtreeError:
+        raise
+    except Exception as err:     # a backend that crashes fails its case, with the reason
+        return VerifyRow(op=op.name, variant=variant, backend=options.backend, config=config,
+                         passed=False, error=f"{type(err).__name__}: {err}",
+                         seconds=time.perf_counter() - started, **row)
+    checks = tuple(compare_output(name, got.get(name), expected[name], tols[name]) for name in op.outputs)
+    return VerifyRow(op=op.name, variant=variant, backend=options.backend, config=config,
+                     passed=all(c.passed for c in checks), outputs=checks, deterministic=deterministic,
+                     seconds=time.perf_counter() - started, **row)
+
+
+def trial_seed(seed: int, trial: int) -> int:
+    """Fresh, reproducible seeds for re-runs: never the golden's own seed."""
+    return (int(seed) * 1_000_003 + 7919 * trial) % (1 << 31)
+
+
+def verify_bundle(path: str | Path, options: Options) -> list[VerifyRow]:
+    """Rows for one bundle: its golden, then `options.trials` fresh-input trials."""
+    bundle = read_bundle(path)
+    op, variant, params, case = bundle_case(bundle)
+    inputs, expected = bundle.arrays("input"), bundle.arrays("output")
+    fault = backends.expected_dtype_check(op, variant, inputs)
+    if fault is None and sorted(expected) != sorted(op.outputs):
+        fault = f"outputs {sorted(expected)} do not match {op.name}'s {sorted(op.outputs)}"
+    if fault is None:
+        try:
+            op.check_inputs(variant, inputs, params)
+        except ValueError as err:
+            fault = str(err)
+    if fault:
+        raise KdtrError(fault, file=path)
+    tols = tolerances(op, variant, bundle.meta.get("tolerance"), options, file=path)
+    rows = [check_case(op, variant, inputs, expected, params, tols, options,
+                       case=case, file=str(path), seed=bundle.meta.get("seed"))]
+    case_params, seed = bundle.meta.get("case_params"), bundle.meta.get("seed")
+    if options.trials and isinstance(case_params, dict) and isinstance(seed, int):
+        for trial in range(1, options.trials + 1):
+            fresh = Case(case, op.name, variant, trial_seed(seed, trial), dict(case_params))
+            generated = op.generate(fresh)
+            reference = op.reference(variant, generated.inputs, generated.params)
+            rows.append(check_case(op, variant, generated.inputs, reference, generated.params, tols,
+                                   options, case=case, file=str(path), trial=trial, seed=fresh.seed))
+    return rows
