@@ -135,17 +135,20 @@ def load_suites(paths: Iterable[str | os.PathLike] | str | os.PathLike, *,
     return suites
 
 
-def select(cases: Iterable[Case], pattern: str | None) -> list[Case]:
-    """The `-k` filter: None keeps all; a pattern with `*` or `?` is a glob over the whole name
+def name_matches(name: str, pattern: str | None) -> bool:
+    """The `-k` rule: None matches all; a pattern with `*` or `?` is a glob over the whole name
     (`*` any run, `?` one character, nothing else special); otherwise a substring. Case-sensitive."""
-    cases = list(cases)
     if pattern is None:
-        return cases
+        return True
     if "*" in pattern or "?" in pattern:
-        regex = re.compile("".join(".*" if ch == "*" else "." if ch == "?" else re.escape(ch)
-                                   for ch in pattern))
-        return [c for c in cases if regex.fullmatch(c.name)]
-    return [c for c in cases if pattern in c.name]
+        regex = "".join(".*" if ch == "*" else "." if ch == "?" else re.escape(ch) for ch in pattern)
+        return re.fullmatch(regex, name) is not None
+    return pattern in name
+
+
+def select(cases: Iterable[Case], pattern: str | None) -> list[Case]:
+    """The cases whose names match the `-k` pattern (see name_matches)."""
+    return [c for c in cases if name_matches(c.name, pattern)]
 
 
 # -- reading and composing ----------------------------------------------------------------------

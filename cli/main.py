@@ -1,0 +1,211 @@
+"""The `kdtree` command line: thin commands over the kdtr library, rendered with rich.
+
+Exit codes everywhere: 0 all passed, 1 a case failed (or a bench regression), 2 bad usage or input,
+130 interrupted.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import time
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from kdtr import __version__
+from kdtr.errors import KdtreeError
+
+from . import render
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode="rich",
+                  help="Validate and benchmark the CUDA kernels of DDTree speculative decoding "
+                       "(tree_build, verify_attn, tree_accept) against exact golden bundles.")
+
+EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+_state = {"debug": False}
+
+
+def guarded(command):
+    """Map kdtree's errors to one stderr line and exit 2, Ctrl-C to exit 130 (tracebacks: --debug)."""
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except KdtreeError as err:
+            if _state["debug"]:
+                raise
+            render.error(str(err))
+            raise typer.Exit(EXIT_INPUT) from None
+        except KeyboardInterrupt:
+            render.error("interrupted; no partial file was left under a final name")
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+    return wrapper
+
+
+def _version(value: bool):
+    if value:
+        typer.echo(f"kdtree {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main_options(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Print the version and exit."),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors."),
+):
+    _state["debug"] = debug
+
+
+JsonOpt = typer.Option(None, "--json", help="Write a machine-readable record here ('-' = stdout).")
+PatternOpt = typer.Option(None, "-k", help="Only cases whose name contains PATTERN (or matches a * ? glob).")
+QuietOpt = typer.Option(False, "--quiet", "-q", help="One plain line per case (for shell loops).")
+
+
+@app.command("gen-refs")
+@guarded
+def gen_refs_cmd(
+    specs: List[Path] = typer.Argument(None, help="YAML suites or folders of them [default: specs/*.yaml]."),
+    out: Path = typer.Option(Path("goldens"), "-o", "--out", help="Folder for goldens/<op>/<case>.kdtr."),
+    pattern: Optional[str] = PatternOpt,
+    force: bool = typer.Option(False, "--force", help="Rewrite bundles even when their provenance is unchanged."),
+    quiet: bool = QuietOpt,
+    json_path: Optional[str] = JsonOpt,
+):
+    """Generate golden bundles from YAML suites (exact numpy references); skips fresh ones."""
+    from kdtr import refs, report, spec
+
+    suites = spec.load_suites(specs or sorted(Path("specs").glob("*.yaml")) or [Path("specs")])
+    cases = [(s, c) for s in suites for c in spec.select(s.cases, pattern)]
+    if not cases:
+        raise KdtreeError(f"no case matches -k {pattern!r}" if pattern else "the suites hold no cases")
+    started = time.perf_counter()
+    results = list(render.progress(refs.gen_refs(cases, out, force=force), len(cases),
+                                   "gen-refs", quiet=quiet, line=render.gen_line))
+    render.gen_summary(results, time.perf_counter() - started, quiet=quiet)
+    if json_path:
+        _emit_json(json_path, {"meta": report.record_meta("gen-refs"), "results": results})
+
+
+@app.command("verify")
+@guarded
+def verify_cmd(
+    paths: List[Path] = typer.Argument(None, help="Bundles or folders (every *.kdtr below) [default: goldens/]."),
+    backend: str = typer.Option("auto", "--backend", "-b",
+                                help="cuda (our kernels), torch (CPU or GPU), numpy (the reference), "
+                                     "auto (cuda where a GPU exists, else torch)."),
+    atol: Optional[float] = typer.Option(None, help="Override atol of every toleranced output."),
+    rtol: Optional[float] = typer.Option(None, help="Override rtol of every toleranced output."),
+    trials: int = typer.Option(0, min=0, help="Also re-run each case on N fresh random inputs from its generator."),
+    determinism: bool = typer.Option(False, "--determinism", help="Run twice and report whether outputs are bitwise equal."),
+    pattern: Optional[str] = PatternOpt,
+    quiet: bool = QuietOpt,
+    verbose: bool = typer.Option(False, "-v", "--verbose", help="Show the worst elements of failing outputs."),
+    json_path: Optional[str] = JsonOpt,
+    junit: Optional[Path] = typer.Option(None, "--junit", help="Write a JUnit XML report here."),
+):
+    """Run each bundle's case on a backend and compare every output with the golden."""
+    from kdtr import backends, report, spec
+    from kdtr.verify import Options, find_bundles, verify_bundle
+
+    for name, value in (("--atol", atol), ("--rtol", rtol)):
+        if value is not None and not value >= 0:
+            raise typer.BadParameter(f"{name} must be >= 0", param_hint=name)
+    files = [f for f in find_bundles(paths or [Path("goldens")]) if spec.name_matches(f.stem, pattern)]
+    if not files:
+        raise KdtreeError("no bundles to verify" + (f" match -k {pattern!r}" if pattern else
+                                                     " (run `kdtree gen-refs` first?)"))
+    options = Options(backend=backends.resolve_backend(backend), atol=atol, rtol=rtol, trials=trials,
+                      determinism=determinism)
+    rows, errors = [], []
+
+    def each():
+        for file in files:
+            try:
+                yield verify_bundle(file, options)
+            except KdtreeError as err:
+                if _state["debug"]:
+                    raise
+                errors.append(str(err))
+                render.error(str(err))
+                yield []
+    for batch in render.progress(each(), len(files), f"verify ({options.backend})", quiet=quiet,
+                                 line=render.verify_lines):
+        rows.extend(batch)
+    render.verify_table(rows, quiet=quiet, verbose=verbose)
+    if json_path:
+        _emit_json(json_path, report.verify_record(rows, errors))
+    if junit:
+        report.atomic_write_text(junit, report.junit_xml(rows, errors))
+    code = EXIT_INPUT if errors else (EXIT_FAILED if any(not r.passed for r in rows) else EXIT_OK)
+    raise typer.Exit(code)
+
+
+@app.command("inspect")
+@guarded
+def inspect_cmd(
+    file: Path = typer.Argument(..., help="A .kdtr bundle."),
+    json_path: Optional[str] = JsonOpt,
+):
+    """A bundle's header, and per tensor: role, dtype, shape, min/max/mean, NaN/Inf counts."""
+    from kdtr.summary import summarize
+
+    summary = summarize(file)
+    if json_path:
+        _emit_json(json_path, summary)
+    if json_path != "-":
+        render.inspect_view(summary)
+
+
+@app.command("doctor")
+@guarded
+def doctor_cmd(json_path: Optional[str] = JsonOpt):
+    """Versions, NVRTC, CUDA headers, GPUs and the cache folder: what kdtree can do here."""
+    from kdtr import doctor
+
+    facts = doctor.facts()
+    if json_path:
+        _emit_json(json_path, facts)
+    if json_path != "-":
+        render.doctor_view(facts)
+
+
+@app.command("build")
+@guarded
+def build_cmd(
+    arch: List[str] = typer.Option(["sm_90"], "--arch", help="Target architecture(s), e.g. sm_90 sm_90a sm_120."),
+    json_path: Optional[str] = JsonOpt,
+):
+    """Compile every kernel with NVRTC (no GPU needed) and report registers, shared memory, spills."""
+    from kdtr import nvrtc, report
+
+    modules = []
+    for source in nvrtc.kernel_files():
+        for target in arch:
+            modules.append(nvrtc.compile_kernel(source, target))
+    render.build_table(modules)
+    if json_path:
+        _emit_json(json_path, {"meta": report.record_meta("build"), "nvrtc": list(nvrtc.nvrtc_version()),
+                               "modules": [{"source": m.source.name, "arch": m.arch, "cache_hit": m.cache_hit,
+                                            "resources": m.resources} for m in modules]})
+
+
+def _emit_json(path: str, record) -> None:
+    from kdtr import report
+
+    if path == "-":
+        import json
+
+        sys.stdout.write(json.dumps(report.plain(record), indent=2, allow_nan=False) + "\n")
+    else:
+        report.write_json(path, record)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

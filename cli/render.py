@@ -1,0 +1,174 @@
+"""Rich rendering for the CLI: tables and data to stdout, diagnostics and progress to stderr.
+
+Colour is off with NO_COLOR or when the stream is not a terminal (rich's own rules).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Iterator, TypeVar
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+import sys
+
+PIPE_WIDTH = 200               # tables written to a file or pipe are not squeezed to 80 columns
+
+out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else PIPE_WIDTH)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+T = TypeVar("T")
+
+
+def error(message: str) -> None:
+    err.print(f"[bold red]kdtree: error:[/] {message}", markup=True, highlight=False) \
+        if err.is_terminal else err.print(f"kdtree: error: {message}", markup=False)
+
+
+def progress(items: Iterable[T], total: int, label: str, *, quiet: bool,
+             line: Callable[[T], str | None]) -> Iterator[T]:
+    """A progress bar on stderr (terminals only); with --quiet, one plain stdout line per item."""
+    if quiet:
+        for item in items:
+            text = line(item)
+            if text:
+                print(text, flush=True)
+            yield item
+        return
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn(), console=err, transient=True, disable=not err.is_terminal)
+    with bar:
+        task = bar.add_task(label, total=total)
+        for item in items:
+            bar.advance(task)
+            yield item
+
+
+def _num(value: float) -> str:
+    return "0" if value == 0 else f"{value:.2e}"
+
+
+def _config(config: dict[str, int]) -> str:
+    return " ".join(f"{k}={v}" for k, v in config.items())
+
+
+# -- gen-refs ------------------------------------------------------------------------------------
+def gen_line(result) -> str:
+    return f"{result.status.upper():7} {result.path}"
+
+
+def gen_summary(results, seconds: float, *, quiet: bool) -> None:
+    written = sum(r.status == "written" for r in results)
+    fresh = len(results) - written
+    size = sum(r.nbytes for r in results) / 1e6
+    message = (f"gen-refs: {written} written, {fresh} fresh (skipped), {len(results)} bundles, "
+               f"{size:.1f} MB, {seconds:.1f} s")
+    (print if quiet else out.print)(message)
+
+
+# -- verify --------------------------------------------------------------------------------------
+def _row_name(row) -> str:
+    return row.case + (f" #{row.trial}" if row.trial else "")
+
+
+def _verdict(row) -> str:
+    return "PASS" if row.passed else "FAIL"
+
+
+def verify_lines(rows) -> str | None:
+    lines = []
+    for row in rows:
+        reason = "" if row.passed else " " + (row.error or "; ".join(
+            f"{o.name}: {o.reason}" for o in row.outputs if not o.passed))
+        lines.append(f"{_verdict(row)} {row.op}/{row.variant} {_row_name(row)} "
+                     f"max_abs={_num(row.worst('max_abs'))} rel_l2={_num(row.worst('rel_l2'))}{reason}")
+    return "\n".join(lines) or None
+
+
+def verify_table(rows, *, quiet: bool, verbose: bool) -> None:
+    passed = sum(r.passed for r in rows)
+    summary = f"{passed} passed, {len(rows) - passed} failed"
+    if quiet:
+        print(summary)
+        return
+    backend = rows[0].backend if rows else "?"
+    table = Table(title=f"kdtree verify — backend {backend}", title_justify="left")
+    for name, justify in (("case", "left"), ("op", "left"), ("variant", "left"), ("config", "left"),
+                          ("max_abs", "right"), ("max_rel", "right"), ("‖x−r‖/‖r‖", "right"),
+                          ("mismatches", "right"), ("det", "center"), ("verdict", "center")):
+        table.add_column(name, justify=justify, no_wrap=name in ("case", "verdict"))
+    for row in rows:
+        det = "" if row.deterministic is None else ("yes" if row.deterministic else "NO")
+        style = "green" if row.passed else "bold red"
+        table.add_row(_row_name(row), row.op, row.variant, _config(row.config), _num(row.worst("max_abs")),
+                      _num(row.worst("max_rel")), _num(row.worst("rel_l2")), str(row.mismatches), det,
+                      f"[{style}]{_verdict(row)}[/]")
+    out.print(table)
+    for row in rows:
+        if row.passed:
+            continue
+        out.print(f"[bold red]FAIL[/] {row.file} ({_row_name(row)}):")
+        if row.error:
+            out.print(f"  {row.error}", markup=False)
+        for check in row.outputs:
+            if check.passed:
+                continue
+            out.print(f"  {check.name}: {check.reason}", markup=False)
+            if verbose:
+                for e in check.worst:
+                    out.print(f"    [{', '.join(map(str, e.index))}] got {e.got!r} expected {e.expected!r}",
+                              markup=False)
+    nondet = [r for r in rows if r.deterministic is False]
+    if nondet:
+        out.print(f"[yellow]not deterministic:[/] {', '.join(_row_name(r) for r in nondet)}")
+    out.print(summary)
+
+
+# -- inspect / doctor / build ----------------------------------------------------------------------
+def _stat(value: Any) -> str:
+    return "—" if value is None else f"{value:.6g}"
+
+
+def inspect_view(summary: dict) -> None:
+    import json
+
+    out.print(f"[bold]{summary['file']}[/]  KDTR v{summary['version'][0]}.{summary['version'][1]}, "
+              f"{summary['size']} bytes")
+    out.print(json.dumps(summary["meta"], indent=2, allow_nan=False), markup=False)
+    table = Table(title="tensors", title_justify="left")
+    for name in ("name", "role", "dtype", "shape", "min", "max", "mean", "NaN", "Inf"):
+        table.add_column(name, justify="left" if name in ("name", "role", "dtype", "shape") else "right")
+    for t in summary["tensors"]:
+        table.add_row(t["name"], t["role"], t["dtype"], str(t["shape"]), _stat(t["min"]), _stat(t["max"]),
+                      _stat(t["mean"]), str(t["nan"]), str(t["inf"]))
+    out.print(table)
+
+
+def doctor_view(facts: dict) -> None:
+    table = Table(title="kdtree doctor", title_justify="left", show_header=False)
+    table.add_column("what")
+    table.add_column("found")
+    table.add_row("kdtree", facts["kdtree"])
+    table.add_row("python", f"{facts['python']} ({facts['platform']})")
+    for package, version in facts["packages"].items():
+        table.add_row(package, version or "[red]not installed[/]")
+    table.add_row("NVRTC", facts.get("nvrtc") or f"[red]unavailable[/] {facts.get('nvrtc_problem', '')}")
+    table.add_row("CUDA headers", facts.get("cuda_headers") or "[red]not found[/]")
+    table.add_row("GPUs", ", ".join(facts["gpus"]) or "none" + (f" ({facts['gpu_problem']})"
+                                                              if facts.get("gpu_problem") else ""))
+    table.add_row("cache folder", facts["cache_dir"])
+    table.add_row("kernels folder", facts["kernels_dir"])
+    out.print(table)
+
+
+def build_table(modules) -> None:
+    table = Table(title="kdtree build — NVRTC cubins", title_justify="left")
+    for name in ("source", "arch", "kernel", "registers", "smem B", "local B", "spill st/ld", "cache"):
+        table.add_column(name, justify="left" if name in ("source", "arch", "kernel", "cache") else "right")
+    for module in modules:
+        for res in module.resources:
+            spills = f"{res.spill_stores}/{res.spill_loads}"
+            table.add_row(module.source.name, module.arch, res.kernel, str(res.registers), str(res.shared_bytes),
+                          str(res.local_bytes), spills if spills == "0/0" else f"[red]{spills}[/]",
+                          "hit" if module.cache_hit else "compiled")
+    out.print(table)
