@@ -1,0 +1,185 @@
+"""The command line through typer's CliRunner, plus real subprocesses for exit codes and streams."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from xml.etree import ElementTree
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from cli.main import app
+from kdtr.config import REPO_ROOT
+from kdtr.format import read_bundle, write_bundle
+
+runner = CliRunner()
+SMALL_SUITE = """\
+op: {op}
+seed: 3
+cases:
+{cases}
+"""
+SMALL_CASES = {
+    "tree_build": "  - {batch: 3, depth: 4, vocab: 16, budget: 12}\n  - {batch: 2, depth: 3, vocab: 8, budget: 6, quantize: 0.5}",
+    "tree_accept": "  - {batch: 4, budget: 12, mode: mixed}",
+    "verify_attn": "  - {variant: fp32, batch: 2, heads: 4, prefix: 20, budget: 6}\n"
+                   "  - {variant: bf16_paged, batch: 2, heads: 4, prefix: 20, budget: 6, prefix_mode: mixed}",
+}
+
+
+def invoke(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+@pytest.fixture
+def goldens(tmp_path):
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    for op, cases in SMALL_CASES.items():
+        (specs / f"{op}.yaml").write_text(SMALL_SUITE.format(op=op, cases=cases))
+    result = invoke("gen-refs", specs, "-o", tmp_path / "goldens")
+    assert result.exit_code == 0, result.output
+    return tmp_path / "goldens"
+
+
+def perturbed_copy(src: Path, dst: Path) -> None:
+    """The same bundle with one expected element changed by the smallest visible amount."""
+    bundle = read_bundle(src)
+    tensors = []
+    changed = False
+    for entry in bundle.entries:
+        array = np.array(bundle.array(entry.name))
+        if entry.role == "output" and not changed and array.size:
+            flat = array.reshape(-1)
+            flat[flat.size // 2] = flat[flat.size // 2] + (1 if array.dtype.kind in "iu" else 0.01)
+            changed = True
+        tensors.append((entry.name, entry.role, array))
+    write_bundle(dst, bundle.meta, tensors)
+
+
+def test_version_and_help():
+    assert invoke("--version").output.strip().startswith("kdtree ")
+    result = invoke("--help")
+    assert result.exit_code == 0 and "gen-refs" in result.output and "verify" in result.output
+
+
+def test_gen_refs_then_verify_torch_and_numpy(goldens):
+    assert len(list(goldens.rglob("*.kdtr"))) == 5
+    for backend in ("torch", "numpy"):
+        result = invoke("verify", goldens, "--backend", backend)
+        assert result.exit_code == 0, result.output
+        assert "5 passed, 0 failed" in result.output
+
+
+def test_gen_refs_skips_fresh_and_is_byte_identical(goldens, tmp_path):
+    before = {p: p.read_bytes() for p in goldens.rglob("*.kdtr")}
+    result = invoke("gen-refs", tmp_path / "specs", "-o", goldens, "-q")
+    assert result.exit_code == 0 and "0 written, 5 fresh" in result.output
+    result = invoke("gen-refs", tmp_path / "specs", "-o", goldens, "--force", "-q")
+    assert "5 written" in result.output
+    assert {p: p.read_bytes() for p in goldens.rglob("*.kdtr")} == before
+
+
+@pytest.mark.parametrize("op", sorted(SMALL_CASES))
+def test_a_perturbed_golden_fails_with_exit_1(goldens, tmp_path, op):
+    src = sorted((goldens / op).glob("*.kdtr"))[0]
+    bad = tmp_path / "bad" / src.name
+    perturbed_copy(src, bad)
+    result = invoke("verify", bad, "--backend", "torch", "-v")
+    assert result.exit_code == 1, result.output
+    assert "FAIL" in result.output and "got" in result.output
+
+
+def test_tolerance_overrides_and_trials(goldens):
+    tight = invoke("verify", goldens / "verify_attn", "--backend", "torch", "--atol", "0", "--rtol", "0")
+    assert tight.exit_code == 1                 # float results are not bit-equal to float64 goldens
+    result = invoke("verify", goldens, "--backend", "torch", "--trials", "2", "--determinism", "-q")
+    assert result.exit_code == 0, result.output
+    assert "15 passed, 0 failed" in result.output
+
+
+def test_json_and_junit_records(goldens, tmp_path):
+    record, junit = tmp_path / "r.json", tmp_path / "r.xml"
+    result = invoke("verify", goldens, "--backend", "torch", "--json", record, "--junit", junit)
+    assert result.exit_code == 0
+    data = json.loads(record.read_text())
+    assert data["summary"] == {"cases": 5, "passed": 5, "failed": 0, "errors": []}
+    assert {"commit", "dirty", "argv", "device"} <= set(data["meta"])
+    suite = ElementTree.parse(junit).getroot()
+    assert suite.get("tests") == "5" and suite.get("failures") == "0"
+
+
+def test_k_selects_cases(goldens):
+    result = invoke("verify", goldens, "--backend", "numpy", "-k", "fp32_*", "-q")
+    assert result.exit_code == 0 and "1 passed" in result.output
+    assert invoke("verify", goldens, "-k", "nothing-matches").exit_code == 2
+
+
+def test_corrupt_bundle_is_exit_2_with_one_line(goldens, tmp_path):
+    bad = tmp_path / "corrupt.kdtr"
+    data = bytearray(sorted(goldens.rglob("*.kdtr"))[0].read_bytes())
+    data[-1] ^= 0xFF
+    bad.write_bytes(bytes(data))
+    for args in (("verify", bad, "--backend", "torch"), ("inspect", bad)):
+        result = invoke(*args)
+        assert result.exit_code == 2
+        assert "corrupt.kdtr" in result.output and "Traceback" not in result.output
+
+
+def test_missing_paths_and_bad_options_exit_2(tmp_path):
+    assert invoke("verify", tmp_path / "nope.kdtr").exit_code == 2
+    assert invoke("verify", tmp_path, "--backend", "tpu").exit_code == 2
+    assert invoke("gen-refs", tmp_path / "nope.yaml").exit_code == 2
+    assert invoke("verify", tmp_path, "--trials", "-1").exit_code == 2
+
+
+def test_bad_suite_is_exit_2_naming_file_and_line(tmp_path):
+    suite = tmp_path / "bad.yaml"
+    suite.write_text("op: tree_build\ncases:\n  - {budget: 4, bogus: 1}\n")
+    result = invoke("gen-refs", suite, "-o", tmp_path / "g")
+    assert result.exit_code == 2 and "bad.yaml:3" in result.output and "bogus" in result.output
+
+
+def test_inspect_json(goldens):
+    bundle = sorted((goldens / "tree_build").glob("*.kdtr"))[0]
+    result = invoke("inspect", bundle, "--json", "-")
+    summary = json.loads(result.output)
+    assert summary["meta"]["op"] == "tree_build"
+    assert {t["name"] for t in summary["tensors"]} >= {"topk_logp", "tokens", "visibility"}
+
+
+def test_doctor_runs_without_gpu():
+    result = invoke("doctor", "--json", "-")
+    assert result.exit_code == 0
+    facts = json.loads(result.output)
+    assert facts["packages"]["numpy"] and "gpus" in facts
+
+
+def test_cuda_backend_without_gpu_is_exit_2(goldens):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: the no-GPU path cannot be exercised here")
+    result = invoke("verify", goldens, "--backend", "cuda")
+    assert result.exit_code == 2 and "GPU" in result.output
+
+
+def test_real_subprocess_streams_and_exit_codes(goldens, tmp_path):
+    """stdout carries the data, stderr the diagnostics; the console script's exit code is real."""
+    exe = shutil.which("kdtree") or None
+    cmd = [exe] if exe else [sys.executable, "-m", "cli.main"]
+    env = dict(os.environ, NO_COLOR="1")
+    ok = subprocess.run([*cmd, "verify", str(goldens), "--backend", "torch", "--quiet"], capture_output=True,
+                        text=True, env=env, cwd=REPO_ROOT)
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.count("PASS ") == 5 and "5 passed, 0 failed" in ok.stdout
+    bad = subprocess.run([*cmd, "inspect", str(tmp_path / "none.kdtr")], capture_output=True, text=True,
+                         env=env, cwd=REPO_ROOT)
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert len(bad.stderr.strip().splitlines()) == 1 and "Traceback" not in bad.stderr
