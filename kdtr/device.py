@@ -1,0 +1,276 @@
+"""The GPU runtime: torch for memory, streams, events and CUDA graphs; the driver API for our cubins.
+
+Modules are loaded into torch's primary context and kernels launched on torch's current stream, so
+torch's CUDA-graph capture, events and allocator see our launches like their own. Every CUDA call's
+result goes through `_check`. Nothing happens at import: torch and the driver start on first use.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from .errors import DeviceError, LaunchError
+from .nvrtc import CompiledModule, compile_kernel
+
+DEFAULT_SHARED_LIMIT = 48 * 1024      # dynamic shared memory a kernel gets without opting in
+
+_lock = threading.RLock()          # re-entrant: get_kernel calls ensure_context under it
+_kernels: dict[tuple, "Kernel"] = {}
+_modules: dict[tuple, Any] = {}
+
+
+def _driver():
+    from cuda.bindings import driver
+
+    return driver
+
+
+def _error_text(result) -> str:
+    driver = _driver()
+    try:
+        err, name = driver.cuGetErrorName(result)
+        err2, desc = driver.cuGetErrorString(result)
+        name = name.decode() if isinstance(name, bytes) else str(name)
+        desc = desc.decode() if isinstance(desc, bytes) else str(desc)
+        return f"{name}: {desc}"
+    except Exception:  # noqa: BLE001 - the error text is best effort; the code is in the message
+        return str(result)
+
+
+def _check(result, what: str, *, error: type[DeviceError] = DeviceError) -> None:
+    """Raise `error` naming `what` unless a driver call's result is CUDA_SUCCESS."""
+    driver = _driver()
+    if isinstance(result, tuple):
+        result = result[0]
+    if result != driver.CUresult.CUDA_SUCCESS:
+        raise error(f"{what} failed: {_error_text(result)}")
+
+
+def _call(fn, *args, what: str, error: type[DeviceError] = DeviceError):
+    """Call a cuda-bindings driver function; check its result; return the other values."""
+    out = fn(*args)
+    if not isinstance(out, tuple):
+        out = (out,)
+    _check(out[0], what, error=error)
+    rest = out[1:]
+    return rest[0] if len(rest) == 1 else rest
+
+
+# -- device queries --------------------------------------------------------------------------------
+
+def gpu_available() -> bool:
+    """True iff torch sees a CUDA GPU; never raises."""
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available()) and torch.cuda.device_count() > 0
+    except Exception:  # noqa: BLE001 - a broken driver install means "no GPU" here
+        return False
+
+
+def require_gpu() -> None:
+    if gpu_available():
+        return
+    reason = "torch.cuda.is_available() is False"
+    try:
+        import torch
+
+        reason += f" (torch {torch.__version__}, built for CUDA {torch.version.cuda})"
+    except Exception as exc:  # noqa: BLE001
+        reason = f"torch cannot be imported: {exc}"
+    raise DeviceError(f"no CUDA GPU found: {reason}")
+
+
+def device_arch(device: int | None = None) -> str:
+    """`sm_XY` of the current (or given) device, e.g. sm_90 on an H200."""
+    require_gpu()
+    import torch
+
+    major, minor = torch.cuda.get_device_capability(device)
+    return f"sm_{major}{minor}"
+
+
+def _device_index(device: int | None = None) -> int:
+    import torch
+
+    return torch.cuda.current_device() if device is None else int(device)
+
+
+_contexts: dict[int, Any] = {}
+
+
+def ensure_context(device: int | None = None):
+    """Make torch's primary context of `device` current on this thread; returns it."""
+    require_gpu()
+    import torch
+
+    index = _device_index(device)
+    driver = _driver()
+    ctx = _contexts.get(index)
+    if ctx is None:
+        with _lock:
+            ctx = _contexts.get(index)
+            if ctx is None:
+                torch.cuda.init()
+                with torch.cuda.device(index):
+                    torch.cuda.current_stream().synchronize()     # forces torch's context up
+                _call(driver.cuInit, 0, what="cuInit")
+                dev = _call(driver.cuDeviceGet, index, what=f"cuDeviceGet({index})")
+                ctx = _call(driver.cuDevicePrimaryCtxRetain, dev,
+                            what=f"cuDevicePrimaryCtxRetain({index})")
+                _contexts[index] = ctx
+    current = _call(driver.cuCtxGetCurrent, what="cuCtxGetCurrent")
+    if current is None or int(current) != int(ctx):
+        _call(driver.cuCtxSetCurrent, ctx, what="cuCtxSetCurrent")
+    return ctx
+
+
+def _device_attribute(attr_name: str, device: int) -> int:
+    driver = _driver()
+    attr = getattr(driver.CUdevice_attribute, attr_name)
+    dev = _call(driver.cuDeviceGet, device, what=f"cuDeviceGet({device})")
+    return int(_call(driver.cuDeviceGetAttribute, attr, dev, what=f"cuDeviceGetAttribute({attr_name})"))
+
+
+def max_shared_optin(device: int | None = None) -> int:
+    """The largest dynamic shared memory one block may opt in to (227 KB on Hopper)."""
+    ensure_context(device)
+    return _device_attribute("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", _device_index(device))
+
+
+def multiprocessor_count(device: int | None = None) -> int:
+    ensure_context(device)
+    return _device_attribute("CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT", _device_index(device))
+
+
+# -- kernels ---------------------------------------------------------------------------------------
+
+@dataclass
+class Kernel:
+    """One loaded entry function. `launch` runs it on torch's current stream."""
+
+    name: str
+    module: CompiledModule
+    device: int
+    function: Any
+    _shared_limit: int = field(default=DEFAULT_SHARED_LIMIT, repr=False)
+
+    def _fail(self, what: str) -> LaunchError:
+        return LaunchError(f"kernel {self.name} ({self.module.source.name}, {self.module.arch}): {what}")
+
+    def _set_shared(self, shared_mem: int) -> None:
+        if shared_mem <= self._shared_limit:
+            return
+        limit = max_shared_optin(self.device)
+        static = next((r.shared_bytes for r in self.module.resources if r.kernel == self.name), 0)
+        if shared_mem + static > limit:
+            raise self._fail(f"needs {shared_mem} B dynamic + {static} B static shared memory; "
+                             f"the device allows {limit} B per block")
+        driver = _driver()
+        _check(driver.cuFuncSetAttribute(
+            self.function, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            shared_mem), f"cuFuncSetAttribute({self.name}, MAX_DYNAMIC_SHARED_SIZE_BYTES={shared_mem})",
+            error=LaunchError)
+        self._shared_limit = shared_mem
+
+    def _marshal(self, args: Sequence[Any]) -> tuple[list[Any], Any]:
+        import torch
+
+        values: list[Any] = []
+        for i, arg in enumerate(args):
+            if isinstance(arg, torch.Tensor):
+                if not arg.is_cuda or arg.device.index != self.device:
+                    raise self._fail(f"argument {i} is a tensor on {arg.device}, not cuda:{self.device}")
+                if not arg.is_contiguous():
+                    raise self._fail(f"argument {i} (shape {tuple(arg.shape)}) is not contiguous")
+                values.append(ctypes.c_void_p(arg.data_ptr()))
+            elif isinstance(arg, ctypes._SimpleCData):
+                values.append(arg)
+            else:
+                raise self._fail(f"argument {i} is a {type(arg).__name__}; pass a torch tensor or a "
+                                 "ctypes scalar (c_int, c_float, c_double...)")
+        pointers = (ctypes.c_void_p * max(1, len(values)))(*[ctypes.addressof(v) for v in values])
+        return values, pointers
+
+    def launch(self, grid: int | Sequence[int], block: int | Sequence[int], args: Sequence[Any],
+               shared_mem: int = 0, stream: Any = None) -> None:
+        """Launch on `stream` (a torch.cuda.Stream; default torch's current stream)."""
+        import torch
+
+        g = _dims(grid, "grid", self)
+        b = _dims(block, "block", self)
+        ensure_context(self.device)
+        self._set_shared(int(shared_mem))
+        if stream is None:
+            stream = torch.cuda.current_stream(self.device)
+        handle = stream.cuda_stream if hasattr(stream, "cuda_stream") else int(stream)
+        values, pointers = self._marshal(args)
+        driver = _driver()
+        _check(driver.cuLaunchKernel(self.function, *g, *b, int(shared_mem), driver.CUstream(handle),
+                                     ctypes.addressof(pointers), 0),
+               f"cuLaunchKernel({self.name}, grid={g}, block={b}, shared={shared_mem})", error=LaunchError)
+        del values                                        # kept alive until the launch returned
+
+
+def _dims(value: int | Sequence[int], what: str, kernel: Kernel) -> tuple[int, int, int]:
+    dims = (value,) if isinstance(value, int) else tuple(int(v) for v in value)
+    if not 1 <= len(dims) <= 3 or any(d < 1 for d in dims):
+        raise kernel._fail(f"{what} {value!r} must be 1 to 3 positive sizes")
+    return tuple(dims) + (1,) * (3 - len(dims))  # type: ignore[return-value]
+
+
+def _load_module(module: CompiledModule, device: int):
+    key = (module.key, device)
+    loaded = _modules.get(key)
+    if loaded is None:
+        driver = _driver()
+        loaded = _call(driver.cuModuleLoadData, module.cubin,
+                       what=f"cuModuleLoadData({module.source.name}, {module.arch})")
+        _modules[key] = loaded
+    return loaded
+
+
+def get_kernel(source: str | Path, name: str, *, defines: Mapping[str, str | int] = {},
+               device: int | None = None) -> Kernel:
+    """Compile `source` for the device's arch (through the cubin cache), load it, find `name`.
+
+    Cached per (source, name, defines, device). Call it before a CUDA-graph capture begins: loading
+    a module is not allowed while a stream captures.
+    """
+    require_gpu()
+    index = _device_index(device)
+    key = (str(source), name, tuple(sorted((k, str(v)) for k, v in defines.items())), index)
+    kernel = _kernels.get(key)
+    if kernel is not None:
+        return kernel
+    with _lock:
+        kernel = _kernels.get(key)
+        if kernel is not None:
+            return kernel
+        arch = device_arch(index)
+        compiled = compile_kernel(source, arch, defines=defines)
+        if compiled.resources and name not in {r.kernel for r in compiled.resources}:
+            raise DeviceError(f"{compiled.source.name} has no kernel {name!r} "
+                              f"(it has {sorted(r.kernel for r in compiled.resources)})")
+        ensure_context(index)
+        module = _load_module(compiled, index)
+        driver = _driver()
+        function = _call(driver.cuModuleGetFunction, module, name.encode(),
+                         what=f"cuModuleGetFunction({compiled.source.name}, {name})")
+        kernel = Kernel(name=name, module=compiled, device=index, function=function)
+        _kernels[key] = kernel
+        return kernel
+
+
+def synchronize(device: int | None = None) -> None:
+    """Wait for the device; a failed kernel's error surfaces here as a DeviceError."""
+    import torch
+
+    try:
+        torch.cuda.synchronize(device)
+    except RuntimeError as exc:
+        raise DeviceError(f"CUDA error after launch: {exc}") from exc

@@ -1,0 +1,88 @@
+// Shared pieces of the verify_attn kernels: sizes, cp.async / ldmatrix / mma wrappers, bf16
+// conversion, and the split-KV merge (partials -> normalised output + lse).
+//
+// Split-KV partials (both variants): for split z and global row r (request-major (token, head)
+// rows, the same order as `out`):
+//   ws_o[z][r][0..512)  unnormalised sum of exp(s - m) * v in fp32
+//   ws_m[z][r]          the running max m in natural-log units (-inf when the split saw no key)
+//   ws_l[z][r]          sum of exp(s - m)
+// merge: M = max_z m_z; w_z = exp(m_z - M) (0 for an empty split); out = sum w_z o_z / sum w_z l_z;
+// lse = M + log(sum w_z l_z).
+#pragma once
+
+#define ATTN_D 576          // latent row: c_kv (512) then k_pe (64)
+#define ATTN_DV 512         // value width
+#define MERGE_THREADS 128   // merge: one block per row, 4 columns per thread
+
+typedef unsigned char u8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+
+__device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
+
+__device__ __forceinline__ u32 smem_addr(const void* p) {
+    return (u32)__cvta_generic_to_shared(p);
+}
+
+// 16-byte async copy global -> shared; `valid` false writes 16 zero bytes and reads nothing.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                 :: "r"(smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory"); }
+
+// fp32 -> bf16, round to nearest even; two values packed as (lo in bits 0..15, hi in 16..31)
+__device__ __forceinline__ u32 pack_bf16x2(float lo, float hi) {
+    u32 r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+__device__ __forceinline__ float bf16_lo(u32 v) { return __uint_as_float(v << 16); }
+__device__ __forceinline__ float bf16_hi(u32 v) { return __uint_as_float(v & 0xffff0000u); }
+
+__device__ __forceinline__ void ldmatrix_x4(u32 (&r)[4], const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(u32 (&r)[4], const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
+}
+
+// D += A (16x16 bf16, row) * B (16x8 bf16, col), fp32 accumulators
+__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Synchronise `count` threads on named barrier `id` (1..15; 0 is __syncthreads)
+__device__ __forceinline__ void named_barrier(int id, int count) {
+    asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(count) : "memory");
+}
+
+template <typename Store>
+__device__ __forceinline__ void merge_row(const float* __restrict__ ws_o, const float* __restrict__ ws_m,
+                                          const float* __restrict__ ws_l, int n_splits, int rows,
+                                          float* __restrict__ lse, Store store) {
+    const int row = blockIdx.x;
+    if (row >= rows) return;
+    float M = neg_inf();
+    for (int z = 0; z < n_splits; ++z) M = fmaxf(M, ws_m[(size_t)z * rows + row]);
+    float l = 0.f;
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    const int col = threadIdx.x * 4;
+    for (int z = 0; z < n_splits; ++z) {
+        const float m = ws_m[(size_t)z * rows + row];
+        if (m == neg_inf()) continue;                       // an empty split: weight 0, never read
+        const float w = expf(m - M);
+        l += w * ws_l[(size_t)z * rows + row];
+        const float4 o = *(const float4*)(ws_o + ((size_t)z * rows + row) * ATTN_DV + col);
+        acc[0] += w * o.x; acc[1] += w * o.y; acc[2] += w * o.z; acc[3] += w * o.w;
+    }
+    store((size_t)row * ATTN_DV + col, acc[0] / l, acc[1] / l, acc[2] / l, acc[3] / l);
+    if (threadIdx.x == 0) lse[row] = M + logf(l);
+}

@@ -1,0 +1,255 @@
+// tree_build: best-first DDTree draft tree from per-depth top-K log-probs (ops.md §1).
+//
+// Launch: grid = B (one block per request), block = TB_THREADS (256), dynamic shared memory =
+//   tree_build_smem_bytes(L, Kc, Q) below (the host computes the same sum; Kc = min(K, Q), the
+//   columns that can ever be read: a popped node's rank is < budget, so r + 1 <= budget < Q).
+//   Entry: tree_build(topk_logp f32 [B,L,K], topk_ids i32 [B,L,K], root_token i32 [B],
+//                     start i32 [B], B, L, K, budget, staged,
+//                     tokens, parents, depths, positions, ranks i32 [B,Q], scores f64 [B,Q],
+//                     visibility u8 [B,Q,Q], num_nodes i32 [B])
+//   `staged` = 1: the first Kc columns of topk_logp/topk_ids are copied to shared memory (the host
+//   sets it when they fit); 0: they are read from global memory (large K * L).
+//
+// Numerical contract (bit-exact with the numpy reference, kdtr/ops/tree_build.py):
+//   * path scores are doubles computed in the reference's operation order from the fp32 log-probs:
+//     first node lp[0][0]; child of (s, d): s + lp[d][0]; next sibling of (s, d, r):
+//     (s - lp[d-1][r]) + lp[d-1][r+1]. No FMA contraction can apply (no products).
+//   * selection: the highest score; exact ties (== on doubles, so -0.0 == +0.0) go to the
+//     lexicographically smaller rank tuple, a shorter prefix first ((0,0) < (1,), (0,) < (0,0)).
+//   * nodes are numbered in pop order; every output element is written (padding: -1, -inf, 0).
+//
+// Design: warp 0 runs the lazy heap as an unsorted candidate array in shared memory (a pop adds at
+// most one live candidate, so capacity = budget suffices). Each pop: every lane scans its slots,
+// the warp finds the maximum key with two __reduce_max_sync over the order-preserving 64-bit image
+// of the score, exact ties (rare) are settled by walking rank paths. Node ancestry is kept as a
+// path of node indices per node (u16, stride L+1), which gives O(1) visibility tests and the rank
+// tuples for tie-breaks. All 256 threads stage the inputs and write the outputs.
+
+#define TB_THREADS 256
+#define FULL_MASK 0xffffffffu
+
+typedef unsigned long long u64;
+typedef unsigned int u32;
+typedef unsigned short u16;
+typedef unsigned char u8;
+
+// Order-preserving map of a double to u64 (larger double -> larger key); -0.0 is folded into +0.0
+// first so that the two compare equal, as they do in the reference's heap.
+__device__ __forceinline__ u64 score_key(double s) {
+    u64 bits = (u64)__double_as_longlong(s + 0.0);
+    return (bits >> 63) ? ~bits : (bits | 0x8000000000000000ull);
+}
+
+// A candidate: parent node (u16), rank (bits 16..47), depth (bits 48..63).
+__device__ __forceinline__ u64 pack_cand(int parent, int rank, int depth) {
+    return (u64)(u32)parent | ((u64)(u32)rank << 16) | ((u64)(u32)depth << 48);
+}
+__device__ __forceinline__ int cand_parent(u64 c) { return (int)(c & 0xffffu); }
+__device__ __forceinline__ int cand_rank(u64 c) { return (int)((c >> 16) & 0xffffffffu); }
+__device__ __forceinline__ int cand_depth(u64 c) { return (int)(c >> 48); }
+
+struct TreeSmem {
+    double* cand_score;   // [cap]
+    u64* cand;            // [cap]
+    double* node_score;   // [Q]
+    int* node_parent;     // [Q]
+    int* node_depth;      // [Q]
+    int* node_rank;       // [Q]
+    int* node_token;      // [Q]
+    u16* path;            // [Q][L+1]: node index of the ancestor at each depth, self at own depth
+    float* lp;            // [L][Kc] when staged
+    int* ids;             // [L][Kc] when staged
+};
+
+__device__ __forceinline__ size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+// Carves the dynamic shared memory; returns the bytes used (the host mirrors this sum).
+__device__ size_t carve(char* base, int L, int Kc, int Q, int staged, TreeSmem& s) {
+    size_t off = 0;
+    int cap = Q;  // >= budget
+    s.cand_score = (double*)(base + off); off += (size_t)cap * 8;
+    s.cand = (u64*)(base + off); off += (size_t)cap * 8;
+    s.node_score = (double*)(base + off); off += (size_t)Q * 8;
+    s.node_parent = (int*)(base + off); off += (size_t)Q * 4;
+    s.node_depth = (int*)(base + off); off += (size_t)Q * 4;
+    s.node_rank = (int*)(base + off); off += (size_t)Q * 4;
+    s.node_token = (int*)(base + off); off += (size_t)Q * 4;
+    s.path = (u16*)(base + off); off += align_up((size_t)Q * (L + 1) * 2, 16);
+    if (staged) {
+        s.lp = (float*)(base + off); off += align_up((size_t)L * Kc * 4, 16);
+        s.ids = (int*)(base + off); off += align_up((size_t)L * Kc * 4, 16);
+    } else {
+        s.lp = 0; s.ids = 0;
+    }
+    return off;
+}
+
+// Is candidate a's rank tuple lexicographically smaller than candidate b's (shorter prefix first)?
+// The tuple of a candidate (parent p, rank r, depth d) is the ranks of p's ancestors at depths
+// 1..d-1 followed by r.
+__device__ bool cand_lex_less(const TreeSmem& s, int stride, u64 a, u64 b) {
+    int pa = cand_parent(a), pb = cand_parent(b);
+    int da = cand_depth(a), db = cand_depth(b);
+    int dmin = da < db ? da : db;
+    for (int t = 1; t <= dmin; ++t) {
+        int ea = (t == da) ? cand_rank(a) : s.node_rank[s.path[pa * stride + t]];
+        int eb = (t == db) ? cand_rank(b) : s.node_rank[s.path[pb * stride + t]];
+        if (ea != eb) return ea < eb;
+    }
+    return da < db;
+}
+
+extern "C" __global__ void __launch_bounds__(TB_THREADS)
+tree_build(const float* __restrict__ topk_logp, const int* __restrict__ topk_ids,
+           const int* __restrict__ root_token, const int* __restrict__ start,
+           int B, int L, int K, int budget, int staged,
+           int* __restrict__ tokens, int* __restrict__ parents, int* __restrict__ depths,
+           int* __restrict__ positions, int* __restrict__ ranks, double* __restrict__ scores,
+           u8* __restrict__ visibility, int* __restrict__ num_nodes) {
+    extern __shared__ __align__(16) char smem_raw[];
+    const int b = blockIdx.x;
+    if (b >= B) return;
+    const int Q = budget + 1;
+    const int Kc = K < Q ? K : Q;
+    const int stride = L + 1;
+    const int tid = threadIdx.x;
+    TreeSmem s;
+    carve(smem_raw, L, Kc, Q, staged, s);
+
+    const float* g_lp = topk_logp + (size_t)b * L * K;
+    const int* g_ids = topk_ids + (size_t)b * L * K;
+    const float* lp = staged ? s.lp : g_lp;
+    const int* ids = staged ? s.ids : g_ids;
+    const int ld = staged ? Kc : K;
+    if (staged) {
+        for (int e = tid; e < L * Kc; e += TB_THREADS) {
+            int d = e / Kc, r = e - d * Kc;
+            s.lp[e] = g_lp[(size_t)d * K + r];
+            s.ids[e] = g_ids[(size_t)d * K + r];
+        }
+    }
+    if (tid == 0) {
+        s.node_score[0] = 0.0;
+        s.node_parent[0] = -1;
+        s.node_depth[0] = 0;
+        s.node_rank[0] = -1;
+        s.node_token[0] = root_token[b];
+        s.path[0] = 0;
+    }
+    __shared__ int s_num_nodes;
+    __syncthreads();
+
+    if (tid < 32) {
+        const int lane = tid;
+        int count = 0;                 // live candidates, identical in every lane
+        if (budget > 0) {
+            if (lane == 0) {
+                s.cand_score[0] = (double)lp[0];
+                s.cand[0] = pack_cand(0, 0, 1);
+            }
+            count = 1;
+        }
+        __syncwarp();
+        int n = 0;                     // nodes popped so far
+        while (n < budget && count > 0) {
+            // 1. each lane's best slot
+            int best = -1;
+            u64 best_key = 0;
+            for (int slot = lane; slot < count; slot += 32) {
+                u64 k = score_key(s.cand_score[slot]);
+                if (best < 0 || k > best_key ||
+                    (k == best_key && cand_lex_less(s, stride, s.cand[slot], s.cand[best]))) {
+                    best = slot;
+                    best_key = k;
+                }
+            }
+            // 2. the warp's best key: high word, then low word among lanes holding that high word
+            u32 hi = best >= 0 ? (u32)(best_key >> 32) : 0u;
+            u32 max_hi = __reduce_max_sync(FULL_MASK, hi);
+            u32 lo = (best >= 0 && hi == max_hi) ? (u32)best_key : 0u;
+            u32 max_lo = __reduce_max_sync(FULL_MASK, lo);
+            u32 tied = __ballot_sync(FULL_MASK, best >= 0 && hi == max_hi && (u32)best_key == max_lo);
+            int win = __shfl_sync(FULL_MASK, best, __ffs(tied) - 1);
+            if (__popc(tied) > 1) {    // exact score tie across lanes: smallest rank tuple wins
+                u32 rest = tied & (tied - 1);
+                while (rest) {
+                    int other_lane = __ffs(rest) - 1;
+                    rest &= rest - 1;
+                    int other = __shfl_sync(FULL_MASK, best, other_lane);
+                    if (cand_lex_less(s, stride, s.cand[other], s.cand[win])) win = other;
+                }
+            }
+            // 3. pop it: node n + 1
+            const double sc = s.cand_score[win];
+            const u64 c = s.cand[win];
+            const int p = cand_parent(c), r = cand_rank(c), d = cand_depth(c);
+            const int node = n + 1;
+            const float* row = lp + (size_t)(d - 1) * ld;
+            __syncwarp();              // every lane has read slot `win` before lane 0 rewrites it
+            if (lane == 0) {
+                s.node_score[node] = sc;
+                s.node_parent[node] = p;
+                s.node_depth[node] = d;
+                s.node_rank[node] = r;
+                s.node_token[node] = ids[(size_t)(d - 1) * ld + r];
+            }
+            for (int t = lane; t < d; t += 32) s.path[node * stride + t] = s.path[p * stride + t];
+            if (lane == 0) s.path[node * stride + d] = (u16)node;
+            n = node;
+            // 4. push its next sibling and first child (only if another pop follows)
+            const bool more = n < budget;
+            const bool has_sib = more && (r + 1 < K);
+            const bool has_child = more && (d < L);
+            if (lane == 0) {
+                if (has_sib) {
+                    s.cand_score[win] = (sc - (double)row[r]) + (double)row[r + 1];
+                    s.cand[win] = pack_cand(p, r + 1, d);
+                    if (has_child) {
+                        s.cand_score[count] = sc + (double)lp[(size_t)d * ld];
+                        s.cand[count] = pack_cand(node, 0, d + 1);
+                    }
+                } else if (has_child) {
+                    s.cand_score[win] = sc + (double)lp[(size_t)d * ld];
+                    s.cand[win] = pack_cand(node, 0, d + 1);
+                } else if (count > 0) {
+                    s.cand_score[win] = s.cand_score[count - 1];
+                    s.cand[win] = s.cand[count - 1];
+                }
+            }
+            if (has_sib && has_child) count += 1;
+            else if (!has_sib && !has_child) count -= 1;
+            __syncwarp();
+        }
+        if (lane == 0) s_num_nodes = n;
+    }
+    __syncthreads();
+
+    // outputs: every element, padding included
+    const int nn = s_num_nodes;
+    const size_t row0 = (size_t)b * Q;
+    const int st = start[b];
+    for (int i = tid; i < Q; i += TB_THREADS) {
+        const bool live = i <= nn;
+        tokens[row0 + i] = live ? s.node_token[i] : -1;
+        parents[row0 + i] = live ? s.node_parent[i] : -1;
+        depths[row0 + i] = live ? s.node_depth[i] : -1;
+        positions[row0 + i] = live ? st + s.node_depth[i] : -1;
+        ranks[row0 + i] = live ? s.node_rank[i] : -1;
+        scores[row0 + i] = live ? s.node_score[i] : -__longlong_as_double(0x7ff0000000000000ll);
+    }
+    if (tid == 0) num_nodes[b] = nn;
+    u8* vis = visibility + (size_t)b * Q * Q;
+    const int live_q = nn + 1;
+    for (int i = tid / 32; i < Q; i += TB_THREADS / 32) {       // one warp per row
+        const int di = i < live_q ? s.node_depth[i] : -1;
+        const u16* pi = s.path + (size_t)i * stride;
+        for (int j = tid % 32; j < Q; j += 32) {
+            u8 v = 0;
+            if (i < live_q && j < live_q) {
+                const int dj = s.node_depth[j];
+                v = (dj <= di && pi[dj] == j) ? 1 : 0;
+            }
+            vis[(size_t)i * Q + j] = v;
+        }
+    }
+}

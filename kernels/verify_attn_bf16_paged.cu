@@ -1,0 +1,249 @@
+// verify_attn, variant bf16_paged: SGLang's target-verify layout, page size 1 (ops.md §2).
+//
+// Launch (main): grid = (ceil(Q*H / 64), B, n_splits), block = 256 (8 warps), dynamic shared
+//   memory FB_SMEM_BYTES (155,648 B: opt-in above 48 KB; one block per SM).
+//   verify_attn_bf16_paged(q bf16 [B*Q,H,576], kv_buffer bf16 [N,576], kv_indptr i32 [B+1],
+//                          kv_indices i32 [*], tree_slots i32 [B*Q], custom_mask u8 [*],
+//                          mask_indptr i32 [B+1], B, Q, H, sm_scale_log2 (= sm_scale*log2 e),
+//                          n_splits, out bf16 [B*Q,H,512], lse f32 [B*Q,H], ws_o, ws_m, ws_l)
+//   A block owns 64 consecutive (token, head) rows of one request (rows i*H + h, contiguous in q
+//   and out) and one split of the request's keys (ceil(kvlen / n_splits) rounded up to 32,
+//   kvlen = P_b + Q, computed on the device). n_splits == 1 writes out/lse directly; otherwise
+//   partials (attn_common.cuh) and verify_attn_bf16_merge (grid = B*Q*H, block = 128) finish.
+//
+// Keys: key j < P_b is kv_buffer[kv_indices[kv_indptr[b] + j]], key P_b + t is
+//   kv_buffer[tree_slots[b*Q + t]]; values are the first 512 entries of the same row. Prefix keys
+//   are always visible and their custom_mask columns are never read; tree key t is visible to row
+//   (token i, head h) iff custom_mask[mask_indptr[b] + i*(P_b+Q) + P_b + t]. Only slots of the
+//   request are read (unused pool slots are NaN); keys past the split end are zero-filled.
+//
+// Numerical contract: bf16 inputs, fp32 accumulation on tensor cores (mma.sync m16n8k16 bf16);
+//   scores in the log2 domain (s * sm_scale * log2 e), online softmax with exp2f; the weights p are
+//   rounded to bf16 for the P.V product (as FlashAttention / SGLang's Triton kernel do) and the
+//   row sum l adds exactly those rounded weights; out = bf16_rn(O / l), lse = ln 2 * (m + log2 l).
+//
+// Per 32-key step, warp w (rg = w % 4 owns rows 16rg..16rg+15, half = w / 4):
+//   S (16 rows x 16 keys of its half, k = 576: 36 x 2 mma) from Q and K in shared memory by
+//   ldmatrix; row max exchanged with the partner warp (other half) through shared memory and a
+//   64-thread named barrier; P (bf16) to shared memory; O (16 rows x 256 dims of its half, 128 fp32
+//   registers) += P (16 x 32) V (32 x 256) with V fragments by ldmatrix.trans (2 x 32 mma).
+//   K/V tiles are gathered with cp.async 16 B into a two-stage ring (the next tile's gather
+//   overlaps this tile's math). Row stride 584 bf16 (1168 B) keeps ldmatrix conflict-free.
+#include "attn_common.cuh"
+
+#define FB_ROWS 64
+#define FB_KEYS 32
+#define FB_THREADS 256
+#define FB_STR 584                 // bf16 per shared row of Q / K
+#define FB_PSTR 40                 // bf16 per shared row of P
+#define FB_SMEM_BYTES ((FB_ROWS * FB_STR + 2 * FB_KEYS * FB_STR + FB_ROWS * FB_PSTR) * 2 + 4 * FB_ROWS * 4)
+#define LN2_F 0.6931471805599453f
+
+extern "C" __global__ void __launch_bounds__(FB_THREADS, 1)
+verify_attn_bf16_paged(const u16* __restrict__ q, const u16* __restrict__ kv_buffer,
+                       const int* __restrict__ kv_indptr, const int* __restrict__ kv_indices,
+                       const int* __restrict__ tree_slots, const u8* __restrict__ custom_mask,
+                       const int* __restrict__ mask_indptr, int B, int Q, int H,
+                       float sm_scale_log2, int n_splits,
+                       u16* __restrict__ out, float* __restrict__ lse,
+                       float* __restrict__ ws_o, float* __restrict__ ws_m, float* __restrict__ ws_l) {
+    extern __shared__ __align__(16) u16 smem_h[];
+    u16* sQ = smem_h;                                     // [64][584]
+    u16* sK = sQ + FB_ROWS * FB_STR;                      // [2][32][584]
+    u16* sP = sK + 2 * FB_KEYS * FB_STR;                  // [64][40]
+    float* sMax = (float*)(sP + FB_ROWS * FB_PSTR);       // [2 halves][64]
+    float* sSum = sMax + 2 * FB_ROWS;                     // [2 halves][64]
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int rg = warp & 3, half = warp >> 2;
+    const int g = lane >> 2, t = lane & 3;
+    const int b = blockIdx.y, z = blockIdx.z;
+    const int rows_req = Q * H;
+    const int row0 = blockIdx.x * FB_ROWS;
+    const int nrows = min(FB_ROWS, rows_req - row0);
+    const int ibase = kv_indptr[b];
+    const int P = kv_indptr[b + 1] - ibase;
+    const int kvlen = P + Q;
+    const int mbase = mask_indptr[b];
+    const int per_split = (kvlen + n_splits - 1) / n_splits;
+    const int chunk = (per_split + FB_KEYS - 1) / FB_KEYS * FB_KEYS;
+    const int kbeg = z * chunk;
+    const int kend = min(kbeg + chunk, kvlen);
+    const int ntiles = kend > kbeg ? (kend - kbeg + FB_KEYS - 1) / FB_KEYS : 0;
+    const size_t grow0 = (size_t)b * rows_req + row0;
+
+    // Q tile (rows past the request's rows are zeros)
+    for (int e = tid; e < FB_ROWS * (ATTN_D / 8); e += FB_THREADS) {
+        const int r = e / (ATTN_D / 8), c = e - r * (ATTN_D / 8);
+        const bool ok = r < nrows;
+        cp_async16(sQ + r * FB_STR + c * 8, q + (grow0 + (ok ? r : 0)) * ATTN_D + c * 8, ok);
+    }
+    auto load_tile = [&](int buf, int key0) {
+        for (int e = tid; e < FB_KEYS * (ATTN_D / 8); e += FB_THREADS) {
+            const int kk = e / (ATTN_D / 8), c = e - kk * (ATTN_D / 8);
+            const int j = key0 + kk;
+            const bool ok = j < kend;
+            int slot = 0;
+            if (ok) slot = j < P ? kv_indices[ibase + j] : tree_slots[b * Q + (j - P)];
+            cp_async16(sK + (buf * FB_KEYS + kk) * FB_STR + c * 8,
+                       kv_buffer + (size_t)slot * ATTN_D + c * 8, ok);
+        }
+    };
+    if (ntiles > 0) load_tile(0, kbeg);
+    cp_async_commit();                                    // group: Q + tile 0
+
+    float o[32][4];
+#pragma unroll
+    for (int n = 0; n < 32; ++n) { o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f; }
+    float m_r[2] = {neg_inf(), neg_inf()};               // rows g and g + 8 of the warp's 16
+    float l_r[2] = {0.f, 0.f};                           // this thread's share of the row sums
+    const int rl0 = rg * 16 + g;                          // tile-local rows of this thread
+    const int tok0 = (row0 + rl0) / H, tok1 = (row0 + rl0 + 8) / H;
+    const bool rv0 = rl0 < nrows, rv1 = rl0 + 8 < nrows;
+
+    for (int it = 0; it < ntiles; ++it) {
+        const int key0 = kbeg + it * FB_KEYS;
+        if (it + 1 < ntiles) load_tile((it + 1) & 1, key0 + FB_KEYS);
+        cp_async_commit();
+        cp_async_wait<1>();                               // tile `it` (and Q) have landed
+        __syncthreads();
+        const u16* Kt = sK + (it & 1) * FB_KEYS * FB_STR;
+
+        // S = Q K^T for 16 rows x 16 keys
+        float s[2][4];
+#pragma unroll
+        for (int n = 0; n < 2; ++n) { s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f; }
+        const u16* qa = sQ + (rg * 16 + (lane & 15)) * FB_STR + (lane >> 4) * 8;
+        const u16* kb = Kt + (half * 16 + (lane & 7) + ((lane >> 4) << 3)) * FB_STR + ((lane >> 3) & 1) * 8;
+#pragma unroll 4
+        for (int ks = 0; ks < ATTN_D / 16; ++ks) {
+            u32 a[4], bb[4];
+            ldmatrix_x4(a, qa + ks * 16);
+            ldmatrix_x4(bb, kb + ks * 16);
+            mma_bf16_16816(s[0], a, bb[0], bb[1]);
+            mma_bf16_16816(s[1], a, bb[2], bb[3]);
+        }
+
+        // scale, mask, row max of this warp's 16 keys
+        float mx0 = neg_inf(), mx1 = neg_inf();
+#pragma unroll
+        for (int n = 0; n < 2; ++n) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int j = key0 + half * 16 + n * 8 + 2 * t + (e & 1);
+                const bool upper = e >= 2;
+                bool ok = (upper ? rv1 : rv0) && j < kend;
+                if (ok && j >= P)
+                    ok = custom_mask[(size_t)mbase + (size_t)(upper ? tok1 : tok0) * kvlen + j] != 0;
+                s[n][e] = ok ? s[n][e] * sm_scale_log2 : neg_inf();
+                if (upper) mx1 = fmaxf(mx1, s[n][e]); else mx0 = fmaxf(mx0, s[n][e]);
+            }
+        }
+#pragma unroll
+        for (int off = 1; off < 4; off <<= 1) {
+            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
+            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
+        }
+        if (t == 0) { sMax[half * FB_ROWS + rl0] = mx0; sMax[half * FB_ROWS + rl0 + 8] = mx1; }
+        named_barrier(1 + rg, 64);
+        mx0 = fmaxf(mx0, sMax[(1 - half) * FB_ROWS + rl0]);
+        mx1 = fmaxf(mx1, sMax[(1 - half) * FB_ROWS + rl0 + 8]);
+        const float mn0 = fmaxf(m_r[0], mx0), mn1 = fmaxf(m_r[1], mx1);
+        const float al0 = (mn0 == neg_inf()) ? 1.f : exp2f(m_r[0] - mn0);
+        const float al1 = (mn1 == neg_inf()) ? 1.f : exp2f(m_r[1] - mn1);
+        m_r[0] = mn0; m_r[1] = mn1;
+        float ps0 = 0.f, ps1 = 0.f;
+#pragma unroll
+        for (int n = 0; n < 2; ++n) {
+            const float p0 = mn0 == neg_inf() ? 0.f : exp2f(s[n][0] - mn0);
+            const float p1 = mn0 == neg_inf() ? 0.f : exp2f(s[n][1] - mn0);
+            const float p2 = mn1 == neg_inf() ? 0.f : exp2f(s[n][2] - mn1);
+            const float p3 = mn1 == neg_inf() ? 0.f : exp2f(s[n][3] - mn1);
+            const u32 lo = pack_bf16x2(p0, p1), hi = pack_bf16x2(p2, p3);
+            ps0 += bf16_lo(lo) + bf16_hi(lo);
+            ps1 += bf16_lo(hi) + bf16_hi(hi);
+            const int col = half * 16 + n * 8 + 2 * t;
+            *(u32*)(sP + rl0 * FB_PSTR + col) = lo;
+            *(u32*)(sP + (rl0 + 8) * FB_PSTR + col) = hi;
+        }
+        l_r[0] = l_r[0] * al0 + ps0;
+        l_r[1] = l_r[1] * al1 + ps1;
+#pragma unroll
+        for (int n = 0; n < 32; ++n) { o[n][0] *= al0; o[n][1] *= al0; o[n][2] *= al1; o[n][3] *= al1; }
+        named_barrier(1 + rg, 64);                        // the pair's P is complete
+
+        // O += P V for 16 rows x 256 dims
+        const u16* pa = sP + (rg * 16 + (lane & 15)) * FB_PSTR + (lane >> 4) * 8;
+        const int mi = lane >> 3;
+        const u16* vb = Kt + ((mi & 1) * 8 + (lane & 7)) * FB_STR + half * 256 + (mi >> 1) * 8;
+#pragma unroll
+        for (int ks = 0; ks < FB_KEYS / 16; ++ks) {
+            u32 a[4];
+            ldmatrix_x4(a, pa + ks * 16);
+#pragma unroll
+            for (int np = 0; np < 16; ++np) {
+                u32 bb[4];
+                ldmatrix_x4_trans(bb, vb + ks * 16 * FB_STR + np * 16);
+                mma_bf16_16816(o[2 * np], a, bb[0], bb[1]);
+                mma_bf16_16816(o[2 * np + 1], a, bb[2], bb[3]);
+            }
+        }
+        __syncthreads();                                  // all done with this K buffer and sP
+    }
+    cp_async_wait<0>();
+
+    // row sums: quad, then the partner warp
+    float l0 = l_r[0], l1 = l_r[1];
+#pragma unroll
+    for (int off = 1; off < 4; off <<= 1) {
+        l0 += __shfl_xor_sync(0xffffffffu, l0, off);
+        l1 += __shfl_xor_sync(0xffffffffu, l1, off);
+    }
+    if (t == 0) { sSum[half * FB_ROWS + rl0] = l0; sSum[half * FB_ROWS + rl0 + 8] = l1; }
+    named_barrier(1 + rg, 64);
+    l0 += sSum[(1 - half) * FB_ROWS + rl0];
+    l1 += sSum[(1 - half) * FB_ROWS + rl0 + 8];
+
+    const size_t rows_total = (size_t)B * rows_req;
+    const size_t gr0 = grow0 + rl0, gr1 = gr0 + 8;
+    if (n_splits == 1) {
+#pragma unroll
+        for (int n = 0; n < 32; ++n) {
+            const int col = half * 256 + n * 8 + 2 * t;
+            if (rv0) *(u32*)(out + gr0 * ATTN_DV + col) = pack_bf16x2(o[n][0] / l0, o[n][1] / l0);
+            if (rv1) *(u32*)(out + gr1 * ATTN_DV + col) = pack_bf16x2(o[n][2] / l1, o[n][3] / l1);
+        }
+        if (half == 0 && t == 0) {
+            if (rv0) lse[gr0] = LN2_F * (m_r[0] + log2f(l0));
+            if (rv1) lse[gr1] = LN2_F * (m_r[1] + log2f(l1));
+        }
+    } else {
+        float* w0 = ws_o + ((size_t)z * rows_total + gr0) * ATTN_DV;
+        float* w1 = ws_o + ((size_t)z * rows_total + gr1) * ATTN_DV;
+#pragma unroll
+        for (int n = 0; n < 32; ++n) {
+            const int col = half * 256 + n * 8 + 2 * t;
+            if (rv0) *(float2*)(w0 + col) = make_float2(o[n][0], o[n][1]);
+            if (rv1) *(float2*)(w1 + col) = make_float2(o[n][2], o[n][3]);
+        }
+        if (half == 0 && t == 0) {
+            if (rv0) { ws_m[(size_t)z * rows_total + gr0] = m_r[0] * LN2_F; ws_l[(size_t)z * rows_total + gr0] = l0; }
+            if (rv1) { ws_m[(size_t)z * rows_total + gr1] = m_r[1] * LN2_F; ws_l[(size_t)z * rows_total + gr1] = l1; }
+        }
+    }
+}
+
+struct StoreBF16 {
+    u16* out;
+    __device__ void operator()(size_t at, float a, float b, float c, float d) const {
+        *(uint2*)(out + at) = make_uint2(pack_bf16x2(a, b), pack_bf16x2(c, d));
+    }
+};
+
+// grid = B*Q*H rows, block = MERGE_THREADS (128)
+extern "C" __global__ void __launch_bounds__(MERGE_THREADS)
+verify_attn_bf16_merge(const float* __restrict__ ws_o, const float* __restrict__ ws_m,
+                       const float* __restrict__ ws_l, int n_splits, int rows,
+                       u16* __restrict__ out, float* __restrict__ lse) {
+    merge_row(ws_o, ws_m, ws_l, n_splits, rows, lse, StoreBF16{out});
+}
