@@ -228,7 +228,8 @@ def _load_module(module: CompiledModule, device: int):
     loaded = _modules.get(key)
     if loaded is None:
         driver = _driver()
-        loaded = _call(driver.cuModuleLoadData, module.cubin,
+        image = ctypes.create_string_buffer(module.cubin, len(module.cubin))   # the driver copies it
+        loaded = _call(driver.cuModuleLoadData, ctypes.addressof(image),
                        what=f"cuModuleLoadData({module.source.name}, {module.arch})")
         _modules[key] = loaded
     return loaded

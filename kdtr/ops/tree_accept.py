@@ -163,10 +163,21 @@ class TreeAccept(Op):
 
     # CUDA binding: filled in by the kernels work
     def kernel_sources(self, variant):
-        return ()
+        return ("tree_accept.cu",)
 
     def run_cuda(self, variant, inputs, params, outputs):
-        raise NotImplementedError
+        """kernels/tree_accept.cu: one warp per request, up to 4 per block, the tree in shared memory."""
+        from ctypes import c_int
+
+        from ..device import get_kernel
+
+        batch, q = inputs["tokens"].shape
+        per_warp = q * 16                                   # tokens, parents, target_ids, path
+        warps = max(1, min(4, (48 << 10) // per_warp))
+        args = [inputs["tokens"], inputs["parents"], inputs["target_ids"], c_int(batch), c_int(q),
+                outputs["accept_len"], outputs["accept_nodes"], outputs["accept_tokens"], outputs["bonus"]]
+        get_kernel("tree_accept.cu", "tree_accept").launch(
+            -(-batch // warps), (32, warps), args, shared_mem=warps * per_warp)
 
     # -- reports --------------------------------------------------------------------------
     def describe(self, variant, inputs, params):

@@ -272,10 +272,29 @@ class TreeBuild(Op):
 
     # CUDA binding: filled in by the kernels work
     def kernel_sources(self, variant):
-        return ()
+        return ("tree_build.cu",)
 
     def run_cuda(self, variant, inputs, params, outputs):
-        raise NotImplementedError
+        """kernels/tree_build.cu: one 256-thread block per request, the heap in shared memory."""
+        from ctypes import c_int
+
+        from ..device import get_kernel, max_shared_optin
+
+        lp = inputs["topk_logp"]
+        batch, depth, k = lp.shape
+        budget = int(params["budget"])
+        q = budget + 1
+        up16 = lambda n: -(-n // 16) * 16                      # noqa: E731
+        # mirrors carve() in tree_build.cu: candidates + nodes (40 B per node), node paths, staging
+        smem = q * 40 + up16(q * (depth + 1) * 2)
+        staged_bytes = 2 * up16(depth * min(k, q) * 4)
+        staged = smem + staged_bytes + 64 <= max_shared_optin()
+        smem += staged_bytes if staged else 0
+        args = [lp, inputs["topk_ids"], inputs["root_token"], inputs["start"],
+                c_int(batch), c_int(depth), c_int(k), c_int(budget), c_int(int(staged))]
+        args += [outputs[name] for name in ("tokens", "parents", "depths", "positions", "ranks",
+                                            "scores", "visibility", "num_nodes")]
+        get_kernel("tree_build.cu", "tree_build").launch(batch, 256, args, shared_mem=smem)
 
     # -- reports --------------------------------------------------------------------------
     def describe(self, variant, inputs, params):

@@ -1,0 +1,31 @@
+"""Shared test setup: tests marked `@pytest.mark.gpu` skip with a reason where there is no CUDA GPU."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def gpu_skip_reason() -> str | None:
+    """None where a CUDA GPU is usable, else why GPU tests skip ("no CUDA GPU: ...")."""
+    from kdtr.device import gpu_available
+
+    if gpu_available():
+        return None
+    try:
+        import torch
+
+        detail = f"torch.cuda.is_available() is False (torch {torch.__version__}, CUDA {torch.version.cuda})"
+    except Exception as exc:  # noqa: BLE001 - any import failure is the reason itself
+        detail = f"torch cannot be imported ({exc})"
+    return f"no CUDA GPU: {detail}"
+
+
+def pytest_collection_modifyitems(config, items):
+    gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
+    if not gpu_items:
+        return
+    reason = gpu_skip_reason()
+    if reason is None:
+        return
+    for item in gpu_items:
+        item.add_marker(pytest.mark.skip(reason=reason))

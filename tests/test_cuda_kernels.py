@@ -1,0 +1,439 @@
+"""Our CUDA kernels against the numpy references, on fresh random inputs (GPU tests are marked).
+
+Each case: inputs from the op's own `generate` (a hand-built Case, several seeds), outputs
+pre-filled with poison (NaN, 0x7eadbeef, 0xCD) so an unwritten element can't pass, the kernel
+launched through `op.run_cuda`, then compared with `op.reference`.
+
+    python tests/test_cuda_kernels.py --bench     # CUDA-graph replay timings (GPU)
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import sys
+from typing import Any, Mapping
+
+import numpy as np
+import pytest
+
+from kdtr.dtypes import NUMPY_DTYPES, to_numpy, to_torch, torch_dtype
+from kdtr.errors import DeviceError
+from kdtr.ops import get_op
+from kdtr.ops.base import Case
+
+TREE_BUILD, TREE_ACCEPT, VERIFY_ATTN = get_op("tree_build"), get_op("tree_accept"), get_op("verify_attn")
+POISON_I32 = 0x7EADBEEF
+POISON_U8 = 0xCD
+SEEDS = (11, 2024, 90210)
+
+gpu = pytest.mark.gpu
+
+
+# -- helpers ---------------------------------------------------------------------------------------
+
+def make_case(op, variant: str, seed: int, inline: Mapping[str, Any] | None = None, **params) -> Case:
+    merged = {p.name: p.default for p in op.params} | params
+    return Case(f"{op.name}-{variant}-s{seed}", op.name, variant, seed, merged, inline=dict(inline or {}))
+
+
+def poisoned_outputs(op, variant, inputs, params) -> dict[str, Any]:
+    import torch
+
+    outs = {}
+    for name, (kind, shape) in op.output_specs(variant, inputs, params).items():
+        dtype = torch_dtype(kind)
+        if dtype.is_floating_point:
+            fill: float | int = float("nan")
+        elif dtype == torch.uint8:
+            fill = POISON_U8
+        else:
+            fill = POISON_I32
+        outs[name] = torch.full(shape, fill, dtype=dtype, device="cuda")
+    return outs
+
+
+def run_cuda(op, variant, inputs, params) -> dict[str, np.ndarray]:
+    import torch
+
+    device_inputs = {name: to_torch(a, "cuda") for name, a in inputs.items()}
+    outputs = poisoned_outputs(op, variant, inputs, params)
+    op.run_cuda(variant, device_inputs, params, outputs)
+    torch.cuda.synchronize()
+    return {name: to_numpy(t) for name, t in outputs.items()}
+
+
+def generated(op, variant, seed, inline=None, **params):
+    gen = op.generate(make_case(op, variant, seed, inline, **params))
+    op.check_inputs(variant, gen.inputs, gen.params)
+    return gen
+
+
+def assert_bit_exact(case: str, got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray]) -> None:
+    assert set(got) == set(want), (case, sorted(got), sorted(want))
+    for name in want:
+        g, w = got[name], want[name]
+        assert g.dtype == w.dtype and g.shape == w.shape, (case, name, g.dtype, g.shape, w.dtype, w.shape)
+        same = g.view(np.uint8).reshape(g.shape + (-1,)) == w.view(np.uint8).reshape(w.shape + (-1,))
+        bad = np.argwhere(~same.all(axis=-1))
+        if bad.size:
+            at = tuple(int(i) for i in bad[0])
+            raise AssertionError(f"{case}: {name}{list(at)} = {g[at]!r}, reference {w[at]!r} "
+                                 f"({len(bad)} of {g.size} elements differ)")
+
+
+def bf16_ulp(x: np.ndarray) -> np.ndarray:
+    """The spacing of bf16 numbers at |x| (8 significant bits), for normal magnitudes."""
+    mag = np.maximum(np.abs(x.astype(np.float64)), 2.0 ** -126)
+    return 2.0 ** (np.floor(np.log2(mag)) - 7)
+
+
+def attention_errors(got, want) -> dict[str, float]:
+    out, ref = got["out"].astype(np.float64), want["out"].astype(np.float64)
+    return {"rel_l2": float(np.linalg.norm(out - ref) / np.linalg.norm(ref)),
+            "max_abs": float(np.abs(out - ref).max()),
+            "lse_abs": float(np.abs(got["lse"].astype(np.float64) - want["lse"].astype(np.float64)).max())}
+
+
+# FP32 kernel: exact fp32 arithmetic (FFMA dots of 576 products in 8 partial sums, expf/logf) lands
+# ~1e-7 relative norm-wise from float64; 1e-6 is the contract. lse ~ 8 where an f32 ulp is ~1e-6:
+# 1e-5 allows a few ulps.
+FP32_REL_L2, FP32_LSE_ABS = 1e-6, 1e-5
+# BF16 kernel: the output is rounded to bf16 once (<= 2^-9 relative, ~1.7e-3 norm-wise); the
+# softmax weights are rounded to bf16 for the tensor-core P.V, which adds ~2^-9 |v| ||p||_2 / l
+# absolute per element (measured on numpy's model of the kernel: at most 5e-4 past 2 ulps).
+# Hence: norm-wise 8e-3; elementwise 2 bf16 ulps of the reference plus 1e-3 absolute for outputs
+# near zero, where an ulp of the reference is meaningless; lse from fp32 scores: 1e-5.
+BF16_REL_L2, BF16_ULPS, BF16_ATOL, BF16_LSE_ABS = 8e-3, 2.0, 1e-3, 1e-5
+
+
+def check_fp32(case, got, want):
+    for name in ("out", "lse"):
+        assert np.isfinite(got[name]).all(), f"{case}: {name} has NaN/Inf (unwritten or leaked)"
+    err = attention_errors(got, want)
+    assert err["rel_l2"] <= FP32_REL_L2, (case, err)
+    assert err["lse_abs"] <= FP32_LSE_ABS, (case, err)
+    return err
+
+
+def check_bf16(case, got, want):
+    out = got["out"].astype(np.float64)
+    for name, arr in (("out", out), ("lse", got["lse"])):
+        assert np.isfinite(arr).all(), f"{case}: {name} has NaN/Inf (unwritten or leaked)"
+    ref = want["out"].astype(np.float64)
+    err = attention_errors(got, want)
+    assert err["rel_l2"] <= BF16_REL_L2, (case, err)
+    excess = np.abs(out - ref) - (BF16_ULPS * bf16_ulp(ref) + BF16_ATOL)
+    if (excess > 0).any():
+        at = tuple(int(i) for i in np.unravel_index(np.argmax(excess), excess.shape))
+        raise AssertionError(f"{case}: out{list(at)} = {out[at]}, reference {ref[at]}: more than "
+                             f"{BF16_ULPS} bf16 ulps + {BF16_ATOL}")
+    assert err["lse_abs"] <= BF16_LSE_ABS, (case, err)
+    return err
+
+
+# -- CPU: the runtime's behaviour without a GPU ------------------------------------------------------
+
+def test_import_has_no_side_effects():
+    import subprocess
+
+    code = ("import sys, kdtr.device, kdtr.nvrtc; "
+            "assert 'torch' not in sys.modules and 'cuda.bindings.driver' not in sys.modules, sorted(sys.modules)")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_gpu_available_never_raises():
+    from kdtr.device import gpu_available
+
+    assert gpu_available() in (True, False)
+
+
+def test_require_gpu_names_the_reason():
+    from kdtr.device import gpu_available, require_gpu
+
+    if gpu_available():
+        require_gpu()
+    else:
+        with pytest.raises(DeviceError, match="no CUDA GPU found: "):
+            require_gpu()
+
+
+def test_my_checks_reject_zero_and_nan_outputs():
+    """The float criteria above must fail an all-zero or NaN output (else they prove nothing)."""
+    rng = np.random.default_rng(0)
+    want = {"out": rng.standard_normal((4, 512)).astype(np.float32), "lse": np.full(4, 8, np.float32)}
+    for bad in (np.zeros_like(want["out"]), np.full_like(want["out"], np.nan)):
+        for check in (check_fp32, check_bf16):
+            with pytest.raises(AssertionError):
+                check("zeros", {"out": bad, "lse": want["lse"]}, want)
+
+
+# -- GPU: tree_build ---------------------------------------------------------------------------------
+
+TREE_BUILD_CASES = [
+    dict(batch=64, depth=15, vocab=128, budget=64),                    # the production shape
+    dict(batch=5, depth=4, vocab=40, budget=8, quantize=0.5),          # many exact ties
+    dict(batch=7, depth=6, vocab=16, budget=30, quantize=1.0, sharpness=0.3),
+    dict(batch=3, depth=8, vocab=64, budget=20, topk=3),               # K < budget
+    dict(batch=4, depth=1, vocab=50, budget=12),                       # depth 1: siblings only
+    dict(batch=3, depth=10, vocab=8, budget=0),                        # root alone
+    dict(batch=2, depth=32, vocab=300, budget=256, sharpness=3.0),     # big budget, deep chains
+    dict(batch=6, depth=5, vocab=200, budget=40, sharpness=0.05),      # bushes
+    dict(batch=2, depth=3, vocab=4, budget=100),                       # heap empties early
+    dict(batch=1, depth=48, vocab=2000, budget=1200, sharpness=2.0),   # log-probs read from global
+]
+
+
+@gpu
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("params", TREE_BUILD_CASES, ids=lambda p: TREE_BUILD.case_name("default", p | {
+    k: v for k, v in TREE_BUILD._defaults.items() if k not in p}))
+def test_tree_build_bit_exact(params, seed):
+    gen = generated(TREE_BUILD, "default", seed, **params)
+    got = run_cuda(TREE_BUILD, "default", gen.inputs, gen.params)
+    assert_bit_exact(f"tree_build {params} seed {seed}", got, TREE_BUILD.reference("default", gen.inputs, gen.params))
+
+
+@gpu
+def test_tree_build_worked_example_b():
+    inline = {"probs": [[.6, .3, .1], [.5, .4, .1], [.9, .05, .05]],
+              "topk_ids": [[100, 101, 102], [200, 201, 202], [300, 301, 302]], "root_token": [42], "start": [10]}
+    gen = generated(TREE_BUILD, "default", 0, inline=inline, budget=6, batch=1)
+    got = run_cuda(TREE_BUILD, "default", gen.inputs, gen.params)
+    assert got["tokens"][0].tolist() == [42, 100, 200, 101, 300, 201, 300]
+    assert got["parents"][0].tolist() == [-1, 0, 1, 0, 2, 1, 5]
+    assert ["".join(map(str, row)) for row in got["visibility"][0]] == \
+        ["1000000", "1100000", "1110000", "1001000", "1110100", "1100010", "1100011"]
+    assert_bit_exact("example B", got, TREE_BUILD.reference("default", gen.inputs, gen.params))
+
+
+# -- GPU: tree_accept --------------------------------------------------------------------------------
+
+TREE_ACCEPT_CASES = [
+    dict(batch=64, budget=64, depth=15, vocab=64),
+    dict(batch=37, budget=16, mode="full"),
+    dict(batch=9, budget=16, mode="none"),
+    dict(batch=9, budget=40, depth=10, mode="partial"),
+    dict(batch=9, budget=40, mode="random", vocab=4),
+    dict(batch=5, budget=0),
+    dict(batch=2, budget=3100, depth=40, vocab=1000, sharpness=4.0, mode="full"),  # > 48 KB: opt-in
+]
+
+
+@gpu
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("params", TREE_ACCEPT_CASES, ids=lambda p: "_".join(f"{k}{v}" for k, v in p.items()))
+def test_tree_accept_bit_exact(params, seed):
+    gen = generated(TREE_ACCEPT, "default", seed, **params)
+    got = run_cuda(TREE_ACCEPT, "default", gen.inputs, gen.params)
+    assert_bit_exact(f"tree_accept {params} seed {seed}", got,
+                     TREE_ACCEPT.reference("default", gen.inputs, gen.params))
+
+
+@gpu
+def test_tree_accept_worked_example():
+    inline = {"tokens": [[42, 100, 200, 101, 300, 201, 300]], "parents": [[-1, 0, 1, 0, 2, 1, 5]],
+              "target_ids": [[101, 200, 300, 777, 555, 666, 888]]}
+    gen = generated(TREE_ACCEPT, "default", 0, inline=inline)
+    got = run_cuda(TREE_ACCEPT, "default", gen.inputs, gen.params)
+    assert got["accept_len"].tolist() == [2] and got["bonus"].tolist() == [777]
+    assert got["accept_nodes"][0].tolist() == [0, 3, -1, -1, -1, -1, -1]
+    assert got["accept_tokens"][0].tolist() == [42, 101, -1, -1, -1, -1, -1]
+
+
+# -- GPU: verify_attn ----------------------------------------------------------------------------------
+
+ATTN_CASES = [
+    dict(batch=1, heads=16, prefix=2048, budget=16),                   # the fp32 timing shape (splits)
+    dict(batch=3, heads=8, prefix=300, budget=8, prefix_mode="mixed"), # per-request prefixes
+    dict(batch=2, heads=5, prefix=0, budget=4),                        # no prefix; rows % 16 != 0
+    dict(batch=1, heads=16, prefix=37, budget=64, sharpness=0.2),      # bushy tree, odd prefix
+    dict(batch=4, heads=64, prefix=200, budget=32),                    # many row tiles
+    dict(batch=2, heads=3, prefix=5000, budget=2, sm_scale=0.13523378),
+]
+
+
+@gpu
+@pytest.mark.parametrize("variant", ["fp32", "bf16_paged"])
+@pytest.mark.parametrize("seed", SEEDS[:2])
+@pytest.mark.parametrize("params", ATTN_CASES, ids=lambda p: "_".join(f"{k}{v}" for k, v in p.items()))
+def test_verify_attn(params, seed, variant):
+    gen = generated(VERIFY_ATTN, variant, seed, **params)
+    want = VERIFY_ATTN.reference(variant, gen.inputs, gen.params)
+    got = run_cuda(VERIFY_ATTN, variant, gen.inputs, gen.params)
+    case = f"verify_attn/{variant} {params} seed {seed}"
+    (check_fp32 if variant == "fp32" else check_bf16)(case, got, want)
+
+
+@gpu
+def test_launches_are_captured_by_a_cuda_graph():
+    """run_cuda launches on torch's current stream: a captured graph replays them."""
+    import torch
+
+    gen = generated(VERIFY_ATTN, "fp32", 5, batch=1, heads=16, prefix=500, budget=16)
+    params = gen.params
+    inputs = {name: to_torch(a, "cuda") for name, a in gen.inputs.items()}
+    outputs = poisoned_outputs(VERIFY_ATTN, "fp32", gen.inputs, params)
+    VERIFY_ATTN.run_cuda("fp32", inputs, params, outputs)          # warm-up: compile + load first
+    torch.cuda.synchronize()
+    for t in outputs.values():
+        t.fill_(float("nan"))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        VERIFY_ATTN.run_cuda("fp32", inputs, params, outputs)
+    assert torch.isnan(outputs["out"]).all(), "capture must not run the kernels"
+    graph.replay()
+    torch.cuda.synchronize()
+    check_fp32("graph replay", {n: to_numpy(t) for n, t in outputs.items()},
+               VERIFY_ATTN.reference("fp32", gen.inputs, params))
+
+
+@gpu
+def test_kernel_errors_name_the_kernel():
+    import torch
+
+    from kdtr.device import get_kernel
+    from kdtr.errors import LaunchError
+
+    kernel = get_kernel("tree_accept.cu", "tree_accept")
+    with pytest.raises(LaunchError, match="tree_accept"):
+        kernel.launch(1, (32, 1), [torch.zeros(4, device="cuda"), 3.0])              # a bare float
+    with pytest.raises(LaunchError, match="tree_accept.*shared memory"):
+        kernel.launch(1, (32, 1), [], shared_mem=10 << 20)
+    with pytest.raises(DeviceError, match="no kernel 'absent'"):
+        get_kernel("tree_accept.cu", "absent")
+
+
+# -- benchmark (python tests/test_cuda_kernels.py --bench) ---------------------------------------------
+
+def time_graph(fn, replays: int = 20, samples: int = 30) -> list[float]:
+    """Per-launch microseconds: `fn` captured once (after a warm-up), `replays` launches per graph."""
+    import torch
+
+    fn()
+    torch.cuda.synchronize()
+    stream = torch.cuda.Stream()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        for _ in range(replays):
+            fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(samples):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        stop.record()
+        stop.synchronize()
+        out.append(start.elapsed_time(stop) * 1e3 / replays)
+    return out
+
+
+def time_eager(fn, samples: int = 10) -> list[float]:
+    """Microseconds per call of a host-synchronising function (torch twins cannot be captured)."""
+    import torch
+
+    fn()
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(samples):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        out.append(start.elapsed_time(stop) * 1e3)
+    return out
+
+
+def _bench_attn_inputs(variant: str, batch: int, heads: int, prefix: int, budget: int, seed: int = 0):
+    """verify_attn inputs built on the GPU (the numpy generator is too slow for the big shapes)."""
+    import torch
+
+    q_len = budget + 1
+    tree = TREE_BUILD.generate(make_case(TREE_BUILD, "default", seed, batch=batch, depth=8,
+                                         vocab=max(budget, 32), budget=budget))
+    vis = torch.from_numpy(TREE_BUILD.reference("default", tree.inputs, tree.params)["visibility"]).cuda()
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    if variant == "fp32":
+        q = torch.randn((batch, q_len, heads, 576), generator=g, device="cuda") * 0.6
+        kv = torch.randn((batch, prefix + q_len, 576), generator=g, device="cuda") * 0.6
+        pl = torch.full((batch,), prefix, dtype=torch.int32, device="cuda")
+        return {"q": q, "kv": kv, "prefix_len": pl, "visibility": vis}
+    used = batch * (prefix + q_len)
+    slots = torch.randperm(used, generator=g, device="cuda").to(torch.int32)
+    per_req = slots.view(batch, prefix + q_len)
+    mask = torch.ones((batch, q_len, prefix + q_len), dtype=torch.uint8, device="cuda")
+    mask[:, :, prefix:] = vis
+    return {"q": (torch.randn((batch * q_len, heads, 576), generator=g, device="cuda") * 0.6).bfloat16(),
+            "kv_buffer": (torch.randn((used, 576), generator=g, device="cuda") * 0.6).bfloat16(),
+            "kv_indptr": torch.arange(batch + 1, dtype=torch.int32, device="cuda") * prefix,
+            "kv_indices": per_req[:, :prefix].contiguous().view(-1),
+            "tree_slots": per_req[:, prefix:].contiguous().view(-1),
+            "custom_mask": mask.view(-1),
+            "mask_indptr": torch.arange(batch + 1, dtype=torch.int32, device="cuda") * (q_len * (prefix + q_len))}
+
+
+def bench() -> None:
+    import torch
+
+    from kdtr.device import require_gpu
+
+    require_gpu()
+    print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}")
+    rows = []
+
+    def record(name, samples, flops=None, bytes_=None, extra=""):
+        med = float(np.median(samples))
+        spread = (float(np.percentile(samples, 10)), float(np.percentile(samples, 90)))
+        perf = ""
+        if flops:
+            perf += f"  {flops / med / 1e6:8.1f} TFLOP/s"
+        if bytes_:
+            perf += f"  {bytes_ / med / 1e3:8.1f} GB/s"
+        rows.append(f"{name:<52} {med:9.2f} us  (p10 {spread[0]:.2f}, p90 {spread[1]:.2f}){perf} {extra}")
+        print(rows[-1], flush=True)
+
+    # tree_build B=64 budget=64 L=15
+    gen = generated(TREE_BUILD, "default", 1, batch=64, depth=15, vocab=32000, budget=64)
+    ins = {n: to_torch(a, "cuda") for n, a in gen.inputs.items()}
+    outs = poisoned_outputs(TREE_BUILD, "default", gen.inputs, gen.params)
+    record("tree_build B=64 budget=64 L=15 K=64", time_graph(lambda: TREE_BUILD.run_cuda("default", ins, gen.params, outs)))
+    # tree_accept B=64 Q=65
+    gen = generated(TREE_ACCEPT, "default", 1, batch=64, budget=64, depth=15, vocab=64)
+    ins = {n: to_torch(a, "cuda") for n, a in gen.inputs.items()}
+    outs = poisoned_outputs(TREE_ACCEPT, "default", gen.inputs, gen.params)
+    record("tree_accept B=64 Q=65", time_graph(lambda: TREE_ACCEPT.run_cuda("default", ins, gen.params, outs)))
+
+    cases = [("fp32", 1, 16, 2048, 16), ("bf16_paged", 1, 16, 2048, 16), ("bf16_paged", 8, 64, 8192, 32),
+             ("bf16_paged", 64, 16, 32768, 64), ("bf16_paged", 1, 128, 131072, 64)]
+    for variant, batch, heads, prefix, budget in cases:
+        ins = _bench_attn_inputs(variant, batch, heads, prefix, budget)
+        params = {"sm_scale": 0.14467963}
+        q_len = budget + 1
+        out_dtype = torch.float32 if variant == "fp32" else torch.bfloat16
+        shape = (batch, q_len, heads) if variant == "fp32" else (batch * q_len, heads)
+        outs = {"out": torch.full(shape + (512,), float("nan"), dtype=out_dtype, device="cuda"),
+                "lse": torch.full(shape, float("nan"), device="cuda")}
+        vis_sum = int(ins["visibility"].sum()) if variant == "fp32" else \
+            int(ins["custom_mask"].view(batch, q_len, -1)[:, :, prefix:].sum())
+        flops = heads * (batch * q_len * prefix + vis_sum) * (2 * 576 + 2 * 512)
+        kv_bytes = batch * (prefix + q_len) * 576 * (4 if variant == "fp32" else 2)
+        label = f"verify_attn/{variant} B={batch} H={heads} Q={q_len} P={prefix}"
+        record(label, time_graph(lambda: VERIFY_ATTN.run_cuda(variant, ins, params, outs), replays=5, samples=15),
+               flops, kv_bytes)
+        assert not torch.isnan(outs["out"].float()).any(), f"{label}: NaN in the output"
+        if batch * heads * prefix <= 16 * 8192 * 8:      # torch eager twin, same inputs, same run
+            record(f"  torch eager twin ({label})",
+                   time_eager(lambda: VERIFY_ATTN.run_torch(variant, ins, params)), flops)
+        del ins, outs
+        torch.cuda.empty_cache()
+    print("\n".join(["", "summary (median of CUDA-graph replays, warm L2):", *rows]))
+
+
+if __name__ == "__main__":
+    if "--bench" in sys.argv:
+        bench()
+    else:
+        sys.exit(pytest.main([__file__, *sys.argv[1:]]))
