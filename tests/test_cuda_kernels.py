@@ -384,6 +384,13 @@ def bench() -> None:
     print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}")
     rows = []
 
+    def guarded(label, fn):
+        try:
+            fn()
+        except Exception as exc:  # noqa: BLE001 - report and go on to the next case
+            rows.append(f"{label:<52} FAILED: {type(exc).__name__}: {exc}")
+            print(rows[-1], flush=True)
+
     def record(name, samples, flops=None, bytes_=None, extra=""):
         med = float(np.median(samples))
         spread = (float(np.percentile(samples, 10)), float(np.percentile(samples, 90)))
@@ -421,12 +428,16 @@ def bench() -> None:
         flops = heads * (batch * q_len * prefix + vis_sum) * (2 * 576 + 2 * 512)
         kv_bytes = batch * (prefix + q_len) * 576 * (4 if variant == "fp32" else 2)
         label = f"verify_attn/{variant} B={batch} H={heads} Q={q_len} P={prefix}"
-        record(label, time_graph(lambda: VERIFY_ATTN.run_cuda(variant, ins, params, outs), replays=5, samples=15),
-               flops, kv_bytes)
-        assert not torch.isnan(outs["out"].float()).any(), f"{label}: NaN in the output"
-        if batch * heads * prefix <= 16 * 8192 * 8:      # torch eager twin, same inputs, same run
-            record(f"  torch eager twin ({label})",
-                   time_eager(lambda: VERIFY_ATTN.run_torch(variant, ins, params)), flops)
+
+        def one():
+            record(label, time_graph(lambda: VERIFY_ATTN.run_cuda(variant, ins, params, outs),
+                                     replays=5, samples=15), flops, kv_bytes)
+            if torch.isnan(outs["out"].float()).any():
+                raise AssertionError("NaN in the output")
+            if batch * heads * prefix <= 16 * 8192 * 8:      # torch eager twin, same inputs, same run
+                record(f"  torch eager twin ({label})",
+                       time_eager(lambda: VERIFY_ATTN.run_torch(variant, ins, params)), flops)
+        guarded(label, one)
         del ins, outs
         torch.cuda.empty_cache()
     print("\n".join(["", "summary (median of CUDA-graph replays, warm L2):", *rows]))
