@@ -203,6 +203,9 @@ def _emit_json(path: str, record) -> None:
         report.write_json(path, record)
 
 
+from . import e2e as _e2e  # noqa: E402,F401  (registers e2e)
+
+
 def main() -> None:
     app()
 

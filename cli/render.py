@@ -172,3 +172,38 @@ def build_table(modules) -> None:
                           str(res.local_bytes), spills if spills == "0/0" else f"[red]{spills}[/]",
                           "hit" if module.cache_hit else "compiled")
     out.print(table)
+
+
+# -- e2e -----------------------------------------------------------------------------------------
+def _divergence(run) -> str:
+    d = run.divergence
+    if d is None:
+        return ""
+    tie = " (a bf16 near-tie flip)" if d.near_tie else ""
+    return (f"token {d.index} (position {d.position}): AR {d.ar_token} vs DDTree {d.ddtree_token}, "
+            f"AR logit margin {d.margin:.3g}{tie}")
+
+
+def e2e_line(run) -> str:
+    verdict = "SAME" if run.identical else "DIVERGED"
+    return (f"{verdict} prompt={run.prompt} {run.variant} budget={run.budget} tokens={run.tokens} "
+            f"tau={run.mean_accept:.2f} tokens/forward={run.tokens_per_forward:.2f} {_divergence(run)}").rstrip()
+
+
+def e2e_table(runs, *, quiet: bool) -> None:
+    same = sum(r.identical for r in runs)
+    summary = f"{same} identical, {len(runs) - same} diverged"
+    if quiet:
+        print(summary)
+        return
+    backend = runs[0].backend if runs else "?"
+    table = Table(title=f"kdtree e2e — DDTree vs autoregressive greedy, backend {backend}", title_justify="left")
+    for name in ("prompt", "variant", "budget", "depth", "tokens", "τ (mean accept)", "tokens/forward",
+                 "forwards", "seconds", "result"):
+        table.add_column(name, justify="left" if name in ("variant", "result") else "right")
+    for r in runs:
+        result = "[green]identical[/]" if r.identical else f"[bold red]DIVERGED[/] {_divergence(r)}"
+        table.add_row(str(r.prompt), r.variant, str(r.budget), str(r.depth), str(r.tokens), f"{r.mean_accept:.2f}",
+                      f"{r.tokens_per_forward:.2f}", str(r.forwards), f"{r.seconds:.2f}", result)
+    out.print(table)
+    out.print(summary)
