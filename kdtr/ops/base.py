@@ -7,8 +7,9 @@ module knows an op by name: adding an op = one module + one .cu + one spec (and 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -101,6 +102,26 @@ class Generated:
     aux: dict[str, np.ndarray] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Baseline:
+    """Another implementation of an op that `kdtree bench` times beside our kernel, same inputs, same run.
+
+    `prepare(variant, inputs, params)` gets the case's torch inputs (on the bench device) and returns a
+    zero-argument callable computing the op's outputs (a dict of torch tensors or numpy arrays; a
+    subset of the outputs is allowed, e.g. SDPA has no lse). What `prepare` does (layout conversion,
+    compilation) happens once, outside the timing. `clock` says how a call is timed: "device" (CUDA
+    events around device work) or "host" (perf_counter, for work done on the CPU; the call then
+    includes its own device<->host copies). `skip` is why it does not run for this case; `slow_setup`
+    baselines (compilers) are skipped by `kdtree bench --quick`.
+    """
+
+    prepare: Callable[[str, Mapping[str, Any], Mapping[str, Any]], Callable[[], Mapping[str, Any]]]
+    clock: str = "device"
+    skip: str | None = None
+    slow_setup: bool = False
+    doc: str = ""
+
+
 class Op:
     """Base class; subclasses fill in the class attributes and the methods below."""
 
@@ -175,3 +196,30 @@ class Op:
         specs = self.output_specs(variant, inputs, params)
         out_bytes = sum(NUMPY_DTYPES[d].itemsize * int(np.prod(s)) for d, s in specs.values())
         return Cost(flops=0.0, bytes=float(sum(a.nbytes for a in inputs.values()) + out_bytes))
+
+    # -- bench ----------------------------------------------------------------------------
+    def baselines(self, variant: str, inputs: Mapping[str, np.ndarray],
+                  params: Mapping[str, Any]) -> dict[str, Baseline]:
+        """What `kdtree bench` times beside our kernel (name -> Baseline); `inputs` are the case's
+        numpy arrays, for size estimates. By default: the torch backend, run eagerly."""
+        return {"torch": Baseline(self._torch_runner, doc="the torch backend (run_torch), eager")}
+
+    def _torch_runner(self, variant: str, inputs: Mapping[str, Any], params: Mapping[str, Any]):
+        return functools.partial(self.run_torch, variant, inputs, params)
+
+    def compute_unit(self, variant: str) -> str:
+        """The measured ceiling that bench rates this variant's FLOP/s against: "bf16_mma" (dense
+        bf16 tensor-core matrix products) or "fp32_fma" (FP32 without tensor cores)."""
+        return "bf16_mma"
+
+    def bench_reference(self, variant: str, inputs: Mapping[str, Any],
+                        params: Mapping[str, Any]) -> dict[str, Any] | None:
+        """Expected outputs computed on the bench device from torch `inputs`, at the reference's
+        precision, for shapes whose numpy reference is too slow for a bench run; None (the default):
+        bench uses `reference`."""
+        return None
+
+    def bench_extra(self, variant: str, inputs: Mapping[str, np.ndarray],
+                    params: Mapping[str, Any]) -> dict[str, Any]:
+        """Extra per-case facts a bench record keeps beside `describe` (JSON-ready values)."""
+        return {}

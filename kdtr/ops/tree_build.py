@@ -302,4 +302,25 @@ class TreeBuild(Op):
         return {"B": batch, "L": depth, "K": k, "Q": int(params["budget"]) + 1}
 
 
+    # -- bench ----------------------------------------------------------------------------
+    def baselines(self, variant, inputs, params):
+        """The torch backend, and the path the kernel replaces: the per-request CPU heap."""
+        from .base import Baseline
+
+        out = super().baselines(variant, inputs, params)
+        out["cpu_heap"] = Baseline(self._cpu_heap_runner, clock="host",
+                                   doc="the heapq reference per request, timed per batch on the host, "
+                                       "with the device->host copy of the top-K and the upload of the tree")
+        return out
+
+    def _cpu_heap_runner(self, variant, inputs, params):
+        from ..dtypes import to_numpy, to_torch
+
+        def run():
+            host = {name: to_numpy(tensor) for name, tensor in inputs.items()}
+            device = next(iter(inputs.values())).device
+            return {name: to_torch(array, device) for name, array in self.reference(variant, host, params).items()}
+        return run
+
+
 OP = TreeBuild()

@@ -6,6 +6,7 @@ Two layouts share one math: `fp32` (contiguous [B, S, 576] KV, exact FP32) and `
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Mapping
 
 import numpy as np
@@ -366,6 +367,181 @@ class VerifyAttn(Op):
                         for d, s in self.output_specs(variant, inputs, params).values())
         moved = inputs["q"].nbytes + kv_rows * ROW * itemsize + mask_bytes + out_bytes
         return Cost(flops=float(visible_keys * FLOP_PER_KEY), bytes=float(moved))
+
+
+    # -- bench ----------------------------------------------------------------------------
+    def compute_unit(self, variant):
+        # fp32 is the exact variant (FP32 FMA, no tensor cores): rated against FP32 FLOP/s
+        return "fp32_fma" if variant == "fp32" else "bf16_mma"
+
+    def baselines(self, variant, inputs, params):
+        """torch eager (run_torch), torch.compile of it, and PyTorch SDPA with the tree mask."""
+        from .base import Baseline
+
+        out = super().baselines(variant, inputs, params)
+        out["torch_compile"] = Baseline(self._compiled_runner, slow_setup=True,
+                                        doc="torch.compile(run_torch, dynamic=True): one compile "
+                                            "per variant serves every shape")
+        out["sdpa"] = Baseline(self._sdpa_runner, skip=self._sdpa_skip(variant, inputs),
+                               doc="F.scaled_dot_product_attention with a bool tree mask over "
+                                   "contiguous KV (layout built once, untimed)")
+        return out
+
+    def bench_extra(self, variant, inputs, params):
+        if variant == "fp32":
+            kv_tokens = int(inputs["prefix_len"].sum()) + inputs["visibility"].shape[0] * inputs["visibility"].shape[1]
+        else:
+            kv_tokens = int(inputs["kv_indices"].size + inputs["tree_slots"].size)
+        return {"kv_tokens": kv_tokens, "prefix_mode": params.get("prefix_mode", "same")}
+
+    def _compiled_runner(self, variant, inputs, params):
+        return functools.partial(_compiled_run_torch(variant), inputs, params)
+
+    def _sdpa_skip(self, variant, inputs):
+        """Why SDPA would not fit in device memory here (None: it fits). A bool mask and head dim
+        576 send SDPA down its math path, which expands the one latent KV head to H heads in fp32
+        and materialises fp32 scores and weights."""
+        free = _device_free_bytes()
+        if free is None:
+            return None
+        shape = self.describe(variant, inputs, {})
+        batch, heads, q_len = shape["B"], shape["H"], shape["Q"]
+        keys = shape["prefix"] + q_len
+        need = (batch * heads * keys * (ROW + LATENT) * 4 + 3 * batch * heads * q_len * keys * 4
+                + batch * keys * ROW * inputs["q"].dtype.itemsize)
+        if need > SDPA_MEMORY_FRACTION * free:
+            return (f"would need ~{need / 1e9:.0f} GB (KV expanded to {heads} heads in fp32, fp32 "
+                    f"scores); {free / 1e9:.0f} GB free")
+        return None
+
+    def _sdpa_runner(self, variant, inputs, params):
+        import torch.nn.functional as F
+
+        q, keys, allowed = self._dense_layout(variant, inputs, inputs["q"].dtype)
+        batch, heads, q_len, _ = q.shape
+        keys, mask, scale = keys[:, None], allowed[:, None], float(params["sm_scale"])   # one KV head
+
+        def run():
+            out = F.scaled_dot_product_attention(q, keys, keys[..., :LATENT], attn_mask=mask, scale=scale,
+                                                 enable_gqa=True).transpose(1, 2)     # [B, Q, H, 512]
+            return {"out": out if variant == "fp32" else out.reshape(batch * q_len, heads, LATENT)}
+        return run
+
+    def _dense_layout(self, variant, inputs, dtype, lo=0, hi=None):
+        """Requests lo..hi of torch inputs as dense tensors: q [n, H, Q, 576] (a view where the dtype
+        allows), keys [n, W + Q, 576] (each prefix padded with zero rows to the longest W, then the
+        tree) and allowed [n, Q, W + Q] (bool)."""
+        import torch
+
+        if variant == "fp32":
+            batch, q_len, heads, _ = inputs["q"].shape
+            hi = batch if hi is None else hi
+            prefix_len = inputs["prefix_len"][lo:hi].long()
+            q = inputs["q"][lo:hi].transpose(1, 2)
+            kv = inputs["kv"][lo:hi]
+            device = kv.device
+            width = int(prefix_len.max())
+            keys_prefix = kv[:, :width]
+            tree_rows = prefix_len[:, None] + torch.arange(q_len, device=device)[None]
+            keys_tree = kv[torch.arange(hi - lo, device=device)[:, None], tree_rows]
+            visibility = inputs["visibility"][lo:hi].bool()
+        else:
+            indptr = inputs["kv_indptr"].long()
+            batch = indptr.numel() - 1
+            hi = batch if hi is None else hi
+            q_len, heads = inputs["tree_slots"].numel() // batch, inputs["q"].shape[1]
+            q = inputs["q"][lo * q_len:hi * q_len].view(hi - lo, q_len, heads, ROW).transpose(1, 2)
+            device = q.device
+            prefix_len = (indptr[1:] - indptr[:-1])[lo:hi]
+            width = int(prefix_len.max())
+            buffer = inputs["kv_buffer"]
+            if width:
+                indices = inputs["kv_indices"].long()
+                pos = indptr[lo:hi, None] + torch.arange(width, device=device)[None]
+                keys_prefix = buffer[indices[pos.clamp(max=indices.numel() - 1)]]
+            else:
+                keys_prefix = buffer.new_zeros((hi - lo, 0, ROW))
+            keys_tree = buffer[inputs["tree_slots"].long().view(batch, q_len)[lo:hi]]
+            rows = torch.arange(q_len, device=device)
+            mask_pos = (inputs["mask_indptr"].long()[lo:hi, None, None]
+                        + rows[None, :, None] * (prefix_len + q_len)[:, None, None]
+                        + prefix_len[:, None, None] + rows[None, None, :])
+            visibility = inputs["custom_mask"][mask_pos].bool()
+        prefix_cols = torch.arange(width, device=device)[None] < prefix_len[:, None]       # [n, W]
+        keys = torch.cat([torch.where(prefix_cols[:, :, None], keys_prefix.to(dtype), 0),  # NaN padding -> 0
+                          keys_tree.to(dtype)], dim=1)
+        allowed = torch.cat([prefix_cols[:, None, :].expand(-1, q_len, -1), visibility], dim=2)
+        return q.to(dtype), keys, allowed
+
+    def bench_reference(self, variant, inputs, params):
+        """On a GPU: float64 there with the reference's math (see dense_reference); else None."""
+        if inputs["q"].device.type != "cuda":
+            return None
+        return self.dense_reference(variant, inputs, params)
+
+    def dense_reference(self, variant, inputs, params, chunk_bytes=None):
+        """float64 in torch with the reference's math (masked softmax over dense keys), on the
+        inputs' device, in chunks of requests and heads whose float64 scores stay under
+        `chunk_bytes` (REFERENCE_DEVICE_BYTES)."""
+        import torch
+
+        chunk_bytes = chunk_bytes or REFERENCE_DEVICE_BYTES
+        if variant == "fp32":
+            batch, q_len, heads, _ = inputs["q"].shape
+            width = int(inputs["prefix_len"].max())
+        else:
+            batch = inputs["kv_indptr"].numel() - 1
+            q_len, heads = inputs["tree_slots"].numel() // batch, inputs["q"].shape[1]
+            width = int((inputs["kv_indptr"][1:] - inputs["kv_indptr"][:-1]).max())
+        per_head = q_len * (width + q_len) * 8                    # float64 score bytes, one request
+        head_step = max(1, min(heads, chunk_bytes // per_head))
+        batch_step = max(1, chunk_bytes // (per_head * heads)) if head_step == heads else 1
+        scale = float(params["sm_scale"])
+        device = inputs["q"].device
+        out = torch.empty((batch, q_len, heads, LATENT), dtype=torch.float32, device=device)
+        lse = torch.empty((batch, q_len, heads), dtype=torch.float32, device=device)
+        for lo in range(0, batch, batch_step):
+            hi = min(batch, lo + batch_step)
+            q, keys, allowed = self._dense_layout(variant, inputs, torch.float64, lo, hi)
+            n, total = hi - lo, keys.shape[1]
+            for h0 in range(0, heads, head_step):
+                h1 = min(heads, h0 + head_step)
+                rows = q[:, h0:h1].reshape(n, (h1 - h0) * q_len, ROW)
+                scores = torch.bmm(rows, keys.transpose(1, 2)).view(n, h1 - h0, q_len, total) * scale
+                scores.masked_fill_(~allowed[:, None], -torch.inf)
+                part_lse = torch.logsumexp(scores, dim=-1)                        # [n, h, Q]
+                weights = scores.sub_(part_lse[..., None]).exp_().view(n, (h1 - h0) * q_len, total)
+                part = torch.bmm(weights, keys[..., :LATENT]).view(n, h1 - h0, q_len, LATENT)
+                out[lo:hi, :, h0:h1] = part.transpose(1, 2).float()
+                lse[lo:hi, :, h0:h1] = part_lse.transpose(1, 2).float()
+                del scores, weights, part
+        if variant == "fp32":
+            return {"out": out, "lse": lse}
+        return {"out": out.view(batch * q_len, heads, LATENT), "lse": lse.view(batch * q_len, heads)}
+
+
+SDPA_MEMORY_FRACTION = 0.85             # of free device memory SDPA's estimated need may take
+REFERENCE_DEVICE_BYTES = 2 << 30        # float64 scores per chunk of the device reference
+
+
+def _device_free_bytes() -> int | None:
+    try:
+        import torch
+
+        return int(torch.cuda.mem_get_info()[0]) if torch.cuda.is_available() else None
+    except Exception:   # noqa: BLE001 - no usable GPU: no memory estimate
+        return None
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled_run_torch(variant: str):
+    """torch.compile of run_torch for one variant, made once per process (dynamic shapes)."""
+    import logging
+
+    import torch
+
+    torch._logging.set_logs(dynamo=logging.ERROR)    # the graph break at int(prefix_len.max()) is expected
+    return torch.compile(functools.partial(OP.run_torch, variant), dynamic=True)
 
 
 OP = VerifyAttn()
