@@ -62,6 +62,10 @@ def main_options(
 JsonOpt = typer.Option(None, "--json", help="Write a machine-readable record here ('-' = stdout).")
 PatternOpt = typer.Option(None, "-k", help="Only cases whose name contains PATTERN (or matches a * ? glob).")
 QuietOpt = typer.Option(False, "--quiet", "-q", help="One plain line per case (for shell loops).")
+ShardOpt = typer.Option(None, "--shard", help="Run only shard I of N (1-based, e.g. 2/4): a stable split "
+                                              "by case-name hash, so N CI jobs cover the suite exactly once.")
+DevicesOpt = typer.Option(None, "--devices", help="One worker process per GPU: 'all' or indices like 0,1 "
+                                                  "(cases spread by estimated cost, one merged table).")
 
 
 @app.command("gen-refs")
@@ -71,14 +75,17 @@ def gen_refs_cmd(
     out: Path = typer.Option(Path("goldens"), "-o", "--out", help="Folder for goldens/<op>/<case>.kdtr."),
     pattern: Optional[str] = PatternOpt,
     force: bool = typer.Option(False, "--force", help="Rewrite bundles even when their provenance is unchanged."),
+    shard: Optional[str] = ShardOpt,
     quiet: bool = QuietOpt,
     json_path: Optional[str] = JsonOpt,
 ):
     """Generate golden bundles from YAML suites (exact numpy references); skips fresh ones."""
-    from kdtr import refs, report, spec
+    from kdtr import parallel, refs, report, spec
 
+    shard_spec = parallel.Shard.parse(shard) if shard else None
     suites = spec.load_suites(specs or sorted(Path("specs").glob("*.yaml")) or [Path("specs")])
     cases = [(s, c) for s in suites for c in spec.select(s.cases, pattern)]
+    cases = parallel.shard_items(cases, lambda sc: f"{sc[1].op}/{sc[1].name}", shard_spec)
     if not cases:
         raise KdtreeError(f"no case matches -k {pattern!r}" if pattern else "the suites hold no cases")
     started = time.perf_counter()
@@ -101,39 +108,44 @@ def verify_cmd(
     trials: int = typer.Option(0, min=0, help="Also re-run each case on N fresh random inputs from its generator."),
     determinism: bool = typer.Option(False, "--determinism", help="Run twice and report whether outputs are bitwise equal."),
     pattern: Optional[str] = PatternOpt,
+    shard: Optional[str] = ShardOpt,
+    devices: Optional[str] = DevicesOpt,
     quiet: bool = QuietOpt,
     verbose: bool = typer.Option(False, "-v", "--verbose", help="Show the worst elements of failing outputs."),
     json_path: Optional[str] = JsonOpt,
     junit: Optional[Path] = typer.Option(None, "--junit", help="Write a JUnit XML report here."),
 ):
     """Run each bundle's case on a backend and compare every output with the golden."""
-    from kdtr import backends, report, spec
-    from kdtr.verify import Options, find_bundles, verify_bundle
+    from kdtr import backends, parallel, report, spec
+    from kdtr.verify import Options, crashed, find_bundles, shard_key, verify_file
 
     for name, value in (("--atol", atol), ("--rtol", rtol)):
         if value is not None and not value >= 0:
             raise typer.BadParameter(f"{name} must be >= 0", param_hint=name)
+    shard_spec = parallel.Shard.parse(shard) if shard else None
     files = [f for f in find_bundles(paths or [Path("goldens")]) if spec.name_matches(f.stem, pattern)]
+    files = parallel.shard_items(files, shard_key, shard_spec)
     if not files:
         raise KdtreeError("no bundles to verify" + (f" match -k {pattern!r}" if pattern else
+                                                     " in this shard" if shard_spec else
                                                      " (run `kdtree gen-refs` first?)"))
     options = Options(backend=backends.resolve_backend(backend), atol=atol, rtol=rtol, trials=trials,
                       determinism=determinism)
+    device_list = parallel.parse_devices(devices, _gpu_count())
+    if device_list:
+        groups = parallel.balance(files, lambda f: f.stat().st_size, len(device_list))
+        outcomes = (result for _, result in parallel.map_on_devices(
+            device_list, groups, functools.partial(verify_file, options=options), crashed))
+    else:
+        outcomes = (verify_file(file, options) for file in files)
     rows, errors = [], []
-
-    def each():
-        for file in files:
-            try:
-                yield verify_bundle(file, options)
-            except KdtreeError as err:
-                if _state["debug"]:
-                    raise
-                errors.append(str(err))
-                render.error(str(err))
-                yield []
-    for batch in render.progress(each(), len(files), f"verify ({options.backend})", quiet=quiet,
-                                 line=render.verify_lines):
+    label = f"verify ({options.backend}" + (f", {len(device_list)} workers)" if device_list else ")")
+    for batch, problem in render.progress(outcomes, len(files), label, quiet=quiet,
+                                          line=lambda outcome: render.verify_lines(outcome[0])):
         rows.extend(batch)
+        if problem:
+            errors.append(problem)
+            render.error(problem)
     render.verify_table(rows, quiet=quiet, verbose=verbose)
     if json_path:
         _emit_json(json_path, report.verify_record(rows, errors))
@@ -190,6 +202,16 @@ def build_cmd(
         _emit_json(json_path, {"meta": report.record_meta("build"), "nvrtc": list(nvrtc.nvrtc_version()),
                                "modules": [{"source": m.source.name, "arch": m.arch, "cache_hit": m.cache_hit,
                                             "resources": m.resources} for m in modules]})
+
+
+def _gpu_count() -> int:
+    from kdtr.device import gpu_available
+
+    if not gpu_available():
+        return 0
+    import torch
+
+    return torch.cuda.device_count()
 
 
 def _emit_json(path: str, record) -> None:

@@ -172,3 +172,23 @@ def verify_bundle(path: str | Path, options: Options) -> list[VerifyRow]:
             rows.append(check_case(op, variant, generated.inputs, reference, generated.params, tols,
                                    options, case=case, file=str(path), trial=trial, seed=fresh.seed))
     return rows
+
+
+def verify_file(path: str | Path, options: Options) -> tuple[list[VerifyRow], str | None]:
+    """verify_bundle with a bad bundle turned into its message (so it can cross a process)."""
+    try:
+        return verify_bundle(path, options), None
+    except KdtreeError as err:
+        return [], str(err)
+
+
+def crashed(path: str | Path, reason: str) -> tuple[list[VerifyRow], str | None]:
+    """The row of a bundle whose worker process died: the case fails with the reason."""
+    return [VerifyRow(case=Path(path).stem, file=str(path), op="?", variant="?", backend="?", config={},
+                      passed=False, error=reason)], None
+
+
+def shard_key(path: str | Path) -> str:
+    """goldens/<op>/<case>.kdtr -> "<op>/<case>", the key gen-refs shards cases by."""
+    path = Path(path)
+    return f"{path.parent.name}/{path.stem}"

@@ -1,0 +1,82 @@
+"""Shards cover a suite exactly once; worker processes give the same verdicts as a plain run."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from cli.main import app
+from kdtr.errors import UsageError
+from kdtr.parallel import Shard, balance, map_on_devices, parse_devices, shard_items
+
+from .test_cli import goldens  # noqa: F401  (fixture)
+
+
+@given(st.lists(st.text(min_size=1, max_size=30), unique=True, max_size=200), st.integers(1, 9))
+def test_shards_cover_every_item_exactly_once(names, count):
+    taken = [name for index in range(1, count + 1) for name in shard_items(names, str, Shard(index, count))]
+    assert sorted(taken) == sorted(names)
+
+
+def test_shard_parse_errors():
+    assert Shard.parse("2/4") == Shard(2, 4)
+    for bad in ("0/4", "5/4", "a/b", "3", "1/0"):
+        with pytest.raises(UsageError):
+            Shard.parse(bad)
+
+
+def test_device_parsing():
+    assert parse_devices(None, 4) is None
+    assert parse_devices("all", 2) == ["0", "1"]
+    assert parse_devices("1,0", 2) == ["1", "0"]
+    for bad, available in (("all", 0), ("0,0", 2), ("2", 2), ("x", 2), ("-1", 2)):
+        with pytest.raises(UsageError):
+            parse_devices(bad, available)
+
+
+def test_balance_spreads_cost():
+    groups = balance([5, 4, 3, 3, 2, 1], float, 2)
+    assert sorted(sum(g) for g in groups) == [9, 9]
+
+
+def _square(x):
+    return x * x
+
+
+def _die_on_three(x):
+    if x == 3:
+        os._exit(7)
+    return x
+
+
+def test_workers_run_and_pin_devices():
+    results = dict(map_on_devices(["0", "1"], [[1, 2], [3]], _square, lambda item, why: why))
+    assert results == {1: 1, 2: 4, 3: 9}
+
+
+def test_a_crashing_worker_fails_its_items_not_the_run():
+    results = dict(map_on_devices(["0", "1"], [[1, 2], [3, 4]], _die_on_three, lambda item, why: f"crash: {why}"))
+    assert results[1] == 1 and results[2] == 2
+    assert results[3].startswith("crash: the worker on device 1") and results[4].startswith("crash:")
+
+
+def test_devices_on_cpu_equal_a_plain_run(goldens):  # noqa: F811
+    runner = CliRunner()
+    plain = runner.invoke(app, ["verify", str(goldens), "--backend", "torch", "-q"])
+    workers = runner.invoke(app, ["verify", str(goldens), "--backend", "torch", "-q", "--devices", "0,1"])
+    assert plain.exit_code == workers.exit_code == 0
+    assert sorted(plain.output.splitlines()) == sorted(workers.output.splitlines())
+
+
+def test_shards_of_verify_add_up(goldens):  # noqa: F811
+    runner = CliRunner()
+    counts = []
+    for index in (1, 2, 3):
+        result = runner.invoke(app, ["verify", str(goldens), "--backend", "numpy", "-q", "--shard", f"{index}/3"])
+        assert result.exit_code in (0, 2)          # 2: an empty shard says so
+        counts.append(sum(line.startswith("PASS") for line in result.output.splitlines()))
+    assert sum(counts) == 5
