@@ -228,7 +228,15 @@ def _emit_json(path: str, record) -> None:
 from . import e2e as _e2e  # noqa: E402,F401  (registers e2e)
 
 
+def _terminate(signum, frame):
+    """A kill (SIGTERM) takes the Ctrl-C path: temp files are removed, exit 130."""
+    raise KeyboardInterrupt
+
+
 def main() -> None:
+    import signal
+
+    signal.signal(signal.SIGTERM, _terminate)
     app()
 
 
