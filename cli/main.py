@@ -110,6 +110,8 @@ def verify_cmd(
     pattern: Optional[str] = PatternOpt,
     shard: Optional[str] = ShardOpt,
     devices: Optional[str] = DevicesOpt,
+    sanitize: Optional[str] = typer.Option(None, "--sanitize", help="Run the cuda backend under compute-sanitizer "
+                                           "(memcheck, racecheck, synccheck or initcheck); any report fails its case."),
     quiet: bool = QuietOpt,
     verbose: bool = typer.Option(False, "-v", "--verbose", help="Show the worst elements of failing outputs."),
     json_path: Optional[str] = JsonOpt,
@@ -125,6 +127,8 @@ def verify_cmd(
     shard_spec = parallel.Shard.parse(shard) if shard else None
     files = [f for f in find_bundles(paths or [Path("goldens")]) if spec.name_matches(f.stem, pattern)]
     files = parallel.shard_items(files, shard_key, shard_spec)
+    if sanitize:
+        _sanitized_verify(sanitize, files, atol, rtol, trials, quiet, json_path)
     if not files:
         raise KdtreeError("no bundles to verify" + (f" match -k {pattern!r}" if pattern else
                                                      " in this shard" if shard_spec else
@@ -202,6 +206,32 @@ def build_cmd(
         _emit_json(json_path, {"meta": report.record_meta("build"), "nvrtc": list(nvrtc.nvrtc_version()),
                                "modules": [{"source": m.source.name, "arch": m.arch, "cache_hit": m.cache_hit,
                                             "resources": m.resources} for m in modules]})
+
+
+def _sanitized_verify(tool, files, atol, rtol, trials, quiet, json_path) -> None:
+    """verify under compute-sanitizer in a child process; exits with the combined verdict."""
+    from kdtr import report, sanitize
+
+    args = [str(f) for f in files] + [f"--trials={trials}"]
+    args += [f"--atol={atol}"] if atol is not None else []
+    args += [f"--rtol={rtol}"] if rtol is not None else []
+    result = sanitize.SanitizeResult(tool)
+    for case in sanitize.run(tool, args, result):
+        if not quiet or not case.passed:
+            print(("" if case.passed else "SANITIZER ") + case.line, flush=True)
+        for line in case.reports:
+            print(f"    {line}", flush=True)
+    for line in result.unattributed:
+        print(f"    (no case) {line}", flush=True)
+    summary = (f"compute-sanitizer {tool}: {result.errors if result.errors is not None else 'no'} errors reported; "
+               f"{sum(c.passed for c in result.cases)} passed, {sum(not c.passed for c in result.cases)} failed; "
+               f"child exit {result.returncode}")
+    print(summary)
+    if json_path:
+        _emit_json(json_path, {"meta": report.record_meta(f"verify --sanitize {tool}"), "result": result})
+    if result.errors is None and not result.cases:
+        raise KdtreeError(f"compute-sanitizer {tool} produced no summary (child exit {result.returncode})")
+    raise typer.Exit(EXIT_OK if result.passed else EXIT_FAILED)
 
 
 def _gpu_count() -> int:
