@@ -1,12 +1,16 @@
 // tree_build: best-first DDTree draft tree from per-depth top-K log-probs (ops.md §1).
 //
 // Launch: grid = B (one block per request), block = TB_THREADS (256), dynamic shared memory =
-//   tree_build_smem_bytes(L, Kc, Q) below (the host computes the same sum; Kc = min(K, Q), the
-//   columns that can ever be read: a popped node's rank is < budget, so r + 1 <= budget < Q).
-//   Entry: tree_build(topk_logp f32 [B,L,K], topk_ids i32 [B,L,K], root_token i32 [B],
-//                     start i32 [B], B, L, K, budget, staged,
-//                     tokens, parents, depths, positions, ranks i32 [B,Q], scores f64 [B,Q],
-//                     visibility u8 [B,Q,Q], num_nodes i32 [B])
+//   what carve() below lays out (the host computes the same sum; Kc = min(K, Q), the columns that
+//   can ever be read: a popped node's rank is < budget, so r + 1 <= budget < Q).
+//   Entries (same arguments):
+//     tree_build_warp  candidates in registers, TB_NPL per lane (compile-time define, capacity
+//                      32 * TB_NPL >= budget + 1: a pop that pushes nothing leaves a hole, one that
+//                      pushes two appends a slot); the fast path for budget < 512.
+//     tree_build       candidates in shared memory; any budget that fits shared memory.
+//   (topk_logp f32 [B,L,K], topk_ids i32 [B,L,K], root_token i32 [B], start i32 [B], B, L, K,
+//    budget, staged, tokens, parents, depths, positions, ranks i32 [B,Q], scores f64 [B,Q],
+//    visibility u8 [B,Q,Q], num_nodes i32 [B])
 //   `staged` = 1: the first Kc columns of topk_logp/topk_ids are copied to shared memory (the host
 //   sets it when they fit); 0: they are read from global memory (large K * L).
 //
@@ -18,12 +22,13 @@
 //     lexicographically smaller rank tuple, a shorter prefix first ((0,0) < (1,), (0,) < (0,0)).
 //   * nodes are numbered in pop order; every output element is written (padding: -1, -inf, 0).
 //
-// Design: warp 0 runs the lazy heap as an unsorted candidate array in shared memory (a pop adds at
-// most one live candidate, so capacity = budget suffices). Each pop: every lane scans its slots,
-// the warp finds the maximum key with two __reduce_max_sync over the order-preserving 64-bit image
-// of the score, exact ties (rare) are settled by walking rank paths. Node ancestry is kept as a
-// path of node indices per node (u16, stride L+1), which gives O(1) visibility tests and the rank
-// tuples for tie-breaks. All 256 threads stage the inputs and write the outputs.
+// Design: warp 0 runs the lazy heap as an unsorted candidate set (a pop adds at most one live
+// candidate, so capacity = budget suffices). Each pop: every lane finds its best slot, the warp the
+// maximum key with two __reduce_max_sync over the order-preserving 64-bit image of the score; exact
+// ties (rare) are settled by comparing rank tuples through the parent links. In tree_build_warp
+// every lane also reads the log-probs its local best would need if it won, while the reduction
+// runs, so the winner's successors are ready the moment it is known. Node ancestry paths (u16,
+// stride L+1) give O(1) visibility tests; all 256 threads stage the inputs and write the outputs.
 
 #define TB_THREADS 256
 #define FULL_MASK 0xffffffffu
@@ -97,6 +102,220 @@ __device__ bool cand_lex_less(const TreeSmem& s, int stride, u64 a, u64 b) {
         if (ea != eb) return ea < eb;
     }
     return da < db;
+}
+
+// Rank-tuple order of two live candidates through parent links (no paths needed): bring both to
+// the same depth, climb until they are siblings, compare ranks. A live candidate is never a prefix
+// of another (a node's children are pushed only once it is popped), so the first difference
+// decides; the depth test is kept for completeness.
+struct Walk { int node, parent, rank, depth; };
+__device__ __forceinline__ void walk_up(const TreeSmem& s, Walk& w) {
+    w.node = w.parent;
+    w.parent = s.node_parent[w.node];
+    w.rank = s.node_rank[w.node];
+    w.depth -= 1;
+}
+__device__ bool cand_less_walk(const TreeSmem& s, u64 a, u64 b) {
+    Walk x{-1, cand_parent(a), cand_rank(a), cand_depth(a)};
+    Walk y{-1, cand_parent(b), cand_rank(b), cand_depth(b)};
+    while (x.depth > y.depth) walk_up(s, x);
+    while (y.depth > x.depth) walk_up(s, y);
+    if (x.node >= 0 && x.node == y.node) return cand_depth(a) < cand_depth(b);
+    while (x.parent != y.parent) { walk_up(s, x); walk_up(s, y); }
+    if (x.rank != y.rank) return x.rank < y.rank;
+    return cand_depth(a) < cand_depth(b);
+}
+
+// Every output element of request b from the finished node arrays and paths (all threads).
+__device__ void write_outputs(const TreeSmem& s, int b, int Q, int stride, int nn, int st,
+                              int* __restrict__ tokens, int* __restrict__ parents, int* __restrict__ depths,
+                              int* __restrict__ positions, int* __restrict__ ranks, double* __restrict__ scores,
+                              u8* __restrict__ visibility, int* __restrict__ num_nodes) {
+    const int tid = threadIdx.x;
+    const size_t row0 = (size_t)b * Q;
+    for (int i = tid; i < Q; i += TB_THREADS) {
+        const bool live = i <= nn;
+        tokens[row0 + i] = live ? s.node_token[i] : -1;
+        parents[row0 + i] = live ? s.node_parent[i] : -1;
+        depths[row0 + i] = live ? s.node_depth[i] : -1;
+        positions[row0 + i] = live ? st + s.node_depth[i] : -1;
+        ranks[row0 + i] = live ? s.node_rank[i] : -1;
+        scores[row0 + i] = live ? s.node_score[i] : -__longlong_as_double(0x7ff0000000000000ll);
+    }
+    if (tid == 0) num_nodes[b] = nn;
+    u8* vis = visibility + (size_t)b * Q * Q;
+    const int live_q = nn + 1;
+    for (int i = tid / 32; i < Q; i += TB_THREADS / 32) {       // one warp per row
+        const int di = i < live_q ? s.node_depth[i] : -1;
+        const u16* pi = s.path + (size_t)i * stride;
+        for (int j = tid % 32; j < Q; j += 32) {
+            u8 v = 0;
+            if (i < live_q && j < live_q) {
+                const int dj = s.node_depth[j];
+                v = (dj <= di && pi[dj] == j) ? 1 : 0;
+            }
+            vis[(size_t)i * Q + j] = v;
+        }
+    }
+}
+
+#ifndef TB_NPL
+#define TB_NPL 1
+#endif
+
+// Writes (score, desc) into candidate slot `slot` (lane slot % 32, register slot / 32).
+__device__ __forceinline__ void set_slot(double (&cs)[TB_NPL], u64 (&cd)[TB_NPL], int lane, int slot,
+                                         double score, u64 desc) {
+    const bool mine = lane == (slot & 31);
+    const int sj = slot >> 5;
+#pragma unroll
+    for (int j = 0; j < TB_NPL; ++j) {         // selects, not an indexed store (which goes to local memory)
+        const bool hit = mine && j == sj;
+        cs[j] = hit ? score : cs[j];
+        cd[j] = hit ? desc : cd[j];
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(TB_THREADS)
+tree_build_warp(const float* __restrict__ topk_logp, const int* __restrict__ topk_ids,
+                const int* __restrict__ root_token, const int* __restrict__ start,
+                int B, int L, int K, int budget, int staged,
+                int* __restrict__ tokens, int* __restrict__ parents, int* __restrict__ depths,
+                int* __restrict__ positions, int* __restrict__ ranks, double* __restrict__ scores,
+                u8* __restrict__ visibility, int* __restrict__ num_nodes) {
+    extern __shared__ __align__(16) char smem_raw[];
+    __shared__ int s_num_nodes;
+    const int b = blockIdx.x;
+    if (b >= B) return;
+    const int Q = budget + 1;
+    const int Kc = K < Q ? K : Q;
+    const int stride = L + 1;
+    const int tid = threadIdx.x;
+    TreeSmem s;
+    carve(smem_raw, L, Kc, Q, staged, s);
+
+    const float* g_lp = topk_logp + (size_t)b * L * K;
+    const int* g_ids = topk_ids + (size_t)b * L * K;
+    const float* lp = staged ? s.lp : g_lp;
+    const int* ids = staged ? s.ids : g_ids;
+    const int ld = staged ? Kc : K;
+    if (staged) {
+        for (int e = tid; e < L * Kc; e += TB_THREADS) {
+            int d = e / Kc, r = e - d * Kc;
+            s.lp[e] = g_lp[(size_t)d * K + r];
+            s.ids[e] = g_ids[(size_t)d * K + r];
+        }
+    }
+    if (tid == 0) {
+        s.node_score[0] = 0.0;
+        s.node_parent[0] = -1;
+        s.node_depth[0] = 0;
+        s.node_rank[0] = -1;
+        s.node_token[0] = root_token[b];
+    }
+    __syncthreads();
+
+    if (tid < 32) {
+        const int lane = tid;
+        double cs[TB_NPL];
+        u64 cd[TB_NPL];
+#pragma unroll
+        for (int j = 0; j < TB_NPL; ++j) { cs[j] = 0.0; cd[j] = 0; }
+        int count = 0;                                 // slots in use (holes included), same in every lane
+        int live = 0;                                  // candidates in them
+        if (budget > 0) {
+            if (lane == 0) { cs[0] = (double)lp[0]; cd[0] = pack_cand(0, 0, 1); }
+            count = live = 1;
+        }
+        int n = 0;
+        while (n < budget && live > 0) {
+            // 1. this lane's best slot (kept in scalars: no dynamic register indexing)
+            bool have = false;
+            double bs = 0.0;
+            u64 bd = 0, bk = 0;
+            int bj = 0;
+#pragma unroll
+            for (int j = 0; j < TB_NPL; ++j) {
+                if (j * 32 + lane < count && cd[j] != 0ull) {
+                    const u64 k = score_key(cs[j]);
+                    if (!have || k > bk || (k == bk && cand_less_walk(s, cd[j], bd))) {
+                        have = true; bk = k; bs = cs[j]; bd = cd[j]; bj = j;
+                    }
+                }
+            }
+            // 2. what this lane's best would need if it won (overlaps the reduction below)
+            double sib = 0.0, child = 0.0;
+            int tok = 0;
+            if (have) {
+                const int r = cand_rank(bd), d = cand_depth(bd);
+                const float* row = lp + (size_t)(d - 1) * ld;
+                tok = ids[(size_t)(d - 1) * ld + r];
+                if (r + 1 < K) sib = (bs - (double)row[r]) + (double)row[r + 1];
+                if (d < L) child = bs + (double)lp[(size_t)d * ld];
+            }
+            // 3. the warp's best key: high word, then low word among lanes holding that high word
+            const u32 hi = have ? (u32)(bk >> 32) : 0u;
+            const u32 max_hi = __reduce_max_sync(FULL_MASK, hi);
+            const u32 lo = (have && hi == max_hi) ? (u32)bk : 0u;
+            const u32 max_lo = __reduce_max_sync(FULL_MASK, lo);
+            const u32 tied = __ballot_sync(FULL_MASK, have && hi == max_hi && (u32)bk == max_lo);
+            int wl = __ffs(tied) - 1;
+            if (__popc(tied) > 1) {                    // exact score tie across lanes
+                u64 wd = __shfl_sync(FULL_MASK, bd, wl);
+                u32 rest = tied & (tied - 1);
+                while (rest) {
+                    const int other = __ffs(rest) - 1;
+                    rest &= rest - 1;
+                    const u64 od = __shfl_sync(FULL_MASK, bd, other);
+                    if (cand_less_walk(s, od, wd)) { wl = other; wd = od; }
+                }
+            }
+            // 4. pop the winner: node n + 1
+            const double sc = __shfl_sync(FULL_MASK, bs, wl);
+            const u64 c = __shfl_sync(FULL_MASK, bd, wl);
+            const double w_sib = __shfl_sync(FULL_MASK, sib, wl);
+            const double w_child = __shfl_sync(FULL_MASK, child, wl);
+            const int w_tok = __shfl_sync(FULL_MASK, tok, wl);
+            const int wslot = __shfl_sync(FULL_MASK, bj, wl) * 32 + wl;
+            const int p = cand_parent(c), r = cand_rank(c), d = cand_depth(c);
+            const int node = n + 1;
+            if (lane == 0) {
+                s.node_score[node] = sc;
+                s.node_parent[node] = p;
+                s.node_depth[node] = d;
+                s.node_rank[node] = r;
+                s.node_token[node] = w_tok;
+            }
+            n = node;
+            // 5. push its next sibling and first child (only if another pop follows)
+            const bool more = n < budget;
+            const bool has_sib = more && (r + 1 < K);
+            const bool has_child = more && (d < L);
+            if (has_sib) {
+                set_slot(cs, cd, lane, wslot, w_sib, pack_cand(p, r + 1, d));
+                if (has_child) { set_slot(cs, cd, lane, count, w_child, pack_cand(node, 0, d + 1)); ++count; }
+            } else if (has_child) {
+                set_slot(cs, cd, lane, wslot, w_child, pack_cand(node, 0, d + 1));
+            } else {                                   // a hole: desc 0 (depth 0) is never a candidate
+                set_slot(cs, cd, lane, wslot, 0.0, 0ull);
+            }
+            live += (has_sib ? 1 : 0) + (has_child ? 1 : 0) - 1;
+            __syncwarp();                              // node arrays visible to every lane
+        }
+        if (lane == 0) s_num_nodes = n;
+    }
+    __syncthreads();
+    const int nn = s_num_nodes;
+    for (int i = tid; i <= nn; i += TB_THREADS) {       // ancestry paths, one thread per node
+        int x = i;
+        for (int t = s.node_depth[i]; t >= 0; --t) {
+            s.path[(size_t)i * stride + t] = (u16)x;
+            x = s.node_parent[x];
+        }
+    }
+    __syncthreads();
+    write_outputs(s, b, Q, stride, nn, start[b], tokens, parents, depths, positions, ranks, scores,
+                  visibility, num_nodes);
 }
 
 extern "C" __global__ void __launch_bounds__(TB_THREADS)
@@ -224,32 +443,6 @@ tree_build(const float* __restrict__ topk_logp, const int* __restrict__ topk_ids
     }
     __syncthreads();
 
-    // outputs: every element, padding included
-    const int nn = s_num_nodes;
-    const size_t row0 = (size_t)b * Q;
-    const int st = start[b];
-    for (int i = tid; i < Q; i += TB_THREADS) {
-        const bool live = i <= nn;
-        tokens[row0 + i] = live ? s.node_token[i] : -1;
-        parents[row0 + i] = live ? s.node_parent[i] : -1;
-        depths[row0 + i] = live ? s.node_depth[i] : -1;
-        positions[row0 + i] = live ? st + s.node_depth[i] : -1;
-        ranks[row0 + i] = live ? s.node_rank[i] : -1;
-        scores[row0 + i] = live ? s.node_score[i] : -__longlong_as_double(0x7ff0000000000000ll);
-    }
-    if (tid == 0) num_nodes[b] = nn;
-    u8* vis = visibility + (size_t)b * Q * Q;
-    const int live_q = nn + 1;
-    for (int i = tid / 32; i < Q; i += TB_THREADS / 32) {       // one warp per row
-        const int di = i < live_q ? s.node_depth[i] : -1;
-        const u16* pi = s.path + (size_t)i * stride;
-        for (int j = tid % 32; j < Q; j += 32) {
-            u8 v = 0;
-            if (i < live_q && j < live_q) {
-                const int dj = s.node_depth[j];
-                v = (dj <= di && pi[dj] == j) ? 1 : 0;
-            }
-            vis[(size_t)i * Q + j] = v;
-        }
-    }
+    write_outputs(s, b, Q, stride, s_num_nodes, start[b], tokens, parents, depths, positions, ranks,
+                  scores, visibility, num_nodes);
 }

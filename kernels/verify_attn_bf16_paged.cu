@@ -1,7 +1,7 @@
 // verify_attn, variant bf16_paged: SGLang's target-verify layout, page size 1 (ops.md §2).
 //
 // Launch (main): grid = (ceil(Q*H / 64), B, n_splits), block = 256 (8 warps), dynamic shared
-//   memory FB_SMEM_BYTES (155,648 B: opt-in above 48 KB; one block per SM).
+//   memory FB_SMEM_BYTES (166,144 B: opt-in above 48 KB; one block per SM).
 //   verify_attn_bf16_paged(q bf16 [B*Q,H,576], kv_buffer bf16 [N,576], kv_indptr i32 [B+1],
 //                          kv_indices i32 [*], tree_slots i32 [B*Q], custom_mask u8 [*],
 //                          mask_indptr i32 [B+1], B, Q, H, sm_scale_log2 (= sm_scale*log2 e),
@@ -19,25 +19,33 @@
 //
 // Numerical contract: bf16 inputs, fp32 accumulation on tensor cores (mma.sync m16n8k16 bf16);
 //   scores in the log2 domain (s * sm_scale * log2 e), online softmax with exp2f; the weights p are
-//   rounded to bf16 for the P.V product (as FlashAttention / SGLang's Triton kernel do) and the
-//   row sum l adds exactly those rounded weights; out = bf16_rn(O / l), lse = ln 2 * (m + log2 l).
+//   rounded to bf16 for the P.V product (as FlashAttention / SGLang's Triton kernel do) while the
+//   row sum l adds the fp32 weights; out = bf16_rn(O / l), lse = ln 2 * (m + log2 l).
 //
 // Per 32-key step, warp w (rg = w % 4 owns rows 16rg..16rg+15, half = w / 4):
-//   S (16 rows x 16 keys of its half, k = 576: 36 x 2 mma) from Q and K in shared memory by
-//   ldmatrix; row max exchanged with the partner warp (other half) through shared memory and a
-//   64-thread named barrier; P (bf16) to shared memory; O (16 rows x 256 dims of its half, 128 fp32
-//   registers) += P (16 x 32) V (32 x 256) with V fragments by ldmatrix.trans (2 x 32 mma).
-//   K/V tiles are gathered with cp.async 16 B into a two-stage ring (the next tile's gather
-//   overlaps this tile's math). Row stride 584 bf16 (1168 B) keeps ldmatrix conflict-free.
+//   S: partial scores of its 16 rows x all 32 keys over dims [288 half, 288 half + 288) (18 k-steps
+//   x 4 n-tiles, two accumulator sets by k parity: 8 independent mma chains), added to the partner
+//   warp's (other half) through shared memory and a 64-thread named barrier, so both warps of a
+//   pair hold the same full S. Softmax in registers; P goes straight from the accumulator layout to
+//   the A fragments (no shared-memory round trip). O (16 rows x 256 dims of its half, 128 fp32
+//   registers) += P (16 x 32) V (32 x 256), V fragments by ldmatrix.trans (2 x 32 mma).
+//   K/V tiles are gathered with cp.async 16 B into a two-stage ring; the slot indices of the tile
+//   after next are themselves fetched by cp.async one step ahead, so no thread ever waits on an
+//   index load. Row stride 584 bf16 (1168 B) keeps ldmatrix conflict-free.
 #include "attn_common.cuh"
 
 #define FB_ROWS 64
 #define FB_KEYS 32
 #define FB_THREADS 256
 #define FB_STR 584                 // bf16 per shared row of Q / K
-#define FB_PSTR 40                 // bf16 per shared row of P
-#define FB_SMEM_BYTES ((FB_ROWS * FB_STR + 2 * FB_KEYS * FB_STR + FB_ROWS * FB_PSTR) * 2 + 4 * FB_ROWS * 4)
+#define FB_XCH_FLOATS (8 * 16 * 32)  // S partials: 8 warps x 16 values x 32 lanes
+#define FB_SMEM_BYTES ((FB_ROWS * FB_STR + 2 * FB_KEYS * FB_STR) * 2 + FB_XCH_FLOATS * 4 + 2 * FB_KEYS * 4)
 #define LN2_F 0.6931471805599453f
+
+__device__ __forceinline__ void cp_async4(void* dst, const void* src, bool valid) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n"
+                 :: "r"(smem_addr(dst)), "l"(src), "r"(valid ? 4 : 0) : "memory");
+}
 
 extern "C" __global__ void __launch_bounds__(FB_THREADS, 1)
 verify_attn_bf16_paged(const u16* __restrict__ q, const u16* __restrict__ kv_buffer,
@@ -50,9 +58,8 @@ verify_attn_bf16_paged(const u16* __restrict__ q, const u16* __restrict__ kv_buf
     extern __shared__ __align__(16) u16 smem_h[];
     u16* sQ = smem_h;                                     // [64][584]
     u16* sK = sQ + FB_ROWS * FB_STR;                      // [2][32][584]
-    u16* sP = sK + 2 * FB_KEYS * FB_STR;                  // [64][40]
-    float* sMax = (float*)(sP + FB_ROWS * FB_PSTR);       // [2 halves][64]
-    float* sSum = sMax + 2 * FB_ROWS;                     // [2 halves][64]
+    float4* sX = (float4*)(sK + 2 * FB_KEYS * FB_STR);    // [8 warps][4][32 lanes] float4
+    int* sSlot = (int*)(sX + FB_XCH_FLOATS / 4);          // [2][32] pool slots of a tile's keys
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int rg = warp & 3, half = warp >> 2;
@@ -72,25 +79,38 @@ verify_attn_bf16_paged(const u16* __restrict__ q, const u16* __restrict__ kv_buf
     const int ntiles = kend > kbeg ? (kend - kbeg + FB_KEYS - 1) / FB_KEYS : 0;
     const size_t grow0 = (size_t)b * rows_req + row0;
 
-    // Q tile (rows past the request's rows are zeros)
+    // where key j's slot index lives (valid keys only)
+    auto slot_src = [&](int j) -> const int* {
+        return j < P ? kv_indices + ibase + j : tree_slots + (size_t)b * Q + (j - P);
+    };
+    auto load_tile = [&](int buf, int key0) {       // 32 keys x 72 chunks = 9 per thread
+#pragma unroll
+        for (int i = 0; i < (FB_KEYS * (ATTN_D / 8)) / FB_THREADS; ++i) {
+            const int e = tid + i * FB_THREADS;
+            const int kk = e / (ATTN_D / 8), c = e - kk * (ATTN_D / 8);
+            const bool ok = key0 + kk < kend;
+            const int slot = ok ? sSlot[buf * FB_KEYS + kk] : 0;
+            cp_async16(sK + (buf * FB_KEYS + kk) * FB_STR + c * 8, kv_buffer + (size_t)slot * ATTN_D + c * 8, ok);
+        }
+    };
+
+    // prologue: Q, slots of tiles 0 (plain loads) and 1 (cp.async), K tile 0
     for (int e = tid; e < FB_ROWS * (ATTN_D / 8); e += FB_THREADS) {
         const int r = e / (ATTN_D / 8), c = e - r * (ATTN_D / 8);
         const bool ok = r < nrows;
         cp_async16(sQ + r * FB_STR + c * 8, q + (grow0 + (ok ? r : 0)) * ATTN_D + c * 8, ok);
     }
-    auto load_tile = [&](int buf, int key0) {
-        for (int e = tid; e < FB_KEYS * (ATTN_D / 8); e += FB_THREADS) {
-            const int kk = e / (ATTN_D / 8), c = e - kk * (ATTN_D / 8);
-            const int j = key0 + kk;
-            const bool ok = j < kend;
-            int slot = 0;
-            if (ok) slot = j < P ? kv_indices[ibase + j] : tree_slots[b * Q + (j - P)];
-            cp_async16(sK + (buf * FB_KEYS + kk) * FB_STR + c * 8,
-                       kv_buffer + (size_t)slot * ATTN_D + c * 8, ok);
-        }
-    };
+    if (tid < FB_KEYS) {
+        const int j = kbeg + tid;
+        sSlot[tid] = j < kend ? *slot_src(j) : 0;
+    }
+    __syncthreads();
     if (ntiles > 0) load_tile(0, kbeg);
-    cp_async_commit();                                    // group: Q + tile 0
+    if (tid < FB_KEYS) {
+        const int j = kbeg + FB_KEYS + tid;
+        cp_async4(sSlot + FB_KEYS + tid, j < kend ? slot_src(j) : kv_indptr, j < kend);
+    }
+    cp_async_commit();
 
     float o[32][4];
 #pragma unroll
@@ -100,37 +120,63 @@ verify_attn_bf16_paged(const u16* __restrict__ q, const u16* __restrict__ kv_buf
     const int rl0 = rg * 16 + g;                          // tile-local rows of this thread
     const int tok0 = (row0 + rl0) / H, tok1 = (row0 + rl0 + 8) / H;
     const bool rv0 = rl0 < nrows, rv1 = rl0 + 8 < nrows;
+    const u16* qa = sQ + (rg * 16 + (lane & 15)) * FB_STR + (lane >> 4) * 8 + half * 288;
+    const int mi = lane >> 3;
 
     for (int it = 0; it < ntiles; ++it) {
         const int key0 = kbeg + it * FB_KEYS;
-        if (it + 1 < ntiles) load_tile((it + 1) & 1, key0 + FB_KEYS);
+        cp_async_wait<0>();                               // tile `it` and the slots of `it + 1` landed
+        __syncthreads();                                  // ... for everyone; step it-1 fully done
+        if (it + 1 < ntiles) {
+            load_tile((it + 1) & 1, key0 + FB_KEYS);
+            if (tid < FB_KEYS) {                          // slots of tile it + 2 into the free slot buffer
+                const int j = key0 + 2 * FB_KEYS + tid;
+                cp_async4(sSlot + (it & 1) * FB_KEYS + tid, j < kend ? slot_src(j) : kv_indptr, j < kend);
+            }
+        }
         cp_async_commit();
-        cp_async_wait<1>();                               // tile `it` (and Q) have landed
-        __syncthreads();
         const u16* Kt = sK + (it & 1) * FB_KEYS * FB_STR;
 
-        // S = Q K^T for 16 rows x 16 keys
-        float s[2][4];
+        // partial S over this half's 288 dims: 16 rows x 32 keys
+        float sp[2][4][4];
 #pragma unroll
-        for (int n = 0; n < 2; ++n) { s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f; }
-        const u16* qa = sQ + (rg * 16 + (lane & 15)) * FB_STR + (lane >> 4) * 8;
-        const u16* kb = Kt + (half * 16 + (lane & 7) + ((lane >> 4) << 3)) * FB_STR + ((lane >> 3) & 1) * 8;
-#pragma unroll 4
-        for (int ks = 0; ks < ATTN_D / 16; ++ks) {
-            u32 a[4], bb[4];
+        for (int x = 0; x < 2; ++x)
+#pragma unroll
+            for (int n = 0; n < 4; ++n) { sp[x][n][0] = sp[x][n][1] = sp[x][n][2] = sp[x][n][3] = 0.f; }
+        const u16* kb = Kt + ((lane & 7) + ((lane >> 4) << 3)) * FB_STR + ((lane >> 3) & 1) * 8 + half * 288;
+#pragma unroll
+        for (int ks = 0; ks < 18; ++ks) {
+            u32 a[4], b0[4], b1[4];
             ldmatrix_x4(a, qa + ks * 16);
-            ldmatrix_x4(bb, kb + ks * 16);
-            mma_bf16_16816(s[0], a, bb[0], bb[1]);
-            mma_bf16_16816(s[1], a, bb[2], bb[3]);
+            ldmatrix_x4(b0, kb + ks * 16);
+            ldmatrix_x4(b1, kb + 16 * FB_STR + ks * 16);
+            mma_bf16_16816(sp[ks & 1][0], a, b0[0], b0[1]);
+            mma_bf16_16816(sp[ks & 1][1], a, b0[2], b0[3]);
+            mma_bf16_16816(sp[ks & 1][2], a, b1[0], b1[1]);
+            mma_bf16_16816(sp[ks & 1][3], a, b1[2], b1[3]);
+        }
+        float s[4][4];
+#pragma unroll
+        for (int n = 0; n < 4; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[n][e] = sp[0][n][e] + sp[1][n][e];
+        // exchange with the partner warp: both end up with the same full S (fp add commutes)
+#pragma unroll
+        for (int n = 0; n < 4; ++n) sX[(warp * 4 + n) * 32 + lane] = make_float4(s[n][0], s[n][1], s[n][2], s[n][3]);
+        named_barrier(1 + rg, 64);
+#pragma unroll
+        for (int n = 0; n < 4; ++n) {
+            const float4 x = sX[(((warp ^ 4)) * 4 + n) * 32 + lane];
+            s[n][0] += x.x; s[n][1] += x.y; s[n][2] += x.z; s[n][3] += x.w;
         }
 
-        // scale, mask, row max of this warp's 16 keys
+        // scale, mask, row max over the 32 keys
         float mx0 = neg_inf(), mx1 = neg_inf();
 #pragma unroll
-        for (int n = 0; n < 2; ++n) {
+        for (int n = 0; n < 4; ++n) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                const int j = key0 + half * 16 + n * 8 + 2 * t + (e & 1);
+                const int j = key0 + n * 8 + 2 * t + (e & 1);
                 const bool upper = e >= 2;
                 bool ok = (upper ? rv1 : rv0) && j < kend;
                 if (ok && j >= P)
@@ -144,42 +190,33 @@ verify_attn_bf16_paged(const u16* __restrict__ q, const u16* __restrict__ kv_buf
             mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
             mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
         }
-        if (t == 0) { sMax[half * FB_ROWS + rl0] = mx0; sMax[half * FB_ROWS + rl0 + 8] = mx1; }
-        named_barrier(1 + rg, 64);
-        mx0 = fmaxf(mx0, sMax[(1 - half) * FB_ROWS + rl0]);
-        mx1 = fmaxf(mx1, sMax[(1 - half) * FB_ROWS + rl0 + 8]);
         const float mn0 = fmaxf(m_r[0], mx0), mn1 = fmaxf(m_r[1], mx1);
         const float al0 = (mn0 == neg_inf()) ? 1.f : exp2f(m_r[0] - mn0);
         const float al1 = (mn1 == neg_inf()) ? 1.f : exp2f(m_r[1] - mn1);
         m_r[0] = mn0; m_r[1] = mn1;
         float ps0 = 0.f, ps1 = 0.f;
+        u32 pf[4][2];                                     // P as bf16 pairs, accumulator layout
 #pragma unroll
-        for (int n = 0; n < 2; ++n) {
+        for (int n = 0; n < 4; ++n) {
             const float p0 = mn0 == neg_inf() ? 0.f : exp2f(s[n][0] - mn0);
             const float p1 = mn0 == neg_inf() ? 0.f : exp2f(s[n][1] - mn0);
             const float p2 = mn1 == neg_inf() ? 0.f : exp2f(s[n][2] - mn1);
             const float p3 = mn1 == neg_inf() ? 0.f : exp2f(s[n][3] - mn1);
-            const u32 lo = pack_bf16x2(p0, p1), hi = pack_bf16x2(p2, p3);
-            ps0 += bf16_lo(lo) + bf16_hi(lo);
-            ps1 += bf16_lo(hi) + bf16_hi(hi);
-            const int col = half * 16 + n * 8 + 2 * t;
-            *(u32*)(sP + rl0 * FB_PSTR + col) = lo;
-            *(u32*)(sP + (rl0 + 8) * FB_PSTR + col) = hi;
+            ps0 += p0 + p1;
+            ps1 += p2 + p3;
+            pf[n][0] = pack_bf16x2(p0, p1);
+            pf[n][1] = pack_bf16x2(p2, p3);
         }
         l_r[0] = l_r[0] * al0 + ps0;
         l_r[1] = l_r[1] * al1 + ps1;
 #pragma unroll
         for (int n = 0; n < 32; ++n) { o[n][0] *= al0; o[n][1] *= al0; o[n][2] *= al1; o[n][3] *= al1; }
-        named_barrier(1 + rg, 64);                        // the pair's P is complete
 
-        // O += P V for 16 rows x 256 dims
-        const u16* pa = sP + (rg * 16 + (lane & 15)) * FB_PSTR + (lane >> 4) * 8;
-        const int mi = lane >> 3;
+        // O += P V for 16 rows x 256 dims (P from registers: two n-tiles form one k16 A fragment)
         const u16* vb = Kt + ((mi & 1) * 8 + (lane & 7)) * FB_STR + half * 256 + (mi >> 1) * 8;
 #pragma unroll
         for (int ks = 0; ks < FB_KEYS / 16; ++ks) {
-            u32 a[4];
-            ldmatrix_x4(a, pa + ks * 16);
+            const u32 a[4] = {pf[2 * ks][0], pf[2 * ks][1], pf[2 * ks + 1][0], pf[2 * ks + 1][1]};
 #pragma unroll
             for (int np = 0; np < 16; ++np) {
                 u32 bb[4];
@@ -188,21 +225,16 @@ verify_attn_bf16_paged(const u16* __restrict__ q, const u16* __restrict__ kv_buf
                 mma_bf16_16816(o[2 * np + 1], a, bb[2], bb[3]);
             }
         }
-        __syncthreads();                                  // all done with this K buffer and sP
     }
     cp_async_wait<0>();
 
-    // row sums: quad, then the partner warp
+    // row sums: the quad holds one row's 32 keys; both warps of a pair hold identical sums
     float l0 = l_r[0], l1 = l_r[1];
 #pragma unroll
     for (int off = 1; off < 4; off <<= 1) {
         l0 += __shfl_xor_sync(0xffffffffu, l0, off);
         l1 += __shfl_xor_sync(0xffffffffu, l1, off);
     }
-    if (t == 0) { sSum[half * FB_ROWS + rl0] = l0; sSum[half * FB_ROWS + rl0 + 8] = l1; }
-    named_barrier(1 + rg, 64);
-    l0 += sSum[(1 - half) * FB_ROWS + rl0];
-    l1 += sSum[(1 - half) * FB_ROWS + rl0 + 8];
 
     const size_t rows_total = (size_t)B * rows_req;
     const size_t gr0 = grow0 + rl0, gr1 = gr0 + 8;

@@ -246,3 +246,11 @@ def test_cache_entry_header_is_json_with_checksum(small_source, cache_dir):
     header = json.loads(data[start + 8:start + 8 + size])
     assert header["key"] == module.key and header["cubin_bytes"] == len(module.cubin)
     assert header["resources"][0]["kernel"] == "small"
+
+
+@pytest.mark.parametrize("per_lane", [1, 2, 4, 8, 16])
+def test_tree_build_warp_keeps_candidates_in_registers(per_lane, cache_dir):
+    """Every TB_NPL the host may pick: the register-resident candidates must not fall to local memory."""
+    module = nvrtc.compile_kernel("tree_build.cu", TARGET_ARCH, defines={"TB_NPL": per_lane})
+    r = module.resource("tree_build_warp")
+    assert (r.local_bytes, r.spill_stores, r.spill_loads) == (0, 0, 0), r

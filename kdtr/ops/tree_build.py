@@ -275,7 +275,9 @@ class TreeBuild(Op):
         return ("tree_build.cu",)
 
     def run_cuda(self, variant, inputs, params, outputs):
-        """kernels/tree_build.cu: one 256-thread block per request, the heap in shared memory."""
+        """kernels/tree_build.cu: one 256-thread block per request; the candidate heap in one warp's
+        registers (tree_build_warp, budget <= 512) or in shared memory (tree_build, larger)."""
+        import math
         from ctypes import c_int
 
         from ..device import get_kernel, max_shared_optin
@@ -294,7 +296,12 @@ class TreeBuild(Op):
                 c_int(batch), c_int(depth), c_int(k), c_int(budget), c_int(int(staged))]
         args += [outputs[name] for name in ("tokens", "parents", "depths", "positions", "ranks",
                                             "scores", "visibility", "num_nodes")]
-        get_kernel("tree_build.cu", "tree_build").launch(batch, 256, args, shared_mem=smem)
+        per_lane = 1 << max(0, math.ceil(budget / 32) - 1).bit_length()   # 1, 2, 4, ... slots per lane
+        if per_lane <= 16:
+            kernel = get_kernel("tree_build.cu", "tree_build_warp", defines={"TB_NPL": per_lane})
+        else:
+            kernel = get_kernel("tree_build.cu", "tree_build")
+        kernel.launch(batch, 256, args, shared_mem=smem)
 
     # -- reports --------------------------------------------------------------------------
     def describe(self, variant, inputs, params):

@@ -293,8 +293,8 @@ class VerifyAttn(Op):
     def run_cuda(self, variant, inputs, params, outputs):
         """One block per (row tile, request, KV split); a merge kernel when the keys are split.
 
-        Splits are chosen from shapes only (no device sync, so this can be graph-captured): enough
-        blocks to fill the GPU (2 per SM for fp32, 1 for bf16), each split at least 4 key tiles.
+        Splits are chosen from shapes only (no device sync, so this can be graph-captured): as many
+        as fit one wave of blocks (one block per SM), each split at least 4 key tiles.
         """
         import math
         from ctypes import c_float, c_int, c_void_p
@@ -306,18 +306,17 @@ class VerifyAttn(Op):
         if variant == "fp32":
             source, main, merge = "verify_attn_fp32.cu", "verify_attn_fp32", "verify_attn_fp32_merge"
             batch, q_len, heads, _ = inputs["q"].shape
-            rows_tile, keys_tile, per_sm, smem = 16, 16, 2, 83648     # FA_SMEM_BYTES
+            rows_tile, keys_tile, threads, smem = 32, 16, 512, 167296   # FA_SMEM_BYTES
             kv_bound = inputs["kv"].shape[1]
         else:
             source, main, merge = "verify_attn_bf16_paged.cu", "verify_attn_bf16_paged", "verify_attn_bf16_merge"
             batch = inputs["kv_indptr"].numel() - 1
             q_len, heads = inputs["tree_slots"].numel() // batch, inputs["q"].shape[1]
-            rows_tile, keys_tile, per_sm, smem = 64, 32, 1, 155648    # FB_SMEM_BYTES
+            rows_tile, keys_tile, threads, smem = 64, 32, 256, 166144   # FB_SMEM_BYTES
             kv_bound = inputs["kv_indices"].numel() + q_len       # >= every request's P_b + Q
         rows = batch * q_len * heads
         tiles = math.ceil(q_len * heads / rows_tile)
-        splits = max(1, min(math.ceil(per_sm * multiprocessor_count() / (tiles * batch)),
-                            math.ceil(kv_bound / (4 * keys_tile))))
+        splits = max(1, min(multiprocessor_count() // (tiles * batch), math.ceil(kv_bound / (4 * keys_tile))))
         kernel = get_kernel(source, main)
         merger = get_kernel(source, merge) if splits > 1 else None
         if splits > 1:
@@ -337,7 +336,7 @@ class VerifyAttn(Op):
                                               "custom_mask", "mask_indptr")]
             args += [c_int(batch), c_int(q_len), c_int(heads),
                      c_float(float(params["sm_scale"]) * math.log2(math.e)), c_int(splits)]
-        kernel.launch((tiles, batch, splits), 256, args + [outputs["out"], outputs["lse"], *workspace],
+        kernel.launch((tiles, batch, splits), threads, args + [outputs["out"], outputs["lse"], *workspace],
                       shared_mem=smem)
         if merger is not None:
             merger.launch(rows, 128, [*workspace, c_int(splits), c_int(rows), outputs["out"], outputs["lse"]])
