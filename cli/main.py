@@ -262,6 +262,8 @@ def _terminate(signum, frame):
     """A kill (SIGTERM) takes the Ctrl-C path: temp files are removed, exit 130."""
     raise KeyboardInterrupt
 
+from . import bench as _bench  # noqa: E402,F401  (registers bench, report)
+
 
 def main() -> None:
     import signal
