@@ -232,33 +232,37 @@ tree_build_warp(const float* __restrict__ topk_logp, const int* __restrict__ top
             // 1. this lane's best slot (kept in scalars: no dynamic register indexing)
             bool have = false;
             double bs = 0.0;
-            u64 bd = 0, bk = 0;
+            u64 bd = 0;
             int bj = 0;
 #pragma unroll
             for (int j = 0; j < TB_NPL; ++j) {
                 if (j * 32 + lane < count && cd[j] != 0ull) {
-                    const u64 k = score_key(cs[j]);
-                    if (!have || k > bk || (k == bk && cand_less_walk(s, cd[j], bd))) {
-                        have = true; bk = k; bs = cs[j]; bd = cd[j]; bj = j;
+                    if (!have || cs[j] > bs || (cs[j] == bs && cand_less_walk(s, cd[j], bd))) {
+                        have = true; bs = cs[j]; bd = cd[j]; bj = j;
                     }
                 }
             }
             // 2. what this lane's best would need if it won (overlaps the reduction below)
+            const int r = cand_rank(bd), d = cand_depth(bd), p = cand_parent(bd);
             double sib = 0.0, child = 0.0;
             int tok = 0;
             if (have) {
-                const int r = cand_rank(bd), d = cand_depth(bd);
                 const float* row = lp + (size_t)(d - 1) * ld;
                 tok = ids[(size_t)(d - 1) * ld + r];
                 if (r + 1 < K) sib = (bs - (double)row[r]) + (double)row[r + 1];
                 if (d < L) child = bs + (double)lp[(size_t)d * ld];
             }
-            // 3. the warp's best key: high word, then low word among lanes holding that high word
-            const u32 hi = have ? (u32)(bk >> 32) : 0u;
+            // 3. the warp's best: high word of the key first; the low word and the rank tuples
+            //    only when several lanes share it
+            const u64 bk = have ? score_key(bs) : 0ull;
+            const u32 hi = (u32)(bk >> 32);
             const u32 max_hi = __reduce_max_sync(FULL_MASK, hi);
-            const u32 lo = (have && hi == max_hi) ? (u32)bk : 0u;
-            const u32 max_lo = __reduce_max_sync(FULL_MASK, lo);
-            const u32 tied = __ballot_sync(FULL_MASK, have && hi == max_hi && (u32)bk == max_lo);
+            u32 tied = __ballot_sync(FULL_MASK, have && hi == max_hi);
+            if (__popc(tied) > 1) {
+                const u32 lo = (have && hi == max_hi) ? (u32)bk : 0u;
+                const u32 max_lo = __reduce_max_sync(FULL_MASK, lo);
+                tied = __ballot_sync(FULL_MASK, have && hi == max_hi && (u32)bk == max_lo);
+            }
             int wl = __ffs(tied) - 1;
             if (__popc(tied) > 1) {                    // exact score tie across lanes
                 u64 wd = __shfl_sync(FULL_MASK, bd, wl);
@@ -270,36 +274,37 @@ tree_build_warp(const float* __restrict__ topk_logp, const int* __restrict__ top
                     if (cand_less_walk(s, od, wd)) { wl = other; wd = od; }
                 }
             }
-            // 4. pop the winner: node n + 1
-            const double sc = __shfl_sync(FULL_MASK, bs, wl);
-            const u64 c = __shfl_sync(FULL_MASK, bd, wl);
-            const double w_sib = __shfl_sync(FULL_MASK, sib, wl);
-            const double w_child = __shfl_sync(FULL_MASK, child, wl);
-            const int w_tok = __shfl_sync(FULL_MASK, tok, wl);
-            const int wslot = __shfl_sync(FULL_MASK, bj, wl) * 32 + wl;
-            const int p = cand_parent(c), r = cand_rank(c), d = cand_depth(c);
+            // 4. pop the winner as node n + 1: the winning lane writes the node and its own slot;
+            //    the others only need (has_sib, has_child, depth) and, for an appended child, its score
             const int node = n + 1;
-            if (lane == 0) {
-                s.node_score[node] = sc;
+            const bool more = node < budget;
+            const bool win = lane == wl;
+            const bool my_sib = more && (r + 1 < K);
+            const bool my_child = more && (d < L);
+            const int flags = __shfl_sync(FULL_MASK, (my_sib ? 1 : 0) | (my_child ? 2 : 0) | (d << 2), wl);
+            const double w_child = __shfl_sync(FULL_MASK, child, wl);
+            const bool has_sib = flags & 1, has_child = flags & 2;
+            const int wd = flags >> 2;
+            if (win) {
+                s.node_score[node] = bs;
                 s.node_parent[node] = p;
                 s.node_depth[node] = d;
                 s.node_rank[node] = r;
-                s.node_token[node] = w_tok;
+                s.node_token[node] = tok;
+                const double ns = has_sib ? sib : (has_child ? child : 0.0);
+                const u64 nd = has_sib ? pack_cand(p, r + 1, d) : (has_child ? pack_cand(node, 0, d + 1) : 0ull);
+#pragma unroll
+                for (int j = 0; j < TB_NPL; ++j) {      // selects, not an indexed store
+                    cs[j] = j == bj ? ns : cs[j];
+                    cd[j] = j == bj ? nd : cd[j];
+                }
             }
-            n = node;
-            // 5. push its next sibling and first child (only if another pop follows)
-            const bool more = n < budget;
-            const bool has_sib = more && (r + 1 < K);
-            const bool has_child = more && (d < L);
-            if (has_sib) {
-                set_slot(cs, cd, lane, wslot, w_sib, pack_cand(p, r + 1, d));
-                if (has_child) { set_slot(cs, cd, lane, count, w_child, pack_cand(node, 0, d + 1)); ++count; }
-            } else if (has_child) {
-                set_slot(cs, cd, lane, wslot, w_child, pack_cand(node, 0, d + 1));
-            } else {                                   // a hole: desc 0 (depth 0) is never a candidate
-                set_slot(cs, cd, lane, wslot, 0.0, 0ull);
+            if (has_sib && has_child) {                // the child takes a new slot
+                set_slot(cs, cd, lane, count, w_child, pack_cand(node, 0, wd + 1));
+                ++count;
             }
             live += (has_sib ? 1 : 0) + (has_child ? 1 : 0) - 1;
+            n = node;
             __syncwarp();                              // node arrays visible to every lane
         }
         if (lane == 0) s_num_nodes = n;

@@ -1,7 +1,7 @@
 // verify_attn, variant fp32: MLA absorbed tree-verify attention, contiguous layout (ops.md §2).
 //
 // Launch (main): grid = (ceil(Q*H / 32), B, n_splits), block = 512, dynamic shared memory
-//   FA_SMEM_BYTES (167,296 B: opt-in; one block per SM).
+//   FA_SMEM_BYTES (183,680 B: opt-in; one block per SM).
 //   verify_attn_fp32(q f32 [B,Q,H,576], kv f32 [B,S,576], prefix_len i32 [B], visibility u8 [B,Q,Q],
 //                    B, Q, H, S, sm_scale, n_splits, out f32 [B,Q,H,512], lse f32 [B,Q,H],
 //                    ws_o, ws_m, ws_l)
@@ -12,7 +12,7 @@
 //   (attn_common.cuh) and verify_attn_fp32_merge (grid = B*Q*H, block = 128) finishes.
 //
 // Numerical contract: exact FP32 arithmetic on FFMA (no tensor cores, no TF32, no fast-math):
-//   s_j = sm_scale * (q . k_j) accumulated in fp32 (576 products as 8 partial sums of 72, then
+//   s_j = sm_scale * (q . k_j) accumulated in fp32 (576 products as 16 partial sums of 36, then
 //   added); online softmax with expf; out = (sum_j exp(s_j - m) v_j) / l, lse = m + logf(l),
 //   natural log. Prefix keys are always visible, tree key j iff visibility[b, i, j]. kv rows at or
 //   past prefix_len[b] + Q (NaN padding) are never read: their shared-memory rows are zero-filled by
@@ -21,19 +21,22 @@
 //
 // Tiling per 16-key step (512 threads = 16 warps; K tiles double-buffered with cp.async, the next
 // tile's copy overlapping this tile's math):
-//   phase 1 (S = Q K^T, 32 x 16): warp w = (slice w % 8: dims [72 slice, +72), key half w / 8);
-//     lane owns rows {g + 8i} x keys {kg + 4j} of its half (g = lane / 4, kg = lane % 4); float4
-//     shared loads are conflict-free thanks to the 580-float row stride; the 8 partial sums per
-//     score go through shared memory.
+//   phase 1 (S = Q K^T, 32 x 16): warp w sums dims [36w, 36w + 36); lane owns rows {g + 8i} x
+//     keys {kg + 4j} (g = lane / 4, kg = lane % 4; 4 x 4 per lane); float4 shared loads are
+//     conflict-free thanks to the 580-float row stride; the 16 partial sums per score go through
+//     shared memory.
 //   softmax: one thread per (row, key); row max / sum over 16 lanes by shuffles.
-//   phase 2 (O += P V, 32 x 512): thread owns 8 rows x 4 columns (32 fp32 accumulators).
+//   phase 2 (O += P V, 32 x 512): thread owns 8 rows x 8 columns (columns 4c.. and 256 + 4c..) for
+//     one half of the keys (64 fp32 accumulators); the key halves are added at the end.
+// Shared-memory bytes per FMA bound this kernel more than FFMA issue: the larger per-thread tiles
+// keep them near 1 B per FMA in phase 2 and 2 B in phase 1.
 #include "attn_common.cuh"
 
 #define FA_ROWS 32
 #define FA_KEYS 16
 #define FA_THREADS 512
 #define FA_STR 580                               // floats per shared row (576 + 4: no bank conflicts)
-#define FA_SLICES 8
+#define FA_SLICES 16
 #define FA_SMEM_FLOATS (FA_ROWS * FA_STR + 2 * FA_KEYS * FA_STR + FA_SLICES * FA_ROWS * FA_KEYS \
                         + FA_KEYS * FA_ROWS + 3 * FA_ROWS)
 #define FA_SMEM_BYTES (FA_SMEM_FLOATS * 4)
@@ -47,7 +50,7 @@ verify_attn_fp32(const float* __restrict__ q, const float* __restrict__ kv,
     extern __shared__ __align__(16) float smem_f[];
     float* sQ = smem_f;                                  // [32][580]
     float* sK = sQ + FA_ROWS * FA_STR;                   // [2][16][580]
-    float* sPart = sK + 2 * FA_KEYS * FA_STR;            // [8 slices][32 rows][16 keys]
+    float* sPart = sK + 2 * FA_KEYS * FA_STR;            // [16 slices][32 rows][16 keys]
     float* sP = sPart + FA_SLICES * FA_ROWS * FA_KEYS;   // [16 keys][32 rows]
     float* sM = sP + FA_KEYS * FA_ROWS;                  // [32] running max
     float* sL = sM + FA_ROWS;                            // [32] running sum
@@ -87,10 +90,13 @@ verify_attn_fp32(const float* __restrict__ q, const float* __restrict__ kv,
     cp_async_commit();
     if (tid < FA_ROWS) { sM[tid] = neg_inf(); sL[tid] = 0.f; }
 
-    const int cg = tid & 127, rq = tid >> 7;              // phase 2: columns 4cg.., rows 8rq..
-    float o[8][4];
+    // phase 2: columns 4cq.. and 256 + 4cq.., rows 8rq.., keys 8kh..
+    const int cq = tid & 63, rq = (tid >> 6) & 3, kh = tid >> 8;
+    float o[8][8];
 #pragma unroll
-    for (int r = 0; r < 8; ++r) { o[r][0] = o[r][1] = o[r][2] = o[r][3] = 0.f; }
+    for (int r = 0; r < 8; ++r)
+#pragma unroll
+        for (int x = 0; x < 8; ++x) o[r][x] = 0.f;
 
     for (int it = 0; it < ntiles; ++it) {
         const int key0 = kbeg + it * FA_KEYS;
@@ -100,26 +106,26 @@ verify_attn_fp32(const float* __restrict__ q, const float* __restrict__ kv,
         cp_async_commit();
         const float* Kt = sK + (it & 1) * FA_KEYS * FA_STR;
 
-        {   // phase 1: partial dots over this warp's 72 dims, 32 rows x 8 keys
-            const int slice = warp & 7, khalf = warp >> 3;
+        {   // phase 1: partial dots over this warp's 36 dims, 32 rows x 16 keys
+            const int slice = warp;
             const int g = lane >> 2, kg = lane & 3;
-            const int kbase = slice * 72;
+            const int kbase = slice * 36;
             const float* qrow = sQ + g * FA_STR + kbase;
-            const float* krow = Kt + (khalf * 8 + kg) * FA_STR + kbase;
-            float acc[4][2];
+            const float* krow = Kt + kg * FA_STR + kbase;
+            float acc[4][4];
 #pragma unroll
-            for (int i = 0; i < 4; ++i) { acc[i][0] = 0.f; acc[i][1] = 0.f; }
-#pragma unroll 6
-            for (int kk = 0; kk < 18; ++kk) {
-                float4 qv[4], kv4[2];
+            for (int i = 0; i < 4; ++i) { acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f; }
+#pragma unroll
+            for (int kk = 0; kk < 9; ++kk) {
+                float4 qv[4], kv4[4];
 #pragma unroll
                 for (int i = 0; i < 4; ++i) qv[i] = *(const float4*)(qrow + 8 * i * FA_STR + kk * 4);
 #pragma unroll
-                for (int j = 0; j < 2; ++j) kv4[j] = *(const float4*)(krow + 4 * j * FA_STR + kk * 4);
+                for (int j = 0; j < 4; ++j) kv4[j] = *(const float4*)(krow + 4 * j * FA_STR + kk * 4);
 #pragma unroll
                 for (int i = 0; i < 4; ++i) {
 #pragma unroll
-                    for (int j = 0; j < 2; ++j) {
+                    for (int j = 0; j < 4; ++j) {
                         acc[i][j] = fmaf(qv[i].x, kv4[j].x, acc[i][j]);
                         acc[i][j] = fmaf(qv[i].y, kv4[j].y, acc[i][j]);
                         acc[i][j] = fmaf(qv[i].z, kv4[j].z, acc[i][j]);
@@ -130,8 +136,8 @@ verify_attn_fp32(const float* __restrict__ q, const float* __restrict__ kv,
 #pragma unroll
             for (int i = 0; i < 4; ++i)
 #pragma unroll
-                for (int j = 0; j < 2; ++j)
-                    sPart[(slice * FA_ROWS + g + 8 * i) * FA_KEYS + khalf * 8 + kg + 4 * j] = acc[i][j];
+                for (int j = 0; j < 4; ++j)
+                    sPart[(slice * FA_ROWS + g + 8 * i) * FA_KEYS + kg + 4 * j] = acc[i][j];
         }
         __syncthreads();
 
@@ -166,45 +172,60 @@ verify_attn_fp32(const float* __restrict__ q, const float* __restrict__ kv,
         }
         __syncthreads();
 
-        {   // phase 2: O = alpha * O + P V for rows 8rq.. and columns 4cg..
+        {   // phase 2: O = alpha * O + P V for rows 8rq.., columns 4cq.. and 256 + 4cq.., keys 8kh..
             const float4 a0 = *(const float4*)(sAlpha + 8 * rq), a1 = *(const float4*)(sAlpha + 8 * rq + 4);
             const float al[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
 #pragma unroll
-            for (int r = 0; r < 8; ++r) {
-                o[r][0] *= al[r]; o[r][1] *= al[r]; o[r][2] *= al[r]; o[r][3] *= al[r];
-            }
-#pragma unroll 4
-            for (int c = 0; c < FA_KEYS; ++c) {
-                const float4 v = *(const float4*)(Kt + c * FA_STR + cg * 4);
+            for (int r = 0; r < 8; ++r)
+#pragma unroll
+                for (int x = 0; x < 8; ++x) o[r][x] *= al[r];
+#pragma unroll 2
+            for (int cc = 0; cc < FA_KEYS / 2; ++cc) {
+                const int c = kh * (FA_KEYS / 2) + cc;
+                const float4 v0 = *(const float4*)(Kt + c * FA_STR + cq * 4);
+                const float4 v1 = *(const float4*)(Kt + c * FA_STR + 256 + cq * 4);
                 const float4 p0 = *(const float4*)(sP + c * FA_ROWS + 8 * rq);
                 const float4 p1 = *(const float4*)(sP + c * FA_ROWS + 8 * rq + 4);
                 const float pr[8] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
+                const float v[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
 #pragma unroll
-                for (int r = 0; r < 8; ++r) {
-                    o[r][0] = fmaf(pr[r], v.x, o[r][0]);
-                    o[r][1] = fmaf(pr[r], v.y, o[r][1]);
-                    o[r][2] = fmaf(pr[r], v.z, o[r][2]);
-                    o[r][3] = fmaf(pr[r], v.w, o[r][3]);
-                }
+                for (int r = 0; r < 8; ++r)
+#pragma unroll
+                    for (int x = 0; x < 8; ++x) o[r][x] = fmaf(pr[r], v[x], o[r][x]);
             }
         }
     }
     cp_async_wait<0>();                                   // an empty split still waits for its Q copy
     __syncthreads();
 
-    const size_t rows_total = (size_t)B * rows_req;
+    // add the two key halves (sQ is free now: 32 x 512 floats fit in it)
+    float* sRed = sQ;
+    if (kh == 1) {
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-        const int r = 8 * rq + i;
-        if (r < nrows) {
-            float4 v = make_float4(o[i][0], o[i][1], o[i][2], o[i][3]);
-            const size_t grow = grow0 + r;
-            if (n_splits == 1) {
-                const float l = sL[r];
-                v.x = v.x / l; v.y = v.y / l; v.z = v.z / l; v.w = v.w / l;
-                *(float4*)(out + grow * ATTN_DV + cg * 4) = v;
-            } else {
-                *(float4*)(ws_o + ((size_t)z * rows_total + grow) * ATTN_DV + cg * 4) = v;
+        for (int i = 0; i < 8; ++i) {
+            *(float4*)(sRed + (8 * rq + i) * ATTN_DV + cq * 4) = make_float4(o[i][0], o[i][1], o[i][2], o[i][3]);
+            *(float4*)(sRed + (8 * rq + i) * ATTN_DV + 256 + cq * 4) = make_float4(o[i][4], o[i][5], o[i][6], o[i][7]);
+        }
+    }
+    __syncthreads();
+    const size_t rows_total = (size_t)B * rows_req;
+    if (kh == 0) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const int r = 8 * rq + i;
+            if (r < nrows) {
+                const size_t grow = grow0 + r;
+                float* dst = n_splits == 1 ? out + grow * ATTN_DV : ws_o + ((size_t)z * rows_total + grow) * ATTN_DV;
+                const float l = n_splits == 1 ? sL[r] : 1.f;
+#pragma unroll
+                for (int h2 = 0; h2 < 2; ++h2) {
+                    const int col = h2 * 256 + cq * 4;
+                    const float4 other = *(const float4*)(sRed + r * ATTN_DV + col);
+                    float4 v = make_float4(o[i][4 * h2] + other.x, o[i][4 * h2 + 1] + other.y,
+                                           o[i][4 * h2 + 2] + other.z, o[i][4 * h2 + 3] + other.w);
+                    if (n_splits == 1) { v.x = v.x / l; v.y = v.y / l; v.z = v.z / l; v.w = v.w / l; }
+                    *(float4*)(dst + col) = v;
+                }
             }
         }
     }

@@ -306,7 +306,7 @@ class VerifyAttn(Op):
         if variant == "fp32":
             source, main, merge = "verify_attn_fp32.cu", "verify_attn_fp32", "verify_attn_fp32_merge"
             batch, q_len, heads, _ = inputs["q"].shape
-            rows_tile, keys_tile, threads, smem = 32, 16, 512, 167296   # FA_SMEM_BYTES
+            rows_tile, keys_tile, threads, smem = 32, 16, 512, 183680   # FA_SMEM_BYTES
             kv_bound = inputs["kv"].shape[1]
         else:
             source, main, merge = "verify_attn_bf16_paged.cu", "verify_attn_bf16_paged", "verify_attn_bf16_merge"
