@@ -1,0 +1,554 @@
+"""kdtree bench on the CPU: timing statistics, the adaptive stop, records, --compare, CSV, the CLI.
+
+The GPU paths (CUDA graphs, events, L2 flush, ceilings) run on the H200; their records are under
+results/. Here they are exercised through synthetic records and the degraded host-timed run.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from cli.main import app
+from kdtr import bench
+from kdtr.backends import upload
+from kdtr.bench import (BenchRecord, BenchRow, BenchSettings, Ceilings, TimingOptions, agree, collect,
+                        compare_records, judge, median_ci, relative_spread, summarize)
+from kdtr.compare import compare_output
+from kdtr.dtypes import to_numpy
+from kdtr.ops import get_op
+from kdtr.ops.base import Case
+
+runner = CliRunner()
+
+
+def invoke(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+# -- statistics -------------------------------------------------------------------------------------
+
+def test_median_ci_uses_order_statistics():
+    samples = list(range(1, 101))                       # 1..100
+    lo, hi = median_ci(samples)
+    # 1-based order statistics floor(50 - 9.8) = 40 and ceil(1 + 50 + 9.8) = 61
+    assert (lo, hi) == (40, 61)
+    assert median_ci([5.0]) == (5.0, 5.0)
+    assert median_ci([3.0, 1.0, 2.0]) == (1.0, 3.0)    # few samples: the whole range
+    with pytest.raises(ValueError):
+        median_ci([])
+
+
+def test_relative_spread():
+    assert relative_spread([2.0] * 20) == 0.0
+    assert relative_spread([1.0]) == math.inf
+    samples = [10.0, 10.1, 9.9, 10.05, 9.95] * 8
+    spread = relative_spread(samples)
+    assert 0 < spread <= 0.01
+
+
+def test_summarize():
+    samples = [1.0, 2.0, 3.0, 4.0, 100.0]
+    t = summarize(samples, stop_reason="budget", mode="hot", method="graph", calls_per_sample=7)
+    assert t.median == 3.0 and t.n == 5 and t.samples_ms == tuple(samples)
+    assert t.p10 == pytest.approx(np.percentile(samples, 10)) and t.p90 == pytest.approx(np.percentile(samples, 90))
+    assert t.rel_std == pytest.approx(np.std(samples, ddof=1) / np.mean(samples))
+    assert (t.stop_reason, t.mode, t.method, t.calls_per_sample) == ("budget", "hot", "graph", 7)
+
+
+def test_agree_uses_the_reported_noise():
+    a = summarize([1.00] * 9 + [1.02, 0.98], stop_reason="converged", mode="hot", method="graph")
+    b = replace(a, median=1.01, rel_ci=0.01)
+    assert agree(a, b)
+    assert not agree(replace(a, rel_ci=0.001), replace(b, median=1.2, rel_ci=0.001))
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def fake_sampler(clock, values, seconds_per_sample):
+    source = iter(values)
+
+    def sampler(n):
+        out = []
+        for _ in range(n):
+            clock.now += seconds_per_sample
+            out.append(next(source))
+        return out
+    return sampler
+
+
+def test_collect_stops_when_converged():
+    clock = FakeClock()
+    opts = TimingOptions(budget_s=10, target=0.01, min_samples=10, max_samples=1000)
+    samples, reason = collect(fake_sampler(clock, iter(lambda: 1.0, None), 0.001), opts, clock)
+    assert reason == "converged" and len(samples) == 10
+
+
+def test_collect_stops_at_the_budget_and_says_so():
+    clock = FakeClock()
+    rng = np.random.default_rng(0)
+    opts = TimingOptions(budget_s=1.0, target=1e-6, min_samples=5, max_samples=10_000)
+    values = iter(rng.uniform(1, 2, 100_000))
+    samples, reason = collect(fake_sampler(clock, values, 0.01), opts, clock)
+    assert reason == "budget"
+    assert 100 <= len(samples) <= 110           # ~1 s of 10 ms samples; batches sized to the budget
+    assert clock.now <= 1.1
+
+
+def test_collect_stops_at_max_samples():
+    clock = FakeClock()
+    rng = np.random.default_rng(1)
+    opts = TimingOptions(budget_s=100, target=1e-9, min_samples=4, max_samples=50)
+    samples, reason = collect(fake_sampler(clock, iter(rng.uniform(1, 2, 1000)), 0.001), opts, clock)
+    assert reason == "max_samples" and len(samples) == 50
+
+
+def test_collect_slow_calls_get_a_few_samples_inside_the_budget():
+    clock = FakeClock()
+    opts = TimingOptions(budget_s=0.5, target=1e-9, min_samples=10, max_samples=100)
+    rng = np.random.default_rng(2)
+    samples, reason = collect(fake_sampler(clock, iter(rng.uniform(1, 2, 100)), 0.2), opts, clock,
+                              per_sample_s=0.2)
+    assert reason == "budget" and len(samples) == 3     # not min_samples (2 s): at least 3
+
+
+def test_host_timer_measures_a_callable():
+    import time
+
+    timing = bench.HostTimer().measure([lambda: time.sleep(0.002)], options=TimingOptions(
+        budget_s=0.2, target=0.2, min_samples=5, warmup_s=0.0))
+    assert timing.mode == "host" and timing.method == "host" and timing.n >= 5
+    assert 1.9 <= timing.median <= 20
+
+
+def test_timing_options_are_checked():
+    from kdtr.errors import UsageError
+
+    with pytest.raises(UsageError):
+        TimingOptions(budget_s=0).check()
+    with pytest.raises(UsageError):
+        TimingOptions(min_samples=10, max_samples=5).check()
+
+
+def test_rotation_sets():
+    flush = 120 << 20
+    assert bench.rotation_sets(16 << 20, flush) == 8
+    assert bench.rotation_sets(200 << 20, flush) == 1          # bigger than twice the L2: flush
+    assert bench.rotation_sets(1000, flush) == 1               # too many sets: flush
+    assert bench.rotation_sets(0, flush) == 1
+
+
+# -- synthetic records ------------------------------------------------------------------------------
+
+CEILINGS = Ceilings(hbm_read_gbps=4500.0, hbm_copy_gbps=4300.0, bf16_mma_tflops=790.0, fp32_fma_tflops=55.0,
+                    l2_bytes=60 << 20)
+
+
+def timing(median_ms, noise=0.002, n=41, seed=0):
+    rng = np.random.default_rng(seed)
+    samples = median_ms * (1 + noise * rng.standard_normal(n))
+    return summarize(samples.tolist(), stop_reason="converged", mode="cold-flush", method="graph")
+
+
+def row(case, impl, median_ms, *, primary, flops=1e12, nbytes=1e9, seed=0, noise=0.002, **kw):
+    r = BenchRow(case=case, op="verify_attn", variant="bf16_paged", config={"B": 8, "H": 64},
+                 impl=impl, mode="cold", primary=primary, timing=timing(median_ms, noise, seed=seed),
+                 flops=flops, bytes=nbytes, check_passed=True, check="checked out, lse",
+                 params={"batch": 8}, **kw)
+    return bench.with_figures(r, CEILINGS)
+
+
+def record(scale=1.0, noise=0.002, seed=0):
+    rows = []
+    for i, case in enumerate(("a", "b", "c")):
+        rows += [row(case, "cuda", 2.0 * (i + 1) * scale, primary=True, seed=seed + i, noise=noise),
+                 row(case, "torch", 20.0 * (i + 1), primary=False, seed=seed + 10 + i, noise=noise),
+                 BenchRow(case=case, op="verify_attn", variant="bf16_paged", config={"B": 8, "H": 64},
+                          impl="sdpa", mode="cold", primary=False, timing=None, flops=1e12, bytes=1e9,
+                          skip="would need ~146 GB", params={"batch": 8})]
+    rows = bench.with_speedups(rows)
+    meta = {"device": {"gpu": "NVIDIA H200"}, "commit": "abc", "seconds": 1.0}
+    settings = {"primary": "cuda", "gpu": True, "modes": ["cold"], "timer": "CUDA events",
+                "timing": {"budget_s": 0.5, "target": 0.01}}
+    return BenchRecord(meta, settings, CEILINGS, (), tuple(rows))
+
+
+def test_figures_and_flags():
+    r = row("a", "cuda", 2.0, primary=True)                  # 1e12 FLOP in 2 ms = 500 TFLOP/s
+    assert r.tflops == pytest.approx(500, rel=0.01) and r.gbps == pytest.approx(500, rel=0.01)
+    assert r.pct_compute == pytest.approx(500 / 790, rel=0.01)
+    assert r.pct_bandwidth == pytest.approx(500 / 4500, rel=0.01) and not r.flagged
+    fast = row("a", "cuda", 1.0, primary=True)                 # 1000 TFLOP/s > 790: impossible
+    assert fast.flagged and fast.pct_compute > 1
+    fp32 = row("a", "cuda", 2.0, primary=True, compute_unit="fp32_fma")
+    assert fp32.pct_compute == pytest.approx(500 / 55, rel=0.01) and fp32.flagged
+    no_ceiling = bench.with_figures(replace(r, tflops=None, pct_compute=None), None)
+    assert no_ceiling.pct_compute is None and no_ceiling.tflops == pytest.approx(500, rel=0.01)
+
+
+def test_speedups_are_baseline_over_ours_same_case_and_mode():
+    rec = record()
+    by = {(r.case, r.impl): r for r in rec.rows}
+    assert by["a", "cuda"].speedups == {"torch": pytest.approx(10, rel=0.02)}
+    assert by["c", "cuda"].speedups["torch"] == pytest.approx(10, rel=0.02)
+    assert by["a", "torch"].speedups == {}                    # quoted for our rows only
+    failed = bench.with_speedups([replace(by["a", "cuda"], speedups={}),
+                                  replace(by["a", "torch"], check_passed=False)])
+    assert failed[0].speedups == {}                           # a failed check is never a baseline
+
+
+def test_record_json_round_trip(tmp_path):
+    rec = record()
+    path = tmp_path / "r.json"
+    bench.write_record(path, rec)
+    data = json.loads(path.read_text())
+    assert data["kind"] == "kdtree.bench" and data["bench_format"] == bench.BENCH_FORMAT
+    assert set(data) >= {"meta", "settings", "ceilings", "sanity", "rows", "errors", "not_run", "complete"}
+    first = data["rows"][0]
+    assert set(first["timing"]) >= {"samples_ms", "median", "p10", "p90", "rel_std", "rel_ci", "n",
+                                    "stop_reason", "mode", "method"}
+    assert bench.load_record(path) == rec
+
+
+def test_load_record_refuses_what_is_not_a_record(tmp_path):
+    from kdtr.errors import UsageError
+
+    (tmp_path / "x.json").write_text("{not json")
+    (tmp_path / "y.json").write_text(json.dumps({"kind": "kdtree.verify"}))
+    for name in ("x.json", "y.json", "missing.json"):
+        with pytest.raises(UsageError, match=name):
+            bench.load_record(tmp_path / name)
+
+
+def test_judge():
+    old = timing(2.0, 0.002)
+    assert judge(old, old, 0.1)[0] == "same"
+    verdict, ratio, noise, regression = judge(old, timing(2.4, 0.002, seed=5), 0.1)
+    assert verdict == "slower" and ratio == pytest.approx(1.2, rel=0.01) and regression
+    assert judge(old, timing(2.1, 0.002, seed=5), 0.1)[0] == "slower"       # real, below the threshold
+    assert not judge(old, timing(2.1, 0.002, seed=5), 0.1)[3]
+    assert judge(old, timing(1.6, 0.002, seed=5), 0.1)[0] == "faster"
+    noisy_old, noisy_new = replace(old, rel_ci=0.3), replace(old, median=2.2, rel_ci=0.3)
+    assert judge(noisy_old, noisy_new, 0.1)[0] == "ambiguous"
+
+
+def test_compare_records():
+    same = compare_records(record(), record())
+    assert not same.regressions and same.count("same") == 6 and same.count("untimed") == 3
+    slower = compare_records(record(), record(scale=1.2, seed=100))
+    assert len(slower.regressions) == 3 and all(r.impl == "cuda" for r in slower.regressions)
+    assert {r.verdict for r in slower.rows if r.impl == "cuda"} == {"slower"}
+    faster = compare_records(record(), record(scale=0.8, seed=100))
+    assert not faster.regressions and faster.count("faster") == 3
+    new = record()
+    rows = list(new.rows)
+    rows[0] = replace(rows[0], timing=None, check_passed=False, check="out: 3 of 10 elements fail")
+    failing = compare_records(record(), replace(new, rows=tuple(rows[:-3])))
+    assert [r.verdict for r in failing.regressions] == ["failed"]
+    assert failing.count("missing") == 3
+    other = replace(record(), meta={"device": {"gpu": "NVIDIA H100"}},
+                    ceilings=replace(CEILINGS, bf16_mma_tflops=600.0))
+    notes = compare_records(record(), other).notes
+    assert any("different GPUs" in n for n in notes) and any("bf16_mma_tflops" in n for n in notes)
+
+
+def test_csv_has_one_line_per_row_and_a_speedup_column_per_baseline():
+    text = bench.bench_csv(record())
+    lines = list(csv.reader(io.StringIO(text)))
+    header, body = lines[0], lines[1:]
+    assert header[:len(bench.CSV_HEADER)] == bench.CSV_HEADER
+    assert header[len(bench.CSV_HEADER):] == ["speedup_vs_torch"]
+    assert len(body) == 9 and all(len(line) == len(header) for line in body)
+    first = dict(zip(header, body[0]))
+    assert first["impl"] == "cuda" and float(first["median_us"]) == pytest.approx(2000, rel=0.01)
+    assert float(first["speedup_vs_torch"]) == pytest.approx(10, rel=0.02)
+
+
+# -- the CLI: --compare -----------------------------------------------------------------------------
+
+@pytest.fixture
+def records(tmp_path):
+    paths = {}
+    for name, rec in (("base", record()), ("slow", record(scale=1.2, seed=100)),
+                      ("fast", record(scale=0.8, seed=100))):
+        paths[name] = tmp_path / f"{name}.json"
+        bench.write_record(paths[name], rec)
+    return paths
+
+
+def test_cli_compare_with_itself_exits_0(records):
+    result = invoke("bench", "--compare", records["base"], records["base"])
+    assert result.exit_code == 0, result.output
+    assert "0 regression(s)" in result.output
+
+
+def test_cli_compare_20_percent_slower_exits_1(records):
+    result = invoke("bench", "--compare", records["base"], records["slow"], "--quiet")
+    assert result.exit_code == 1, result.output
+    assert "SLOWER" in result.output and "REGRESSION" in result.output
+    assert "3 regression(s) beyond 10%" in result.output
+
+
+def test_cli_compare_faster_exits_0_and_threshold_applies(records, tmp_path):
+    assert invoke("bench", "--compare", records["base"], records["fast"]).exit_code == 0
+    # 20% slower is no regression when the threshold is 25%
+    assert invoke("bench", "--compare", records["base"], records["slow"], "--threshold", "0.25").exit_code == 0
+    out = tmp_path / "cmp.json"
+    result = invoke("bench", "--compare", records["base"], records["slow"], "--json", out)
+    assert result.exit_code == 1
+    data = json.loads(out.read_text())
+    assert data["threshold"] == 0.1 and sum(r["regression"] for r in data["rows"]) == 3
+
+
+def test_cli_compare_bad_records_exit_2(records, tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("[]")
+    result = invoke("bench", "--compare", bad, records["base"])
+    assert result.exit_code == 2 and "not a kdtree bench record" in result.output
+    assert invoke("bench", "--compare", tmp_path / "absent.json", records["base"]).exit_code == 2
+    assert invoke("bench", records["base"]).exit_code == 2          # a record without --compare
+
+
+def test_cli_report_renders_and_writes_csv(records, tmp_path):
+    out = tmp_path / "r.csv"
+    result = invoke("report", records["base"], "--csv", out)
+    assert result.exit_code == 0, result.output
+    assert "NVIDIA H200" in result.output and "10.00×" in result.output
+    assert "skipped sdpa in 3 case(s): would need ~146 GB" in result.output
+    assert len(out.read_text().splitlines()) == 10
+
+
+def test_cli_report_plot(records, tmp_path):
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "plot.png"
+    result = invoke("report", records["base"], "--plot", png, "--quiet")
+    assert result.exit_code == 0, result.output
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_series():
+    from kdtr.plot import prefix_series, roofline_points
+
+    rec = record()
+    prefixes = {0: 1024, 3: 4096}                   # case a and b of our kernel: a prefix sweep
+    rows = [replace(r, config={"B": 1, "H": 16, "prefix": prefixes[i]}) if i in prefixes else r
+            for i, r in enumerate(rec.rows)]
+    rec = replace(rec, rows=tuple(rows))
+    series = prefix_series(rec)
+    assert list(series.values()) == [[(1024, rec.rows[0].timing.median), (4096, rec.rows[3].timing.median)]]
+    groups = roofline_points(rec)
+    assert set(groups) == {"cuda (verify_attn/bf16_paged)", "torch (verify_attn/bf16_paged)"}
+
+
+# -- the CLI: a degraded run on the CPU -------------------------------------------------------------
+
+SUITES = {
+    "tree_build": "op: tree_build\nseed: 1\ncases:\n  - {name: tb_small, batch: 3, depth: 5, vocab: 64, budget: 12}\n",
+    "tree_accept": "op: tree_accept\nseed: 1\ncases:\n  - {name: ta_small, batch: 4, budget: 8, depth: 4}\n"
+                   "  - {name: ta_other, batch: 2, budget: 4, depth: 3}\n  - {name: ta_third, batch: 2, budget: 6}\n",
+    "verify_attn": "op: verify_attn\nseed: 1\ncases:\n"
+                   "  - {name: va_fp32, variant: fp32, batch: 2, heads: 4, prefix: 30, budget: 6}\n"
+                   "  - {name: va_bf16, variant: bf16_paged, batch: 2, heads: 4, prefix: 30, budget: 6, prefix_mode: mixed}\n",
+}
+
+
+@pytest.fixture
+def suites(tmp_path):
+    folder = tmp_path / "bench"
+    folder.mkdir()
+    for op, text in SUITES.items():
+        (folder / f"{op}.yaml").write_text(text)
+    return folder
+
+
+FAST = ("--budget", "0.05", "--target", "0.2")
+
+
+def test_cli_bench_cpu_run_json_csv(suites, tmp_path):
+    from kdtr.device import gpu_available
+
+    if gpu_available():
+        pytest.skip("this test covers the degraded run on a machine without a GPU")
+    out, table = tmp_path / "run.json", tmp_path / "run.csv"
+    result = invoke("bench", suites, *FAST, "--json", out, "--csv", table)
+    assert result.exit_code == 0, result.output
+    assert "CPU run (no GPU)" in result.output
+    data = json.loads(out.read_text())
+    assert data["complete"] and data["ceilings"] is None and data["settings"]["primary"] == "torch"
+    assert data["settings"]["timer"].startswith("host perf_counter")
+    assert data["meta"]["command_line"] and data["meta"]["commit"] is not None
+    rows = data["rows"]
+    cases = {r["case"] for r in rows}
+    assert cases == {"tb_small", "ta_small", "ta_other", "ta_third", "va_fp32", "va_bf16"}
+    primary = [r for r in rows if r["primary"]]
+    assert all(r["impl"] == "torch" and r["check_passed"] and r["timing"]["mode"] == "host" for r in primary)
+    heap = next(r for r in rows if r["impl"] == "cpu_heap")
+    assert heap["check_passed"] and heap["timing"]["n"] >= 1
+    tb = next(r for r in primary if r["case"] == "tb_small")
+    assert set(tb["speedups"]) == {"cpu_heap"}
+    sdpa = [r for r in rows if r["impl"] == "sdpa"]
+    assert sdpa and all(r["skip"] == "needs a GPU (this run has none)" for r in sdpa)
+    assert len(table.read_text().splitlines()) == len(rows) + 1
+
+
+def test_cli_bench_quick_and_pattern(suites, tmp_path):
+    from kdtr.device import gpu_available
+
+    if gpu_available():
+        pytest.skip("CPU run")
+    result = invoke("bench", suites, "--quick", "-k", "ta_*", "--quiet")
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.output.splitlines() if line.startswith("torch ")]
+    assert [line.split()[2] for line in lines] == ["ta_small", "ta_other"]    # --quick: first 2 per suite
+    assert invoke("bench", suites, "-k", "nothing_matches").exit_code == 2
+
+
+def test_cli_bench_usage_errors(suites):
+    assert invoke("bench", suites, "--mode", "lukewarm").exit_code == 2
+    assert invoke("bench", suites, "--budget", "0").exit_code == 2
+    assert invoke("bench", suites, "--time-limit", "-1").exit_code == 2
+    assert invoke("bench", suites / "absent.yaml").exit_code == 2
+
+
+def test_cli_bench_cuda_backend_without_gpu_exits_2(suites):
+    from kdtr.device import gpu_available
+
+    if gpu_available():
+        pytest.skip("a GPU is present")
+    result = invoke("bench", suites, "--backend", "cuda")
+    assert result.exit_code == 2 and "no CUDA GPU" in result.output
+
+
+def test_cli_bench_exit_1_when_our_implementation_is_wrong(suites, tmp_path, monkeypatch):
+    from kdtr.device import gpu_available
+
+    if gpu_available():
+        pytest.skip("CPU run: the torch backend is the implementation under test")
+    op = get_op("tree_accept")
+    original = op.run_torch
+
+    def wrong(variant, inputs, params):
+        out = original(variant, inputs, params)
+        out["bonus"] = out["bonus"] + 1
+        return out
+    monkeypatch.setattr(op, "run_torch", wrong)
+    out = tmp_path / "bad.json"
+    result = invoke("bench", suites, "-k", "ta_small", *FAST, "--json", out)
+    assert result.exit_code == 1, result.output
+    assert "FAIL tree_accept/default ta_small torch" in result.output
+    row_ = json.loads(out.read_text())["rows"][0]
+    assert row_["timing"] is None and row_["check_passed"] is False and "bonus" in row_["check"]
+
+
+def test_cli_bench_time_limit_lists_cases_not_run(suites, tmp_path):
+    from kdtr.device import gpu_available
+
+    if gpu_available():
+        pytest.skip("CPU run")
+    out = tmp_path / "partial.json"
+    result = invoke("bench", suites, *FAST, "--time-limit", "1e-9", "--json", out)
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert not data["complete"] and len(data["not_run"]) == 6 and data["rows"] == []
+    assert "not run (time limit): 6 case(s)" in result.output
+
+
+def test_cli_bench_bundles(tmp_path):
+    from kdtr.device import gpu_available
+
+    if gpu_available():
+        pytest.skip("CPU run")
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    (specs / "tree_accept.yaml").write_text(SUITES["tree_accept"])
+    assert invoke("gen-refs", specs, "-o", tmp_path / "goldens", "--quiet").exit_code == 0
+    bundle = tmp_path / "goldens" / "tree_accept" / "ta_small.kdtr"
+    out = tmp_path / "b.json"
+    result = invoke("bench", bundle, *FAST, "--json", out)
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert [r["case"] for r in data["rows"]] == ["ta_small"]
+    assert data["rows"][0]["params"]["batch"] == 4
+
+
+# -- the default suites and the ops' bench hooks ----------------------------------------------------
+
+def test_default_bench_suites():
+    from kdtr import spec
+    from kdtr.config import REPO_ROOT
+
+    suites = {s.op: s for s in spec.load_suites(REPO_ROOT / "specs" / "bench")}
+    assert set(suites) == {"tree_build", "verify_attn", "tree_accept"}
+    attn = {(c.variant, c.params["batch"], c.params["heads"], c.params["budget"] + 1, c.params["prefix"])
+            for c in suites["verify_attn"].cases}
+    for perf_case in [("fp32", 1, 16, 17, 2048), ("bf16_paged", 8, 64, 33, 8192),
+                      ("bf16_paged", 64, 16, 65, 32768), ("bf16_paged", 1, 128, 65, 131072)]:
+        assert perf_case in attn
+    assert {h for _, _, h, _, _ in attn} >= {8, 16, 64, 128}
+    assert {q for _, _, _, q, _ in attn} >= {5, 17, 33, 65}
+    assert min(p for *_, p in attn) <= 1024 and max(p for *_, p in attn) == 131072
+    assert {b for _, b, *_ in attn} >= {1, 64}
+    for name in ("tree_build", "tree_accept"):
+        cases = suites[name].cases
+        assert all(c.params["depth"] == 15 for c in cases)
+        assert {c.params["batch"] for c in cases} >= {1, 256}
+        assert {c.params["budget"] for c in cases} >= {8, 64}
+    quick = bench.items_from_suites(list(suites.values()), quick=True)
+    assert len(quick) == 3 * bench.QUICK_CASES_PER_SUITE
+
+
+@pytest.mark.parametrize("variant", ["fp32", "bf16_paged"])
+def test_verify_attn_dense_reference_and_sdpa_baseline(variant):
+    op = get_op("verify_attn")
+    case = Case("t", "verify_attn", variant, 5, dict(op._defaults, batch=3, heads=8, prefix=40, budget=6,
+                                                     prefix_mode="mixed"))
+    generated = op.generate(case)
+    expected = op.reference(variant, generated.inputs, generated.params)
+    inputs = upload(generated.inputs, "cpu")
+    for chunk in (None, 4000, 1):                    # whole, request chunks, head chunks
+        got = op.dense_reference(variant, inputs, generated.params, chunk_bytes=chunk)
+        for name in ("out", "lse"):
+            np.testing.assert_allclose(to_numpy(got[name]), expected[name], rtol=1e-6, atol=1e-6)
+    assert op.bench_reference(variant, inputs, generated.params) is None      # CPU: the numpy reference
+    baselines = op.baselines(variant, generated.inputs, generated.params)
+    assert set(baselines) == {"torch", "torch_compile", "sdpa"}
+    assert baselines["torch_compile"].slow_setup
+    got = baselines["sdpa"].prepare(variant, inputs, generated.params)()
+    assert set(got) == {"out"}
+    tol = op.tolerances(variant)["out"]
+    assert compare_output("out", to_numpy(got["out"]), expected["out"], tol).passed
+    assert op.compute_unit(variant) == ("fp32_fma" if variant == "fp32" else "bf16_mma")
+    assert op.bench_extra(variant, generated.inputs, generated.params)["kv_tokens"] > 0
+
+
+def test_tree_build_cpu_heap_baseline_is_the_reference():
+    op = get_op("tree_build")
+    case = Case("t", "tree_build", "default", 3, dict(op._defaults, batch=4, depth=15, vocab=128, budget=32))
+    generated = op.generate(case)
+    baselines = op.baselines("default", generated.inputs, generated.params)
+    assert set(baselines) == {"torch", "cpu_heap"} and baselines["cpu_heap"].clock == "host"
+    got = baselines["cpu_heap"].prepare("default", upload(generated.inputs, "cpu"), generated.params)()
+    expected = op.reference("default", generated.inputs, generated.params)
+    for name, value in expected.items():
+        np.testing.assert_array_equal(to_numpy(got[name]), value)
+
+
+def test_default_baseline_is_the_torch_backend():
+    op = get_op("tree_accept")
+    baselines = op.baselines("default", {}, {})
+    assert list(baselines) == ["torch"] and baselines["torch"].clock == "device"
+    assert op.compute_unit("default") == "bf16_mma" and op.bench_reference("default", {}, {}) is None
