@@ -51,6 +51,7 @@ BENCH_FORMAT = 1
 RECORD_KIND = "kdtree.bench"
 Z95 = 1.96                        # two-sided 95% normal quantile, for the median's order-statistic CI
 DEFAULT_L2_BYTES = 64 << 20       # when torch does not report the L2 size
+EVENT_RESOLUTION_MS = 0.0005      # CUDA events resolve about half a microsecond
 BLOCK_CYCLES = 50_000             # spin kernel before each sample (~25 us at 2 GHz)
 MAX_ROTATE_SETS = 256             # cold mode: more input sets than this -> flush instead
 SLOW_CALL_MS = 10.0               # calls slower than this are calibrated from one run
@@ -132,16 +133,21 @@ class Timing:
 
 
 def summarize(samples: Sequence[float], *, stop_reason: str, mode: str, method: str,
-              calls_per_sample: int = 1, note: str = "") -> Timing:
+              calls_per_sample: int = 1, note: str = "", resolution_ms: float = 0.0) -> Timing:
+    """The summary of per-call samples; the reported noise is never below the timer's resolution
+    (`resolution_ms` per sample of `calls_per_sample` calls)."""
     values = np.asarray(samples, dtype=np.float64)
     if values.size == 0:
         raise ValueError("no samples")
     mean = float(values.mean())
+    median = float(np.median(values))
     rel_std = float(values.std(ddof=1) / mean) if values.size > 1 and mean > 0 else 0.0
     p10, p90 = (float(v) for v in np.percentile(values, [10, 90]))
-    return Timing(tuple(float(v) for v in values), float(np.median(values)), p10, p90, rel_std,
-                  relative_spread(values.tolist()), int(values.size), stop_reason, mode, method,
-                  calls_per_sample, note)
+    noise = relative_spread(values.tolist())
+    if resolution_ms > 0 and median > 0:
+        noise = max(noise, resolution_ms / (calls_per_sample * median))
+    return Timing(tuple(float(v) for v in values), median, p10, p90, rel_std, noise, int(values.size),
+                  stop_reason, mode, method, calls_per_sample, note)
 
 
 def agree(a: Timing, b: Timing) -> bool:
@@ -338,7 +344,7 @@ class DeviceTimer:
         per_sample_s = (per_call * k + 0.03) / 1e3
         samples, reason = collect(sampler, options, clock, per_sample_s=per_sample_s)
         return summarize(samples, stop_reason=reason, mode=label, method=method, calls_per_sample=k,
-                         note="; ".join(notes))
+                         note="; ".join(notes), resolution_ms=EVENT_RESOLUTION_MS)
 
 
 def _first_line(err: BaseException) -> str:
@@ -959,7 +965,10 @@ def sanity_rows(env: _Env, settings: BenchSettings) -> list[BenchRow]:
         rows.append(with_figures(r, env.ceilings))
 
     row("empty_kernel_graph", impl, "hot", [empty], True, note=why)
-    row("empty_kernel_eager", impl, "hot", [empty], False, note=why)
+    row("empty_kernel_eager", impl, "hot", [empty], False, note=why or "our launch path: Python + ctypes + cuLaunchKernel")
+    if impl != "torch":
+        row("empty_kernel_eager", "torch", "hot", [lambda: torch.cuda._sleep(0)], False,
+            note="torch's own launch path (a 0-cycle spin kernel)")
     big = torch.empty(256 << 20, dtype=torch.float32, device="cuda").normal_()   # 1 GiB
     big_dst = torch.empty_like(big)
     row("copy_1GiB", "torch", "cold", [lambda: big_dst.copy_(big)], True, 2 * big.nbytes, cold=True)

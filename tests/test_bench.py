@@ -62,6 +62,9 @@ def test_summarize():
     assert t.p10 == pytest.approx(np.percentile(samples, 10)) and t.p90 == pytest.approx(np.percentile(samples, 90))
     assert t.rel_std == pytest.approx(np.std(samples, ddof=1) / np.mean(samples))
     assert (t.stop_reason, t.mode, t.method, t.calls_per_sample) == ("budget", "hot", "graph", 7)
+    steady = summarize([1.0] * 20, stop_reason="converged", mode="hot", method="graph", calls_per_sample=10,
+                       resolution_ms=0.0005)
+    assert steady.rel_ci == pytest.approx(0.0005 / 10)      # never below the timer's resolution
 
 
 def test_agree_uses_the_reported_noise():
@@ -552,3 +555,120 @@ def test_default_baseline_is_the_torch_backend():
     baselines = op.baselines("default", {}, {})
     assert list(baselines) == ["torch"] and baselines["torch"].clock == "device"
     assert op.compute_unit("default") == "bf16_mma" and op.bench_reference("default", {}, {}) is None
+
+
+# -- the device timer's logic against a fake CUDA (the real one runs on the H200) --------------------
+
+class FakeCuda:
+    """Events read a fake device clock that advances as fake kernels 'run'; a graph records the
+    kernels called while it captures and runs them again on replay."""
+
+    def __init__(self):
+        self.now = 0.0
+        self.capturing = None
+        self.flushes = 0
+        self.fail_capture = False
+
+    def kernel(self, ms, log=None):
+        def run():
+            if self.capturing is not None:
+                if self.fail_capture:
+                    raise RuntimeError("operation not permitted when stream is capturing")
+                self.capturing.nodes.append(run)
+                return
+            self.now += ms
+            if log is not None:
+                log.append(ms)
+        return run
+
+    def install(self, monkeypatch):
+        import contextlib
+
+        import torch
+
+        fake = self
+
+        class Event:
+            def __init__(self, enable_timing=False):
+                self.t = None
+
+            def record(self):
+                self.t = fake.now
+
+            def synchronize(self):
+                pass
+
+            def elapsed_time(self, other):
+                return other.t - self.t
+
+        class Graph:
+            def __init__(self):
+                self.nodes = []
+
+            def replay(self):
+                for node in self.nodes:
+                    node()
+
+        @contextlib.contextmanager
+        def graph(g, **_):
+            fake.capturing = g
+            try:
+                yield
+            finally:
+                fake.capturing = None
+
+        class Stream:
+            def wait_stream(self, other):
+                pass
+
+        monkeypatch.setattr(torch.cuda, "Event", Event)
+        monkeypatch.setattr(torch.cuda, "CUDAGraph", Graph)
+        monkeypatch.setattr(torch.cuda, "graph", graph)
+        monkeypatch.setattr(torch.cuda, "Stream", Stream)
+        monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+        monkeypatch.setattr(torch.cuda, "current_stream", lambda *a: Stream())
+        monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+        monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: None)
+
+        def flush(timer):
+            fake.flushes += 1
+        monkeypatch.setattr(bench.DeviceTimer, "flush", flush)
+        return self
+
+
+OPTS = TimingOptions(budget_s=5, target=0.01, min_samples=10, max_samples=100, warmup_s=0, sample_ms=0.5)
+
+
+def test_device_timer_hot_graph_divides_by_calls_per_sample(monkeypatch):
+    fake = FakeCuda().install(monkeypatch)
+    t = bench.DeviceTimer(60 << 20).measure([fake.kernel(0.002)], options=OPTS, mode="hot")
+    assert (t.mode, t.method) == ("hot", "graph")
+    assert t.calls_per_sample == 250                      # 0.5 ms samples of 2 us calls
+    assert t.median == pytest.approx(0.002) and t.stop_reason == "converged"
+    assert t.rel_ci == pytest.approx(0.0005 / (250 * 0.002))     # the event resolution floor
+    assert fake.flushes == 0
+
+
+def test_device_timer_cold_flush_and_rotate(monkeypatch):
+    fake = FakeCuda().install(monkeypatch)
+    timer = bench.DeviceTimer(60 << 20)
+    t = timer.measure([fake.kernel(0.05)], options=OPTS, mode="cold")
+    assert (t.mode, t.method, t.calls_per_sample) == ("cold-flush", "graph", 1)
+    assert fake.flushes == t.n and t.median == pytest.approx(0.05)
+    logs = [[] for _ in range(3)]
+    calls = [fake.kernel(0.01 * (i + 1), log) for i, log in enumerate(logs)]
+    t = timer.measure(calls, options=OPTS, mode="cold")
+    assert (t.mode, t.method) == ("cold-rotate", "graph") and t.calls_per_sample % 3 == 0
+    assert t.median == pytest.approx(0.02)                # the mean over the three sets
+    assert "3 input sets rotated" in t.note
+    assert len(logs[1]) == len(logs[2]) and 0 < len(logs[0]) - len(logs[1]) < 10   # set 0 also calibrates
+
+
+def test_device_timer_falls_back_to_eager_when_capture_fails(monkeypatch):
+    fake = FakeCuda().install(monkeypatch)
+    fake.fail_capture = True
+    t = bench.DeviceTimer(60 << 20).measure([fake.kernel(0.004)], options=OPTS, mode="hot")
+    assert t.method == "eager" and "graph capture failed (RuntimeError" in t.note
+    assert t.median == pytest.approx(0.004) and t.calls_per_sample == 125
+    t = bench.DeviceTimer(60 << 20).measure([fake.kernel(1.0)], options=OPTS, mode="hot", graph=False)
+    assert t.method == "eager" and t.calls_per_sample == 1 and t.note == ""
