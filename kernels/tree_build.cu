@@ -29,6 +29,9 @@
 // every lane also reads the log-probs its local best would need if it won, while the reduction
 // runs, so the winner's successors are ready the moment it is known. Node ancestry paths (u16,
 // stride L+1) give O(1) visibility tests; all 256 threads stage the inputs and write the outputs.
+// Measured on an H200 (B=64, budget 64, L=15, CUDA-graph replay): 27.4 us for tree_build_warp
+// (38.3 us for the shared-memory heap), against a 5-10 us target; shortening the per-pop chain
+// moved it only 28.8 -> 27.4 us, so where the time goes is still to be profiled.
 
 #define TB_THREADS 256
 #define FULL_MASK 0xffffffffu

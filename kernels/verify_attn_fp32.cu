@@ -28,8 +28,10 @@
 //   softmax: one thread per (row, key); row max / sum over 16 lanes by shuffles.
 //   phase 2 (O += P V, 32 x 512): thread owns 8 rows x 8 columns (columns 4c.. and 256 + 4c..) for
 //     one half of the keys (64 fp32 accumulators); the key halves are added at the end.
-// Shared-memory bytes per FMA bound this kernel more than FFMA issue: the larger per-thread tiles
-// keep them near 1 B per FMA in phase 2 and 2 B in phase 1.
+// Measured on an H200 (B=1 H=16 Q=17 P=2048, CUDA-graph replay): 64.6 us with the merge, 19 TFLOP/s,
+// about a third of the FFMA ceiling and short of the 35 us target. Neither double-buffering the K
+// tiles nor these larger register tiles moved it (66 -> 68 -> 65 us), so the limiter is not yet
+// identified: profile (ncu stall reasons) before the next change.
 #include "attn_common.cuh"
 
 #define FA_ROWS 32
