@@ -151,8 +151,12 @@ def verify_cmd(
             errors.append(problem)
             render.error(problem)
     render.verify_table(rows, quiet=quiet, verbose=verbose)
+    kernels = _kernel_report() if options.backend == "cuda" and not device_list else None
+    if kernels is not None:
+        hits = sum(k["cache_hit"] for k in kernels)
+        print(f"kernels: {len(kernels)} loaded, {len(kernels) - hits} compiled, {hits} from the cubin cache")
     if json_path:
-        _emit_json(json_path, report.verify_record(rows, errors))
+        _emit_json(json_path, report.verify_record(rows, errors) | {"kernels": kernels})
     if junit:
         report.atomic_write_text(junit, report.junit_xml(rows, errors))
     code = EXIT_INPUT if errors else (EXIT_FAILED if any(not r.passed for r in rows) else EXIT_OK)
@@ -232,6 +236,12 @@ def _sanitized_verify(tool, files, atol, rtol, trials, quiet, json_path) -> None
     if result.errors is None and not result.cases:
         raise KdtreeError(f"compute-sanitizer {tool} produced no summary (child exit {result.returncode})")
     raise typer.Exit(EXIT_OK if result.passed else EXIT_FAILED)
+
+
+def _kernel_report() -> list[dict]:
+    from kdtr.device import loaded_kernels
+
+    return loaded_kernels()
 
 
 def _gpu_count() -> int:

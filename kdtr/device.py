@@ -275,3 +275,9 @@ def synchronize(device: int | None = None) -> None:
         torch.cuda.synchronize(device)
     except RuntimeError as exc:
         raise DeviceError(f"CUDA error after launch: {exc}") from exc
+
+
+def loaded_kernels() -> list[dict]:
+    """What this process compiled or took from the cubin cache: evidence that a rerun compiles nothing."""
+    return [{"kernel": k.name, "source": k.module.source.name, "arch": k.module.arch,
+             "cache_hit": k.module.cache_hit} for k in list(_kernels.values())]
