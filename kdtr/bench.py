@@ -990,7 +990,7 @@ def sanity_rows(env: _Env, settings: BenchSettings) -> list[BenchRow]:
 
 def gpu_clocks() -> dict[str, str] | None:
     """SM / memory clocks, temperature and power now (nvidia-smi), or None."""
-    query = "clocks.sm,clocks.mem,temperature.gpu,power.draw,clocks_throttle_reasons.active"
+    query = "clocks.sm,clocks.mem,temperature.gpu,power.draw"
     try:
         out = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"],
                              capture_output=True, text=True, timeout=10)
@@ -999,7 +999,7 @@ def gpu_clocks() -> dict[str, str] | None:
     if out.returncode != 0 or not out.stdout.strip():
         return None
     values = [v.strip() for v in out.stdout.splitlines()[0].split(",")]
-    return dict(zip(("sm", "mem", "temperature", "power", "throttle"), values))
+    return dict(zip(("sm", "mem", "temperature", "power"), values))
 
 
 def bench_meta(command: str = "bench") -> dict[str, Any]:

@@ -672,3 +672,65 @@ def test_device_timer_falls_back_to_eager_when_capture_fails(monkeypatch):
     assert t.median == pytest.approx(0.004) and t.calls_per_sample == 125
     t = bench.DeviceTimer(60 << 20).measure([fake.kernel(1.0)], options=OPTS, mode="hot", graph=False)
     assert t.method == "eager" and t.calls_per_sample == 1 and t.note == ""
+
+
+def _fake_gpu_env(monkeypatch, l2_bytes=4096, modes=("cold",)):
+    FakeCuda().install(monkeypatch)
+    env = object.__new__(bench._Env)
+    env.gpu, env.primary, env.device, env.modes = True, "cuda", "cpu", modes
+    env.timer = bench.DeviceTimer(l2_bytes)
+    env.host_timer = bench.HostTimer()
+    env.ceilings = CEILINGS
+    return env
+
+
+def _fake_run_cuda(op, wrong=False):
+    """A stand-in kernel: the torch backend's outputs copied into the preallocated ones."""
+    def run_cuda(variant, inputs, params, outputs):
+        for name, value in op.run_torch(variant, inputs, params).items():
+            outputs[name].copy_(value)
+        if wrong:
+            outputs[op.outputs[0]].view(-1)[0] += 1
+    return run_cuda
+
+
+@pytest.mark.parametrize("op_name,case_params,l2_bytes", [
+    ("tree_accept", {"batch": 4, "budget": 8, "depth": 4}, 4096),
+    ("verify_attn", {"batch": 2, "heads": 4, "prefix": 30, "budget": 6, "prefix_mode": "mixed"}, 1 << 20),
+])
+def test_case_runner_cuda_path_on_a_fake_device(monkeypatch, op_name, case_params, l2_bytes):
+    op = get_op(op_name)
+    monkeypatch.setattr(op, "run_cuda", _fake_run_cuda(op))
+    env = _fake_gpu_env(monkeypatch, l2_bytes)
+    variant = op.variants[-1]
+    case = Case("c", op_name, variant, 9, dict(op._defaults, **case_params))
+    item = bench.BenchItem("c", op_name, variant, case.params, "test",
+                           lambda: (lambda g: (g.inputs, g.params))(op.generate(case)))
+    settings = BenchSettings(timing=replace(OPTS, budget_s=0.05, min_samples=3), repeat=True,
+                             baselines=("torch",))
+    seen = []
+    rows = bench._CaseRunner(env, settings, item, seen.append, None).run()
+    ours = next(r for r in rows if r.primary)
+    assert ours.impl == "cuda" and ours.check_passed, ours.check
+    assert ours.timing.mode == "cold-rotate" and "input sets rotated" in ours.timing.note
+    assert ours.repeat is not None and ours.repeat_agrees is not None
+    assert ours.compute_unit == op.compute_unit(variant)
+    torch_row = next(r for r in rows if r.impl == "torch")
+    assert torch_row.check_passed and torch_row.timing.method == "eager"
+    assert [r.impl for r in rows] == ["cuda", "torch"]
+    assert any("inputs" in s for s in seen) and any("again" in s for s in seen)
+
+
+def test_case_runner_reports_a_wrong_kernel_and_a_missing_one(monkeypatch):
+    op = get_op("tree_accept")
+    env = _fake_gpu_env(monkeypatch, modes=("hot",))
+    case = Case("c", "tree_accept", "default", 9, dict(op._defaults, batch=4, budget=8, depth=4))
+    item = bench.BenchItem("c", "tree_accept", "default", case.params, "test",
+                           lambda: (lambda g: (g.inputs, g.params))(op.generate(case)))
+    settings = BenchSettings(timing=replace(OPTS, budget_s=0.05, min_samples=3), baselines=())
+    monkeypatch.setattr(op, "run_cuda", _fake_run_cuda(op, wrong=True))
+    [row_] = bench._CaseRunner(env, settings, item, lambda s: None, None).run()
+    assert row_.check_passed is False and row_.timing is None and "accept_len" in row_.check
+    monkeypatch.setattr(op, "run_cuda", lambda *a: (_ for _ in ()).throw(NotImplementedError()))
+    [row_] = bench._CaseRunner(env, settings, item, lambda s: None, None).run()
+    assert row_.skip == "tree_accept/default has no run_cuda yet" and row_.check_passed is None
