@@ -1052,10 +1052,18 @@ def run_bench(items: Sequence[BenchItem], settings: BenchSettings = BenchSetting
     with torch.no_grad():
         if env.gpu:
             report("ceilings", done, total)
-            env.ceilings = measure_ceilings(env.timer)
+            try:
+                env.ceilings = measure_ceilings(env.timer)
+            except Exception as err:  # noqa: BLE001 - the cases still run; no % figures then
+                errors.append(f"ceilings: {type(err).__name__}: {_first_line(err)}")
+                env.cleanup()
             if settings.sanity:
                 report("sanity cases", done, total)
-                sanity.extend(sanity_rows(env, settings))
+                try:
+                    sanity.extend(sanity_rows(env, settings))
+                except Exception as err:  # noqa: BLE001
+                    errors.append(f"sanity cases: {type(err).__name__}: {_first_line(err)}")
+                    env.cleanup()
             done += 1
         for item in items:
             if deadline is not None and time.perf_counter() > deadline:
