@@ -172,11 +172,7 @@ def inspect_cmd(
     """A bundle's header, and per tensor: role, dtype, shape, min/max/mean, NaN/Inf counts."""
     from kdtr.summary import summarize
 
-    summary = summarize(file)
-    if json_path:
-        _emit_json(json_path, summary)
-    if json_path != "-":
-        render.inspect_view(summary)
+    _show(summarize(file), json_path, render.inspect_view)
 
 
 @app.command("doctor")
@@ -185,11 +181,7 @@ def doctor_cmd(json_path: Optional[str] = JsonOpt):
     """Versions, NVRTC, CUDA headers, GPUs and the cache folder: what kdtree can do here."""
     from kdtr import doctor
 
-    facts = doctor.facts()
-    if json_path:
-        _emit_json(json_path, facts)
-    if json_path != "-":
-        render.doctor_view(facts)
+    _show(doctor.facts(), json_path, render.doctor_view)
 
 
 @app.command("build")
@@ -252,6 +244,14 @@ def _gpu_count() -> int:
     import torch
 
     return torch.cuda.device_count()
+
+
+def _show(data, json_path: str | None, view) -> None:
+    """The JSON record where asked, and the rich view unless the JSON took stdout."""
+    if json_path:
+        _emit_json(json_path, data)
+    if json_path != "-":
+        view(data)
 
 
 def _emit_json(path: str, record) -> None:
