@@ -263,8 +263,11 @@ def _header(record) -> list[str]:
     meta, device = record.meta, record.meta.get("device") or {}
     lines = []
     if record.settings.get("gpu"):
+        after = meta.get("clocks_after") or {}
+        clock = (f"SM clock {after.get('sm')} at the end" if after.get("sm")
+                 else f"SM clock {device.get('clock_sm')} at the start")
         lines.append(f"[bold]{device.get('gpu')}[/] ({device.get('capability')}, driver {device.get('driver')}, "
-                     f"SM clock {device.get('clock_sm')} of {device.get('clock_sm_max')}), torch "
+                     f"{clock}, max {device.get('clock_sm_max')}), torch "
                      f"{device.get('torch')}, NVRTC {device.get('nvrtc')}, commit {str(meta.get('commit'))[:12]}"
                      f"{' (dirty)' if meta.get('dirty') else ''}")
     else:

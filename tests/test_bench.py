@@ -65,6 +65,8 @@ def test_summarize():
     steady = summarize([1.0] * 20, stop_reason="converged", mode="hot", method="graph", calls_per_sample=10,
                        resolution_ms=0.0005)
     assert steady.rel_ci == pytest.approx(0.0005 / 10)      # never below the timer's resolution
+    floored = summarize([1.0] * 20, stop_reason="converged", mode="hot", method="graph", noise_floor=0.005)
+    assert floored.rel_ci == 0.005
 
 
 def test_agree_uses_the_reported_noise():
@@ -645,7 +647,9 @@ def test_device_timer_hot_graph_divides_by_calls_per_sample(monkeypatch):
     assert (t.mode, t.method) == ("hot", "graph")
     assert t.calls_per_sample == 250                      # 0.5 ms samples of 2 us calls
     assert t.median == pytest.approx(0.002) and t.stop_reason == "converged"
-    assert t.rel_ci == pytest.approx(0.0005 / (250 * 0.002))     # the event resolution floor
+    assert t.rel_ci == pytest.approx(0.005)                      # the noise floor
+    t = bench.DeviceTimer(60 << 20).measure([fake.kernel(0.002)], options=replace(OPTS, noise_floor=0), mode="hot")
+    assert t.rel_ci == pytest.approx(0.0005 / (t.calls_per_sample * 0.002))     # the event resolution
     assert fake.flushes == 0
 
 
@@ -734,3 +738,37 @@ def test_case_runner_reports_a_wrong_kernel_and_a_missing_one(monkeypatch):
     monkeypatch.setattr(op, "run_cuda", lambda *a: (_ for _ in ()).throw(NotImplementedError()))
     [row_] = bench._CaseRunner(env, settings, item, lambda s: None, None).run()
     assert row_.skip == "tree_accept/default has no run_cuda yet" and row_.check_passed is None
+
+
+def test_baseline_tolerances():
+    attn, accept = get_op("verify_attn"), get_op("tree_accept")
+    assert accept.baseline_tolerances("default") == accept.tolerances("default")
+    assert attn.baseline_tolerances("bf16_paged") == attn.tolerances("bf16_paged")
+    strict, loose = attn.tolerances("fp32")["out"], attn.baseline_tolerances("fp32")["out"]
+    assert (loose.atol, loose.rtol) == (strict.atol, strict.rtol) and loose.l2 == 1e-5 > strict.l2
+
+
+def test_check_outputs_names_what_it_compared():
+    op = get_op("verify_attn")
+    case = Case("t", "verify_attn", "fp32", 5, dict(op._defaults, batch=2, heads=4, prefix=20, budget=4))
+    generated = op.generate(case)
+    expected = op.reference("fp32", generated.inputs, generated.params)
+    ok, note = bench.check_outputs(op, {"out": expected["out"]}, expected, op.tolerances("fp32"), require_all=False)
+    assert ok and note == "checked out (rel. L2 0); it gives no lse"
+    ok, note = bench.check_outputs(op, {"out": expected["out"]}, expected, op.tolerances("fp32"), require_all=True)
+    assert not ok and note == "produced no lse"
+
+
+def test_committed_h200_records_still_load_and_render(tmp_path):
+    from kdtr.config import REPO_ROOT
+
+    records = sorted((REPO_ROOT / "results").glob("bench-*.json"))
+    if not records:
+        pytest.skip("no committed bench records")
+    for path in records:
+        rec = bench.load_record(path)
+        assert rec.ceilings is not None and rec.rows
+        result = invoke("report", path, "--csv", tmp_path / "r.csv")
+        assert result.exit_code == 0, result.output
+        assert "ceilings measured in this run" in result.output
+        assert invoke("bench", "--compare", path, path, "--quiet").exit_code == 0

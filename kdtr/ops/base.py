@@ -223,3 +223,7 @@ class Op:
                     params: Mapping[str, Any]) -> dict[str, Any]:
         """Extra per-case facts a bench record keeps beside `describe` (JSON-ready values)."""
         return {}
+
+    def baseline_tolerances(self, variant: str) -> dict[str, Tolerance]:
+        """What a baseline's outputs must meet before bench times it; by default the op's own."""
+        return self.tolerances(variant)

@@ -386,6 +386,17 @@ class VerifyAttn(Op):
                                    "contiguous KV (layout built once, untimed)")
         return out
 
+    def baseline_tolerances(self, variant):
+        tolerances = self.tolerances(variant)
+        if variant == "fp32":
+            # torch's FP32 path (cuBLAS SGEMM and its summation orders; SDPA's math path) landed at
+            # 1.1-1.5e-6 of the float64 result in norm on the H200 (results/bench-20261129-121548-
+            # h200.json), just over our kernel's 1e-6 contract: a speed baseline must compute the op,
+            # not meet that contract. Elementwise bounds stay.
+            out = tolerances["out"]
+            tolerances["out"] = Tolerance(atol=out.atol, rtol=out.rtol, l2=1e-5)
+        return tolerances
+
     def bench_extra(self, variant, inputs, params):
         if variant == "fp32":
             kv_tokens = int(inputs["prefix_len"].sum()) + inputs["visibility"].shape[0] * inputs["visibility"].shape[1]
