@@ -280,7 +280,3 @@ def main() -> None:
 
     signal.signal(signal.SIGTERM, _terminate)
     app()
-
-
-if __name__ == "__main__":
-    main()

@@ -77,11 +77,11 @@ def parse(lines: Iterable[str], tool: str, result: SanitizeResult | None = None)
 
 
 def run(tool: str, verify_args: list[str], result: SanitizeResult) -> Iterator[SanitizedCase]:
-    """Start `compute-sanitizer --tool TOOL python -m cli.main verify ARGS --quiet` and parse it."""
+    """Start `compute-sanitizer --tool TOOL python -m cli verify ARGS --quiet` and parse it."""
     if tool not in TOOLS:
         raise DeviceError(f"unknown sanitizer tool {tool!r}; choose one of {', '.join(TOOLS)}")
     command = [str(find_sanitizer()), "--tool", tool, "--print-limit", "50", sys.executable, "-m",
-               "cli.main", "verify", *verify_args, "--backend", "cuda", "--quiet"]
+               "cli", "verify", *verify_args, "--backend", "cuda", "--quiet"]
     root = str(Path(__file__).resolve().parent.parent)
     env = dict(os.environ, PYTHONUNBUFFERED="1", NO_COLOR="1",
                PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))

@@ -9,7 +9,7 @@ out=${1:?usage: scripts/gpu-evidence.sh OUT_DIR [verify|sanitize|all]}
 what=${2:-all}
 mkdir -p "$out"
 export PYTHONPATH=. PYTHONUNBUFFERED=1 KDTREE_CACHE_DIR=${KDTREE_CACHE_DIR:-/tmp/kdtree-cache}
-kd() { python3 -m cli.main "$@"; }
+kd() { python3 -m cli "$@"; }
 status=0
 step() { echo "== $*"; "$@" || { rc=$?; echo "!! exit $rc: $*"; status=1; }; }
 

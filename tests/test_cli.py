@@ -173,7 +173,7 @@ def test_cuda_backend_without_gpu_is_exit_2(goldens):
 def test_real_subprocess_streams_and_exit_codes(goldens, tmp_path):
     """stdout carries the data, stderr the diagnostics; the console script's exit code is real."""
     exe = shutil.which("kdtree") or None
-    cmd = [exe] if exe else [sys.executable, "-m", "cli.main"]
+    cmd = [exe] if exe else [sys.executable, "-m", "cli"]
     env = dict(os.environ, NO_COLOR="1")
     ok = subprocess.run([*cmd, "verify", str(goldens), "--backend", "torch", "--quiet"], capture_output=True,
                         text=True, env=env, cwd=REPO_ROOT)

@@ -27,7 +27,7 @@ sweep:
 
 def kdtree(*args, cwd):
     env = dict(os.environ, NO_COLOR="1", PYTHONPATH=str(REPO_ROOT))
-    return subprocess.Popen([sys.executable, "-m", "cli.main", *map(str, args)], cwd=cwd, env=env,
+    return subprocess.Popen([sys.executable, "-m", "cli", *map(str, args)], cwd=cwd, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
