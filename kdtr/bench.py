@@ -616,27 +616,16 @@ def items_from_suites(suites, pattern: str | None = None, quick: bool = False) -
 
 def items_from_bundles(paths: Iterable[str | Path], pattern: str | None = None) -> list[BenchItem]:
     """Cases from golden bundles (their stored inputs), checked as `kdtree verify` checks them."""
-    from . import backends
-    from .errors import KdtrError
-    from .format import read_bundle
     from .spec import name_matches
-    from .verify import bundle_case
+    from .verify import load_case
 
     items = []
     for path in map(Path, paths):
-        bundle = read_bundle(path)
-        op, variant, params, case = bundle_case(bundle)
+        loaded = load_case(path)
+        bundle, op, variant, params, case, inputs = (loaded.bundle, loaded.op, loaded.variant, loaded.params,
+                                                     loaded.case, loaded.inputs)
         if not name_matches(case, pattern):
             continue
-        inputs = bundle.arrays("input")
-        fault = backends.expected_dtype_check(op, variant, inputs)
-        if fault is None:
-            try:
-                op.check_inputs(variant, inputs, params)
-            except ValueError as err:
-                fault = str(err)
-        if fault:
-            raise KdtrError(fault, file=path)
         case_params = bundle.meta.get("case_params") if isinstance(bundle.meta.get("case_params"), dict) else params
         items.append(BenchItem(case, op.name, variant, dict(case_params), str(path),
                                lambda inputs=inputs, params=params: (dict(inputs), dict(params))))

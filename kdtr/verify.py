@@ -145,8 +145,21 @@ def trial_seed(seed: int, trial: int) -> int:
     return (int(seed) * 1_000_003 + 7919 * trial) % (1 << 31)
 
 
-def verify_bundle(path: str | Path, options: Options) -> list[VerifyRow]:
-    """Rows for one bundle: its golden, then `options.trials` fresh-input trials."""
+@dataclass(frozen=True)
+class LoadedCase:
+    """A bundle whose meta, inputs and outputs were checked against its op: safe to run."""
+
+    bundle: Bundle
+    op: Op
+    variant: str
+    params: dict[str, Any]
+    case: str
+    inputs: dict[str, np.ndarray]
+    expected: dict[str, np.ndarray]
+
+
+def load_case(path: str | Path) -> LoadedCase:
+    """Read a bundle and check it fits its op (names, dtypes, shapes, indices) before any backend runs."""
     bundle = read_bundle(path)
     op, variant, params, case = bundle_case(bundle)
     inputs, expected = bundle.arrays("input"), bundle.arrays("output")
@@ -160,6 +173,14 @@ def verify_bundle(path: str | Path, options: Options) -> list[VerifyRow]:
             fault = str(err)
     if fault:
         raise KdtrError(fault, file=path)
+    return LoadedCase(bundle, op, variant, params, case, inputs, expected)
+
+
+def verify_bundle(path: str | Path, options: Options) -> list[VerifyRow]:
+    """Rows for one bundle: its golden, then `options.trials` fresh-input trials."""
+    loaded = load_case(path)
+    bundle, op, variant, params, case = loaded.bundle, loaded.op, loaded.variant, loaded.params, loaded.case
+    inputs, expected = loaded.inputs, loaded.expected
     tols = tolerances(op, variant, bundle.meta.get("tolerance"), options, file=path)
     rows = [check_case(op, variant, inputs, expected, params, tols, options,
                        case=case, file=str(path), seed=bundle.meta.get("seed"))]
