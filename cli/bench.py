@@ -10,6 +10,8 @@ from typing import List, Optional
 import typer
 from rich.table import Table
 
+from kdtr.errors import UsageError
+
 from .main import EXIT_FAILED, EXIT_OK, _emit_json, app, guarded
 
 BENCH_HELP = (
@@ -187,22 +189,28 @@ def bench_cmd(
 @app.command("report")
 @guarded
 def report_cmd(
-    record_path: Path = typer.Argument(..., metavar="RECORD.json", help="A record written by `kdtree bench --json`."),
+    record_paths: List[Path] = typer.Argument(..., metavar="RECORD.json...",
+                                              help="Records written by `kdtree bench --json` (or, with --merge, "
+                                                   "by `kdtree verify --json`)."),
+    merge: Optional[Path] = typer.Option(None, "--merge", help="Join the records (e.g. of --shard jobs) into "
+                                                               "this one file; exit 1 if a merged case failed."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG: roofline (achieved TFLOP/s against "
                                                              "intensity, measured ceilings) and latency against prefix."),
     csv_path: Optional[Path] = typer.Option(None, "--csv", help="Write one CSV line per row here."),
     verbose: bool = typer.Option(False, "-v", "--verbose", help="Show every baseline's own row."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="One plain line per case."),
 ):
-    """Show a bench record's table again; optionally plot it (matplotlib) or write its CSV."""
-    from kdtr import bench
+    """Show a bench record's table again; plot it (matplotlib), write its CSV, or merge shards' records."""
+    from kdtr import bench, report
 
-    record = bench.load_record(record_path)
+    if merge:
+        _merge(record_paths, merge)
+    if len(record_paths) != 1:
+        raise UsageError("give one record (or several with --merge OUT.json)")
+    record = bench.load_record(record_paths[0])
     bench_view(record, verbose=verbose, quiet=quiet)
     if csv_path:
-        from kdtr.report import atomic_write_text
-
-        atomic_write_text(csv_path, bench.bench_csv(record))
+        report.atomic_write_text(csv_path, bench.bench_csv(record))
     if plot:
         from kdtr.plot import plot_record
 
@@ -210,6 +218,33 @@ def report_cmd(
         from . import render
 
         render.err.print(f"plot: {plot}", markup=False, highlight=False)
+
+
+def _merge(paths: List[Path], out: Path) -> None:
+    """Verify records merge into a verify record, bench records into a bench record; never both."""
+    import json
+
+    from kdtr import bench, report
+
+    kinds = []
+    for path in paths:
+        try:
+            kinds.append(json.loads(path.read_text(encoding="utf-8")).get("kind"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError) as err:
+            raise UsageError(f"not a kdtree record: {err}", file=path) from None
+    if set(kinds) == {report.VERIFY_KIND}:
+        merged = report.merge_verify([json.loads(p.read_text(encoding="utf-8")) for p in paths])
+        report.write_json(out, merged)
+        summary = merged["summary"]
+        print(f"merged {len(paths)} verify records: {summary['passed']} passed, {summary['failed']} failed, "
+              f"{len(summary['errors'])} input errors -> {out}")
+        raise typer.Exit(1 if summary["failed"] else (2 if summary["errors"] else 0))
+    if set(kinds) == {bench.RECORD_KIND}:
+        merged_bench = bench.merge_records([bench.load_record(p) for p in paths])
+        bench.write_record(out, merged_bench)
+        print(f"merged {len(paths)} bench records: {len(merged_bench.rows)} rows -> {out}")
+        raise typer.Exit(0)
+    raise UsageError(f"--merge takes records of one kind (verify or bench); got {sorted(map(str, set(kinds)))}")
 
 
 # -- rendering ------------------------------------------------------------------------------------

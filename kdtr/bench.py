@@ -1241,6 +1241,17 @@ def default_record_path(folder: str | Path = "results") -> Path:
     return Path(folder) / f"bench-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}.json"
 
 
+def merge_records(records: Sequence[BenchRecord]) -> BenchRecord:
+    """One bench record from shards' records: rows joined; the first record's ceilings and sanity
+    rows stand for the run (each shard measured its own; they are kept under meta.merged_from)."""
+    first = records[0]
+    meta = dict(first.meta) | {"merged_from": [dict(r.meta) | {"ceilings": r.ceilings} for r in records]}
+    return replace(first, meta=meta, rows=tuple(row for r in records for row in r.rows),
+                   errors=tuple(e for r in records for e in r.errors),
+                   not_run=tuple(n for r in records for n in r.not_run),
+                   complete=all(r.complete for r in records))
+
+
 def write_record(path: str | Path, record: BenchRecord) -> None:
     from .report import write_json
 

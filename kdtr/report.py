@@ -21,6 +21,7 @@ from . import __version__
 from .config import REPO_ROOT
 
 RECORD_FORMAT = 1
+VERIFY_KIND = "kdtree.verify"
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
@@ -111,9 +112,19 @@ def write_json(path: str | Path, record: dict) -> None:
 
 def verify_record(rows: Iterable[Any], errors: Iterable[str], command: str = "verify") -> dict:
     rows = list(rows)
-    return {"meta": record_meta(command),
+    return {"kind": VERIFY_KIND, "meta": record_meta(command),
             "summary": {"cases": len(rows), "passed": sum(r.passed for r in rows),
                         "failed": sum(not r.passed for r in rows), "errors": list(errors)},
+            "rows": rows}
+
+
+def merge_verify(records: list[dict]) -> dict:
+    """One verify record from the records of shards or workers (JSON form), rows in input order."""
+    rows = [row for record in records for row in record["rows"]]
+    errors = [e for record in records for e in record["summary"]["errors"]]
+    return {"kind": VERIFY_KIND, "meta": record_meta("report --merge") | {"merged_from": [r["meta"] for r in records]},
+            "summary": {"cases": len(rows), "passed": sum(bool(r["passed"]) for r in rows),
+                        "failed": sum(not r["passed"] for r in rows), "errors": errors},
             "rows": rows}
 
 

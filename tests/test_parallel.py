@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -80,3 +82,21 @@ def test_shards_of_verify_add_up(goldens):  # noqa: F811
         assert result.exit_code in (0, 2)          # 2: an empty shard says so
         counts.append(sum(line.startswith("PASS") for line in result.output.splitlines()))
     assert sum(counts) == 5
+
+
+def test_report_merges_shard_records(goldens, tmp_path):  # noqa: F811
+    runner = CliRunner()
+    records = []
+    for index in (1, 2):
+        record = tmp_path / f"shard{index}.json"
+        runner.invoke(app, ["verify", str(goldens), "--backend", "numpy", "-q", "--shard", f"{index}/2",
+                            "--json", str(record)])
+        if record.exists():
+            records.append(str(record))
+    merged = tmp_path / "merged.json"
+    result = runner.invoke(app, ["report", *records, "--merge", str(merged)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(merged.read_text())
+    assert data["summary"]["cases"] == 5 and data["summary"]["passed"] == 5
+    shard_cases = [row["case"] for r in records for row in json.loads(Path(r).read_text())["rows"]]
+    assert [row["case"] for row in data["rows"]] == shard_cases
