@@ -12,7 +12,7 @@ from rich.table import Table
 
 from kdtr.errors import UsageError
 
-from .main import EXIT_FAILED, EXIT_OK, _emit_json, app, guarded
+from .main import EXIT_FAILED, EXIT_OK, ShardOpt, _emit_json, app, guarded
 
 BENCH_HELP = (
     "Time our kernels and their baselines on the same inputs in one run, against ceilings measured "
@@ -40,15 +40,16 @@ def _default_specs() -> list[Path]:
     return [local if local.is_dir() else REPO_ROOT / "specs" / "bench"]
 
 
-def _items(paths: list[Path], pattern: Optional[str], quick: bool):
-    from kdtr import bench, spec
-    from kdtr.errors import UsageError
+def _items(paths: list[Path], pattern: Optional[str], quick: bool, shard: Optional[str]):
+    from kdtr import bench, parallel, spec
 
     bundles = [p for p in paths if p.suffix == ".kdtr"]
     suites = [p for p in paths if p.suffix != ".kdtr"]
     items = bench.items_from_bundles(bundles, pattern) if bundles else []
     if suites:
         items += bench.items_from_suites(spec.load_suites(suites), pattern, quick)
+    items = parallel.shard_items(items, lambda item: f"{item.op}/{item.name}",
+                                 parallel.Shard.parse(shard) if shard else None)
     if not items:
         raise UsageError(f"no case matches -k {pattern!r}" if pattern else "no cases to bench")
     return items
@@ -97,6 +98,7 @@ def bench_cmd(
     paths: List[Path] = typer.Argument(None, help="YAML suites, folders of them, or .kdtr bundles "
                                                   "\\[default: specs/bench/]; with --compare, one NEW.json record."),
     pattern: Optional[str] = typer.Option(None, "-k", help="Only cases whose name contains PATTERN (or matches a * ? glob)."),
+    shard: Optional[str] = ShardOpt,
     quick: bool = typer.Option(False, "--quick", help="Smoke run for CI: the first 2 cases of each suite, a "
                                                      "0.1 s budget, 5% target, no compiler baselines."),
     mode: str = typer.Option("cold", "--mode", help="cold (L2 flushed or inputs rotated), hot (same inputs again), both."),
@@ -153,7 +155,7 @@ def bench_cmd(
     settings = bench.BenchSettings(backend=backend, mode=mode, timing=timing,
                                    baselines=() if no_baselines else (tuple(baseline) if baseline else None),
                                    quick=quick, repeat=repeat, sanity=not no_sanity, time_limit_s=time_limit)
-    items = _items(paths or _default_specs(), pattern, quick)
+    items = _items(paths or _default_specs(), pattern, quick, shard)
     targets = [p for p in (json_path if json_path and json_path != "-" else None,
                            bench.default_record_path() if save else None) if p]
 
