@@ -236,15 +236,17 @@ def _load_module(module: CompiledModule, device: int):
 
 
 def get_kernel(source: str | Path, name: str, *, defines: Mapping[str, str | int] = {},
-               device: int | None = None) -> Kernel:
+               device: int | None = None, arch: str | None = None) -> Kernel:
     """Compile `source` for the device's arch (through the cubin cache), load it, find `name`.
 
-    Cached per (source, name, defines, device). Call it before a CUDA-graph capture begins: loading
-    a module is not allowed while a stream captures.
+    `arch` overrides the arch compiled for; it must be the device's own, optionally with the `a`
+    suffix (`sm_90a` on an sm_90 device, for wgmma kernels). Cached per (source, name, defines,
+    device, arch). Call it before a CUDA-graph capture begins: loading a module is not allowed
+    while a stream captures.
     """
     require_gpu()
     index = _device_index(device)
-    key = (str(source), name, tuple(sorted((k, str(v)) for k, v in defines.items())), index)
+    key = (str(source), name, tuple(sorted((k, str(v)) for k, v in defines.items())), index, arch)
     kernel = _kernels.get(key)
     if kernel is not None:
         return kernel
@@ -252,8 +254,10 @@ def get_kernel(source: str | Path, name: str, *, defines: Mapping[str, str | int
         kernel = _kernels.get(key)
         if kernel is not None:
             return kernel
-        arch = device_arch(index)
-        compiled = compile_kernel(source, arch, defines=defines)
+        own = device_arch(index)
+        if arch is not None and arch not in (own, own + "a"):
+            raise DeviceError(f"cannot run {arch} code on this device ({own}): {source} {name}")
+        compiled = compile_kernel(source, arch or own, defines=defines)
         if compiled.resources and name not in {r.kernel for r in compiled.resources}:
             raise DeviceError(f"{compiled.source.name} has no kernel {name!r} "
                               f"(it has {sorted(r.kernel for r in compiled.resources)})")

@@ -42,6 +42,10 @@
 #define FA_SMEM_FLOATS (FA_ROWS * FA_STR + 2 * FA_KEYS * FA_STR + FA_SLICES * FA_ROWS * FA_KEYS \
                         + FA_KEYS * FA_ROWS + 3 * FA_ROWS)
 #define FA_SMEM_BYTES (FA_SMEM_FLOATS * 4)
+// Timing diagnostics only (wrong results): 1 = no phase-1 FMAs, 2 = no phase-2 FMAs.
+#ifndef FA_DIAG
+#define FA_DIAG 0
+#endif
 
 extern "C" __global__ void __launch_bounds__(FA_THREADS, 1)
 verify_attn_fp32(const float* __restrict__ q, const float* __restrict__ kv,
@@ -117,6 +121,7 @@ verify_attn_fp32(const float* __restrict__ q, const float* __restrict__ kv,
             float acc[4][4];
 #pragma unroll
             for (int i = 0; i < 4; ++i) { acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f; }
+#if FA_DIAG != 1
 #pragma unroll
             for (int kk = 0; kk < 9; ++kk) {
                 float4 qv[4], kv4[4];
@@ -135,6 +140,7 @@ verify_attn_fp32(const float* __restrict__ q, const float* __restrict__ kv,
                     }
                 }
             }
+#endif
 #pragma unroll
             for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -181,6 +187,7 @@ verify_attn_fp32(const float* __restrict__ q, const float* __restrict__ kv,
             for (int r = 0; r < 8; ++r)
 #pragma unroll
                 for (int x = 0; x < 8; ++x) o[r][x] *= al[r];
+#if FA_DIAG != 2
 #pragma unroll 2
             for (int cc = 0; cc < FA_KEYS / 2; ++cc) {
                 const int c = kh * (FA_KEYS / 2) + cc;
@@ -195,6 +202,7 @@ verify_attn_fp32(const float* __restrict__ q, const float* __restrict__ kv,
 #pragma unroll
                     for (int x = 0; x < 8; ++x) o[r][x] = fmaf(pr[r], v[x], o[r][x]);
             }
+#endif
         }
     }
     cp_async_wait<0>();                                   // an empty split still waits for its Q copy

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import ctypes
 import math
+import os
+import secrets
 import sys
 from typing import Any, Mapping
 
@@ -25,7 +27,12 @@ from kdtr.ops.base import Case
 TREE_BUILD, TREE_ACCEPT, VERIFY_ATTN = get_op("tree_build"), get_op("tree_accept"), get_op("verify_attn")
 POISON_I32 = 0x7EADBEEF
 POISON_U8 = 0xCD
-SEEDS = (11, 2024, 90210)
+# Two fixed seeds and one fresh per session (in the test ids; KDTREE_TEST_SEED replays one).
+FRESH_SEED = int(os.environ.get("KDTREE_TEST_SEED") or secrets.randbelow(1 << 31))
+SEEDS = (11, 2024, FRESH_SEED)
+ATTN_SEEDS = (11, FRESH_SEED)
+# Kernels to leave out (comma-separated CUDA_KERNELS names), e.g. one that hung in a smoke run.
+SKIP_KERNELS = {k for k in os.environ.get("KDTREE_SKIP_KERNELS", "").split(",") if k}
 
 gpu = pytest.mark.gpu
 
@@ -185,13 +192,35 @@ TREE_BUILD_CASES = [
 
 
 @gpu
+@pytest.mark.parametrize("kernel", TREE_BUILD.CUDA_KERNELS)
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("params", TREE_BUILD_CASES, ids=lambda p: TREE_BUILD.case_name("default", p | {
     k: v for k, v in TREE_BUILD._defaults.items() if k not in p}))
-def test_tree_build_bit_exact(params, seed):
+def test_tree_build_bit_exact(params, seed, kernel):
+    if kernel != "tb_smem" and params["budget"] > TREE_BUILD.REGISTER_BUDGET_MAX:
+        pytest.skip(f"{kernel} holds at most {TREE_BUILD.REGISTER_BUDGET_MAX} candidates")
+    if kernel == "tb_smem" and seed != SEEDS[0] and params["budget"] <= TREE_BUILD.REGISTER_BUDGET_MAX:
+        pytest.skip("the shared-memory heap (the large-budget path) runs the small cases on one seed")
+    if kernel in SKIP_KERNELS:
+        pytest.skip(f"{kernel} left out by KDTREE_SKIP_KERNELS")
+    import torch
+
     gen = generated(TREE_BUILD, "default", seed, **params)
+    device_inputs = {name: to_torch(a, "cuda") for name, a in gen.inputs.items()}
+    outputs = poisoned_outputs(TREE_BUILD, "default", gen.inputs, gen.params)
+    TREE_BUILD.run_cuda("default", device_inputs, gen.params, outputs, kernel=kernel)
+    torch.cuda.synchronize()
+    got = {name: to_numpy(t) for name, t in outputs.items()}
+    assert_bit_exact(f"tree_build [{kernel}] {params} seed {seed}", got,
+                     TREE_BUILD.reference("default", gen.inputs, gen.params))
+
+
+@gpu
+def test_tree_build_default_kernel():
+    gen = generated(TREE_BUILD, "default", 1, batch=2, depth=4, vocab=50, budget=10)
+    assert TREE_BUILD.kernel_choice("default", gen.inputs, gen.params) in TREE_BUILD.CUDA_DEFAULTS
     got = run_cuda(TREE_BUILD, "default", gen.inputs, gen.params)
-    assert_bit_exact(f"tree_build {params} seed {seed}", got, TREE_BUILD.reference("default", gen.inputs, gen.params))
+    assert_bit_exact("tree_build default kernel", got, TREE_BUILD.reference("default", gen.inputs, gen.params))
 
 
 @gpu
@@ -253,39 +282,91 @@ ATTN_CASES = [
 ]
 
 
+ATTN_KERNELS = [(k.variant, name) for name, k in VERIFY_ATTN.CUDA_KERNELS.items()]
+
+
+def skip_unless_runs_here(kernel: str) -> None:
+    """Skip a kernel this device cannot run (sm_90a code needs an sm_90 GPU) or one left out."""
+    from kdtr.device import device_arch
+
+    if kernel in SKIP_KERNELS:
+        pytest.skip(f"{kernel} left out by KDTREE_SKIP_KERNELS")
+    k = VERIFY_ATTN.CUDA_KERNELS[kernel]
+    if k.arch_feature == "a" and device_arch() != "sm_90":
+        pytest.skip(f"{kernel} is sm_90a code; this GPU is {device_arch()}")
+
+
+def run_attn(variant, inputs, params, kernel, splits=None) -> dict[str, np.ndarray]:
+    import torch
+
+    device_inputs = {name: to_torch(a, "cuda") for name, a in inputs.items()}
+    outputs = poisoned_outputs(VERIFY_ATTN, variant, inputs, params)
+    VERIFY_ATTN.run_cuda(variant, device_inputs, params, outputs, kernel=kernel, splits=splits)
+    torch.cuda.synchronize()
+    return {name: to_numpy(t) for name, t in outputs.items()}
+
+
 @gpu
-@pytest.mark.parametrize("variant", ["fp32", "bf16_paged"])
-@pytest.mark.parametrize("seed", SEEDS[:2])
+@pytest.mark.parametrize("variant,kernel", ATTN_KERNELS, ids=[k for _, k in ATTN_KERNELS])
+@pytest.mark.parametrize("seed", ATTN_SEEDS)
 @pytest.mark.parametrize("params", ATTN_CASES, ids=lambda p: "_".join(f"{k}{v}" for k, v in p.items()))
-def test_verify_attn(params, seed, variant):
+def test_verify_attn(params, seed, variant, kernel):
+    skip_unless_runs_here(kernel)
     gen = generated(VERIFY_ATTN, variant, seed, **params)
     want = VERIFY_ATTN.reference(variant, gen.inputs, gen.params)
-    got = run_cuda(VERIFY_ATTN, variant, gen.inputs, gen.params)
-    case = f"verify_attn/{variant} {params} seed {seed}"
+    got = run_attn(variant, gen.inputs, gen.params, kernel)
+    case = f"verify_attn/{variant} [{kernel}] {params} seed {seed}"
     (check_fp32 if variant == "fp32" else check_bf16)(case, got, want)
 
 
 @gpu
-def test_launches_are_captured_by_a_cuda_graph():
+@pytest.mark.parametrize("variant,kernel", ATTN_KERNELS, ids=[k for _, k in ATTN_KERNELS])
+@pytest.mark.parametrize("splits", [1, 3, 7])
+def test_verify_attn_forced_splits(variant, kernel, splits):
+    """Long prefix with the split count forced: one split (a long pipeline, direct output) and
+    several (partials + merge), rows not a multiple of the tile."""
+    skip_unless_runs_here(kernel)
+    gen = generated(VERIFY_ATTN, variant, FRESH_SEED, batch=2, heads=5, prefix=3000, budget=12,
+                    prefix_mode="mixed")
+    want = VERIFY_ATTN.reference(variant, gen.inputs, gen.params)
+    got = run_attn(variant, gen.inputs, gen.params, kernel, splits=splits)
+    case = f"verify_attn/{variant} [{kernel}] splits {splits} seed {FRESH_SEED}"
+    (check_fp32 if variant == "fp32" else check_bf16)(case, got, want)
+
+
+@gpu
+@pytest.mark.parametrize("variant", ["fp32", "bf16_paged"])
+def test_kernel_choice_names_a_kernel_of_the_variant(variant):
+    gen = generated(VERIFY_ATTN, variant, 3, batch=1, heads=4, prefix=10, budget=2)
+    name = VERIFY_ATTN.kernel_choice(variant, gen.inputs, gen.params)
+    assert VERIFY_ATTN.CUDA_KERNELS[name].variant == variant
+    assert name in VERIFY_ATTN.CUDA_DEFAULTS
+
+
+@gpu
+@pytest.mark.parametrize("variant,kernel", ATTN_KERNELS, ids=[k for _, k in ATTN_KERNELS])
+def test_launches_are_captured_by_a_cuda_graph(variant, kernel):
     """run_cuda launches on torch's current stream: a captured graph replays them."""
     import torch
 
-    gen = generated(VERIFY_ATTN, "fp32", 5, batch=1, heads=16, prefix=500, budget=16)
+    skip_unless_runs_here(kernel)
+    gen = generated(VERIFY_ATTN, variant, 5, batch=1, heads=16, prefix=500, budget=16)
     params = gen.params
     inputs = {name: to_torch(a, "cuda") for name, a in gen.inputs.items()}
-    outputs = poisoned_outputs(VERIFY_ATTN, "fp32", gen.inputs, params)
-    VERIFY_ATTN.run_cuda("fp32", inputs, params, outputs)          # warm-up: compile + load first
+    outputs = poisoned_outputs(VERIFY_ATTN, variant, gen.inputs, params)
+    VERIFY_ATTN.run_cuda(variant, inputs, params, outputs, kernel=kernel)   # warm-up: compile + load first
     torch.cuda.synchronize()
     for t in outputs.values():
         t.fill_(float("nan"))
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        VERIFY_ATTN.run_cuda("fp32", inputs, params, outputs)
-    assert torch.isnan(outputs["out"]).all(), "capture must not run the kernels"
+        VERIFY_ATTN.run_cuda(variant, inputs, params, outputs, kernel=kernel)
+    assert torch.isnan(outputs["out"].float()).all(), "capture must not run the kernels"
     graph.replay()
     torch.cuda.synchronize()
-    check_fp32("graph replay", {n: to_numpy(t) for n, t in outputs.items()},
-               VERIFY_ATTN.reference("fp32", gen.inputs, params))
+    (check_fp32 if variant == "fp32" else check_bf16)(
+        f"graph replay [{kernel}]", {n: to_numpy(t) for n, t in outputs.items()},
+        VERIFY_ATTN.reference(variant, gen.inputs, params))
 
 
 @gpu
@@ -375,20 +456,92 @@ def _bench_attn_inputs(variant: str, batch: int, heads: int, prefix: int, budget
             "mask_indptr": torch.arange(batch + 1, dtype=torch.int32, device="cuda") * (q_len * (prefix + q_len))}
 
 
+def gpu_warmup_and_ceilings(record) -> None:
+    """Clocks up before any timing (an idle H200 sits at a few hundred MHz and small kernels timed
+    first would run at that clock), then the two ceilings: bf16 matmul and device copy."""
+    import time
+
+    import torch
+
+    a = torch.randn((8192, 8192), device="cuda", dtype=torch.bfloat16)
+    b = torch.randn((8192, 8192), device="cuda", dtype=torch.bfloat16)
+    end = time.time() + 1.0
+    while time.time() < end:
+        for _ in range(8):
+            a @ b
+        torch.cuda.synchronize()
+    record("ceiling: bf16 matmul 8192^3", time_eager(lambda: a @ b, samples=10), flops=2 * 8192 ** 3)
+    x = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    y = torch.empty_like(x)
+    x.fill_(1)
+    record("ceiling: device copy 1 GiB (read + write)", time_eager(lambda: y.copy_(x), samples=10),
+           bytes_=2 * x.numel())
+    del a, b, x, y
+    torch.cuda.empty_cache()
+
+
+def attn_errors_vs_dense(variant, ins, params, outs) -> str:
+    """Our output against the float64 device reference (same inputs): rel L2 and max |lse| error."""
+    want = VERIFY_ATTN.dense_reference(variant, ins, params)
+    out, ref = outs["out"].double(), want["out"].double()
+    rel = float((out - ref).norm() / ref.norm())
+    lse = float((outs["lse"].double() - want["lse"].double()).abs().max())
+    bad = not (math.isfinite(rel) and rel <= (FP32_REL_L2 if variant == "fp32" else BF16_REL_L2)
+               and lse <= (FP32_LSE_ABS if variant == "fp32" else BF16_LSE_ABS))
+    return f"rel_l2 {rel:.2e} lse_err {lse:.1e}{'  ** OUT OF TOLERANCE **' if bad else ''}"
+
+
+def smoke() -> int:
+    """Each non-default verify_attn kernel on one small case, with errors broken down so that a
+    failure says where (lse: the S / softmax path; each 64-column block of out: its P.V half)."""
+    from kdtr.device import device_arch
+
+    status = 0
+    for name, k in VERIFY_ATTN.CUDA_KERNELS.items():
+        if name in VERIFY_ATTN.CUDA_DEFAULTS or (k.arch_feature == "a" and device_arch() != "sm_90"):
+            continue
+        for splits in (1, 3):
+            gen = generated(VERIFY_ATTN, k.variant, FRESH_SEED, batch=2, heads=8, prefix=300, budget=8)
+            want = VERIFY_ATTN.reference(k.variant, gen.inputs, gen.params)
+            try:
+                got = run_attn(k.variant, gen.inputs, gen.params, name, splits=splits)
+            except Exception as exc:  # noqa: BLE001 - report and go on
+                print(f"SMOKE {name} splits={splits} ERROR {type(exc).__name__}: {exc}", flush=True)
+                status = 1
+                continue
+            out, ref = got["out"].astype(np.float64), want["out"].astype(np.float64)
+            nan = int(np.isnan(out).sum())
+            blocks = [float(np.linalg.norm(out[..., c:c + 64] - ref[..., c:c + 64]) /
+                            np.linalg.norm(ref[..., c:c + 64])) for c in range(0, 512, 64)]
+            lse = float(np.nanmax(np.abs(got["lse"].astype(np.float64) - want["lse"])))
+            rows = np.nanmax(np.abs(out - ref), axis=-1).reshape(-1)
+            worst_rows = np.argsort(-np.nan_to_num(rows, nan=1e9))[:4].tolist()
+            try:
+                (check_fp32 if k.variant == "fp32" else check_bf16)(name, got, want)
+                verdict = "PASS"
+            except AssertionError as exc:
+                verdict = f"FAIL ({str(exc)[:160]})"
+                status = 1
+            print(f"SMOKE {name} splits={splits} {verdict}: nan {nan}, lse_err {lse:.2e}, "
+                  f"rel_l2 per 64-col block {[f'{b:.1e}' for b in blocks]}, worst rows {worst_rows}",
+                  flush=True)
+    return status
+
+
 def bench() -> None:
     import torch
 
     from kdtr.device import require_gpu
 
     require_gpu()
-    print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}")
+    print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}  seed {FRESH_SEED}")
     rows = []
 
     def guarded(label, fn):
         try:
             fn()
         except Exception as exc:  # noqa: BLE001 - report and go on to the next case
-            rows.append(f"{label:<52} FAILED: {type(exc).__name__}: {exc}")
+            rows.append(f"{label:<60} FAILED: {type(exc).__name__}: {exc}")
             print(rows[-1], flush=True)
 
     def record(name, samples, flops=None, bytes_=None, extra=""):
@@ -399,52 +552,89 @@ def bench() -> None:
             perf += f"  {flops / med / 1e6:8.1f} TFLOP/s"
         if bytes_:
             perf += f"  {bytes_ / med / 1e3:8.1f} GB/s"
-        rows.append(f"{name:<52} {med:9.2f} us  (p10 {spread[0]:.2f}, p90 {spread[1]:.2f}){perf} {extra}")
+        rows.append(f"{name:<60} {med:9.2f} us  (p10 {spread[0]:.2f}, p90 {spread[1]:.2f}){perf} {extra}")
         print(rows[-1], flush=True)
 
-    # tree_build B=64 budget=64 L=15
-    gen = generated(TREE_BUILD, "default", 1, batch=64, depth=15, vocab=32000, budget=64)
-    ins = {n: to_torch(a, "cuda") for n, a in gen.inputs.items()}
-    outs = poisoned_outputs(TREE_BUILD, "default", gen.inputs, gen.params)
-    record("tree_build B=64 budget=64 L=15 K=64", time_graph(lambda: TREE_BUILD.run_cuda("default", ins, gen.params, outs)))
+    gpu_warmup_and_ceilings(record)
+
     # tree_accept B=64 Q=65
     gen = generated(TREE_ACCEPT, "default", 1, batch=64, budget=64, depth=15, vocab=64)
     ins = {n: to_torch(a, "cuda") for n, a in gen.inputs.items()}
     outs = poisoned_outputs(TREE_ACCEPT, "default", gen.inputs, gen.params)
     record("tree_accept B=64 Q=65", time_graph(lambda: TREE_ACCEPT.run_cuda("default", ins, gen.params, outs)))
 
+    # tree_build: the target shape, then budgets and batch to split the time into per-pop and fixed
+    for batch, depth, budget in [(64, 15, 64), (64, 15, 0), (64, 15, 16), (64, 15, 32), (64, 15, 128),
+                                 (1, 15, 64)]:
+        gen = generated(TREE_BUILD, "default", 1, batch=batch, depth=depth, vocab=32000, budget=budget)
+        ins = {n: to_torch(a, "cuda") for n, a in gen.inputs.items()}
+        outs = poisoned_outputs(TREE_BUILD, "default", gen.inputs, gen.params)
+        default = TREE_BUILD.kernel_choice("default", gen.inputs, gen.params)
+        for name in ("tb_warp", "tb_wl") if budget else ("tb_warp",):
+            if name in SKIP_KERNELS:
+                continue
+            label = f"tree_build B={batch} budget={budget} L={depth} K={gen.params['topk']} [{name}{'*' if name == default else ''}]"
+
+            def one():
+                record(label, time_graph(lambda: TREE_BUILD.run_cuda("default", ins, gen.params, outs, kernel=name)))
+                if budget == 64 and batch == 64:
+                    got = {n: to_numpy(t) for n, t in outs.items()}
+                    assert_bit_exact("bench tree_build", got, TREE_BUILD.reference("default", gen.inputs, gen.params))
+            guarded(label, one)
+
+    params = {"sm_scale": 0.14467963}
     cases = [("fp32", 1, 16, 2048, 16), ("bf16_paged", 1, 16, 2048, 16), ("bf16_paged", 8, 64, 8192, 32),
              ("bf16_paged", 64, 16, 32768, 64), ("bf16_paged", 1, 128, 131072, 64)]
     for variant, batch, heads, prefix, budget in cases:
         ins = _bench_attn_inputs(variant, batch, heads, prefix, budget)
-        params = {"sm_scale": 0.14467963}
         q_len = budget + 1
         out_dtype = torch.float32 if variant == "fp32" else torch.bfloat16
         shape = (batch, q_len, heads) if variant == "fp32" else (batch * q_len, heads)
-        outs = {"out": torch.full(shape + (512,), float("nan"), dtype=out_dtype, device="cuda"),
-                "lse": torch.full(shape, float("nan"), device="cuda")}
         vis_sum = int(ins["visibility"].sum()) if variant == "fp32" else \
             int(ins["custom_mask"].view(batch, q_len, -1)[:, :, prefix:].sum())
         flops = heads * (batch * q_len * prefix + vis_sum) * (2 * 576 + 2 * 512)
         kv_bytes = batch * (prefix + q_len) * 576 * (4 if variant == "fp32" else 2)
-        label = f"verify_attn/{variant} B={batch} H={heads} Q={q_len} P={prefix}"
+        shape_label = f"B={batch} H={heads} Q={q_len} P={prefix}"
+        default = VERIFY_ATTN.kernel_choice(variant, ins, params)
+        runs = [(name, None, None) for name, k in VERIFY_ATTN.CUDA_KERNELS.items() if k.variant == variant]
+        if variant == "fp32":
+            runs += [("fp32_ffma", sp, None) for sp in (4, 9, 20, 28)]
+            runs += [("fp32_ffma", None, {"FA_DIAG": d}) for d in (1, 2)]
+        elif batch == 8:
+            runs += [("bf16_wgmma", None, {"WG_DIAG": d}) for d in (1, 2, 3)]
+        elif batch == 64:
+            runs += [("bf16_wgmma", sp, None) for sp in (1, 2, 4)]
+        for name, splits, defines in runs:
+            if name in SKIP_KERNELS:
+                continue
+            k = VERIFY_ATTN.CUDA_KERNELS[name]
+            if k.arch_feature == "a" and torch.cuda.get_device_capability() != (9, 0):
+                continue
+            outs = {"out": torch.full(shape + (512,), float("nan"), dtype=out_dtype, device="cuda"),
+                    "lse": torch.full(shape, float("nan"), device="cuda")}
+            tag = name + ("*" if name == default and not splits and not defines else "")
+            tag += f" splits={splits}" if splits else ""
+            tag += f" {defines}" if defines else ""
+            label = f"verify_attn/{variant} {shape_label} [{tag}]"
 
-        def one():
-            record(label, time_graph(lambda: VERIFY_ATTN.run_cuda(variant, ins, params, outs),
-                                     replays=5, samples=15), flops, kv_bytes)
-            if torch.isnan(outs["out"].float()).any():
-                raise AssertionError("NaN in the output")
-            if batch * heads * prefix <= 16 * 8192 * 8:      # torch eager twin, same inputs, same run
-                record(f"  torch eager twin ({label})",
-                       time_eager(lambda: VERIFY_ATTN.run_torch(variant, ins, params)), flops)
-        guarded(label, one)
-        del ins, outs
+            def one():
+                fn = lambda: VERIFY_ATTN.run_cuda(variant, ins, params, outs, kernel=name, splits=splits,  # noqa: E731
+                                                  defines=defines)
+                record(label, time_graph(fn, replays=5, samples=15), flops, kv_bytes)
+                if not defines:
+                    rows.append("    check: " + attn_errors_vs_dense(variant, ins, params, outs))
+                    print(rows[-1], flush=True)
+            guarded(label, one)
+            del outs
+        del ins
         torch.cuda.empty_cache()
-    print("\n".join(["", "summary (median of CUDA-graph replays, warm L2):", *rows]))
+    print("\n".join(["", "summary (median of CUDA-graph replays, warm L2, clocks warmed; * = default):", *rows]))
 
 
 if __name__ == "__main__":
     if "--bench" in sys.argv:
         bench()
+    elif "--smoke" in sys.argv:
+        sys.exit(smoke())
     else:
         sys.exit(pytest.main([__file__, *sys.argv[1:]]))

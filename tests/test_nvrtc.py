@@ -78,7 +78,8 @@ def test_nvrtc_version_is_13():
 
 def test_kernel_files_lists_every_cu():
     names = {p.name for p in nvrtc.kernel_files()}
-    assert {"tree_build.cu", "tree_accept.cu", "verify_attn_fp32.cu", "verify_attn_bf16_paged.cu"} <= names
+    assert {"tree_build.cu", "tree_build_wl.cu", "tree_accept.cu", "verify_attn_fp32.cu",
+            "verify_attn_bf16_paged.cu", "verify_attn_bf16_wgmma.cu"} <= names
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -94,6 +95,39 @@ def test_every_kernel_compiles_without_spills(source, arch, cache_dir):
             # a stack frame or spill on the H200 means registers went to local memory: a slow path
             # we don't ship (other archs only need to build)
             assert (r.local_bytes, r.spill_stores, r.spill_loads) == (0, 0, 0), (source, arch, r)
+
+
+def sm90a_only(path: Path) -> bool:
+    """A kernel whose header says `Target: sm_90a only`: its real body is built only for sm_90a
+    (wgmma); for any other arch it compiles to an empty stub that the host never launches."""
+    return re.search(r"^// Target: sm_90a only", path.read_text(), re.MULTILINE) is not None
+
+
+SM90A_FILES = [p.name for p in nvrtc.kernel_files() if sm90a_only(p)]
+
+
+def test_the_wgmma_kernel_is_marked_sm90a_only():
+    assert "verify_attn_bf16_wgmma.cu" in SM90A_FILES
+
+
+@pytest.mark.parametrize("source", SM90A_FILES)
+def test_sm90a_kernels_build_for_sm90a_without_spills_or_serialized_wgmma(source, cache_dir):
+    """The real body of an sm_90a-only kernel (for sm_90 and sm_120 the test above builds only its
+    stub: wgmma does not exist there, so those archs are skipped for the body by design)."""
+    module = nvrtc.compile_kernel(source, "sm_90a")
+    assert module.cubin.startswith(ELF_MAGIC)
+    for r in module.resources:
+        assert (r.local_bytes, r.spill_stores, r.spill_loads) == (0, 0, 0), (source, r)
+    # ptxas C7510/C7515...: wgmma serialized (accumulators touched inside a pipeline stage): slow
+    assert "wgmma.mma_async instructions are serialized" not in module.log, module.log
+
+
+@pytest.mark.parametrize("defines", [{}, {"WG_DIAG": 1}, {"WG_DIAG": 2}, {"WG_DIAG": 3}])
+def test_wgmma_kernel_real_body_is_large_and_stub_is_small(defines, cache_dir):
+    real = nvrtc.compile_kernel("verify_attn_bf16_wgmma.cu", "sm_90a", defines=defines)
+    stub = nvrtc.compile_kernel("verify_attn_bf16_wgmma.cu", "sm_90", defines=defines)
+    assert real.resource("verify_attn_bf16_wgmma").registers > 128
+    assert stub.resource("verify_attn_bf16_wgmma").registers < 16
 
 
 def test_every_kernel_starts_with_its_contract():
@@ -254,3 +288,17 @@ def test_tree_build_warp_keeps_candidates_in_registers(per_lane, cache_dir):
     module = nvrtc.compile_kernel("tree_build.cu", TARGET_ARCH, defines={"TB_NPL": per_lane})
     r = module.resource("tree_build_warp")
     assert (r.local_bytes, r.spill_stores, r.spill_loads) == (0, 0, 0), r
+
+
+@pytest.mark.parametrize("per_lane", [4, 8, 16])
+def test_tree_build_wl_keeps_candidates_in_registers(per_lane, cache_dir):
+    """Every TW_NPL the host may pick for the winner-local kernel."""
+    module = nvrtc.compile_kernel("tree_build_wl.cu", TARGET_ARCH, defines={"TW_NPL": per_lane})
+    r = module.resource("tree_build_wl")
+    assert (r.local_bytes, r.spill_stores, r.spill_loads) == (0, 0, 0), r
+
+
+@pytest.mark.parametrize("diag", [1, 2])
+def test_fp32_timing_diagnostics_build(diag, cache_dir):
+    """FA_DIAG builds (bench only) compile; the shipped build (no define) is checked above."""
+    assert nvrtc.compile_kernel("verify_attn_fp32.cu", TARGET_ARCH, defines={"FA_DIAG": diag}).cubin

@@ -270,13 +270,26 @@ class TreeBuild(Op):
         parent[rows, slot[rows]] = new_parent[rows]
         valid[rows, slot[rows]] = True
 
-    # CUDA binding: filled in by the kernels work
-    def kernel_sources(self, variant):
-        return ("tree_build.cu",)
+    # CUDA binding: kernels/tree_build.cu (tb_warp: candidates in one warp's registers, tb_smem: in
+    # shared memory) and kernels/tree_build_wl.cu (tb_wl: winner-local register candidates).
+    CUDA_KERNELS = ("tb_warp", "tb_smem", "tb_wl")
+    # Kernels the launch may pick by default (each passed the GPU tests); others run only when named.
+    CUDA_DEFAULTS = ("tb_warp", "tb_smem")
+    REGISTER_BUDGET_MAX = 512           # register-candidate kernels: 32 lanes x 16 slots >= budget
 
-    def run_cuda(self, variant, inputs, params, outputs):
-        """kernels/tree_build.cu: one 256-thread block per request; the candidate heap in one warp's
-        registers (tree_build_warp, budget <= 512) or in shared memory (tree_build, larger)."""
+    def kernel_sources(self, variant):
+        return ("tree_build.cu", "tree_build_wl.cu")
+
+    def kernel_choice(self, variant, inputs, params):
+        """Name of the kernel run_cuda launches (a CUDA_KERNELS entry): a register-candidate warp
+        kernel up to REGISTER_BUDGET_MAX, else the shared-memory heap."""
+        if int(params["budget"]) > self.REGISTER_BUDGET_MAX:
+            return "tb_smem"
+        return "tb_wl" if "tb_wl" in self.CUDA_DEFAULTS else "tb_warp"
+
+    def run_cuda(self, variant, inputs, params, outputs, *, kernel=None):
+        """One 256-thread block per request; `kernel` names a CUDA_KERNELS entry (default:
+        kernel_choice)."""
         import math
         from ctypes import c_int
 
@@ -285,23 +298,32 @@ class TreeBuild(Op):
         lp = inputs["topk_logp"]
         batch, depth, k = lp.shape
         budget = int(params["budget"])
+        name = kernel or self.kernel_choice(variant, inputs, params)
+        if name not in self.CUDA_KERNELS:
+            raise ValueError(f"unknown tree_build kernel {name!r} (have {self.CUDA_KERNELS})")
+        if name != "tb_smem" and budget > self.REGISTER_BUDGET_MAX:
+            raise ValueError(f"{name} holds at most {self.REGISTER_BUDGET_MAX} candidates; budget {budget}")
         q = budget + 1
         up16 = lambda n: -(-n // 16) * 16                      # noqa: E731
-        # mirrors carve() in tree_build.cu: candidates + nodes (40 B per node), node paths, staging
+        # mirrors carve() in tree_build_common.cuh: candidates + nodes (40 B per node), node paths, staging
         smem = q * 40 + up16(q * (depth + 1) * 2)
         staged_bytes = 2 * up16(depth * min(k, q) * 4)
         staged = smem + staged_bytes + 64 <= max_shared_optin()
         smem += staged_bytes if staged else 0
         args = [lp, inputs["topk_ids"], inputs["root_token"], inputs["start"],
                 c_int(batch), c_int(depth), c_int(k), c_int(budget), c_int(int(staged))]
-        args += [outputs[name] for name in ("tokens", "parents", "depths", "positions", "ranks",
-                                            "scores", "visibility", "num_nodes")]
-        per_lane = 1 << max(0, math.ceil(budget / 32) - 1).bit_length()   # 1, 2, 4, ... slots per lane
-        if per_lane <= 16:
-            kernel = get_kernel("tree_build.cu", "tree_build_warp", defines={"TB_NPL": per_lane})
+        args += [outputs[n] for n in ("tokens", "parents", "depths", "positions", "ranks",
+                                      "scores", "visibility", "num_nodes")]
+        slots = max(1, math.ceil(budget / 32))
+        if name == "tb_warp":        # capacity 32 x per_lane >= budget (slots in use <= budget): 1..16
+            per_lane = 1 << (slots - 1).bit_length()
+            kernel_fn = get_kernel("tree_build.cu", "tree_build_warp", defines={"TB_NPL": per_lane})
+        elif name == "tb_wl":        # capacity 32 x slots >= budget; at least 4 so the winner keeps its child
+            per_lane = max(4, 1 << (slots - 1).bit_length())
+            kernel_fn = get_kernel("tree_build_wl.cu", "tree_build_wl", defines={"TW_NPL": per_lane})
         else:
-            kernel = get_kernel("tree_build.cu", "tree_build")
-        kernel.launch(batch, 256, args, shared_mem=smem)
+            kernel_fn = get_kernel("tree_build.cu", "tree_build")
+        kernel_fn.launch(batch, 256, args, shared_mem=smem)
 
     # -- reports --------------------------------------------------------------------------
     def describe(self, variant, inputs, params):

@@ -7,7 +7,7 @@ Two layouts share one math: `fp32` (contiguous [B, S, 576] KV, exact FP32) and `
 from __future__ import annotations
 
 import functools
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 import numpy as np
 
@@ -286,39 +286,94 @@ class VerifyAttn(Op):
         return {"out": out.reshape(batch * q_len, heads, LATENT).to(torch.bfloat16),
                 "lse": lse.reshape(batch * q_len, heads)}
 
-    # CUDA binding: filled in by the kernels work
-    def kernel_sources(self, variant):
-        return ("verify_attn_fp32.cu",) if variant == "fp32" else ("verify_attn_bf16_paged.cu",)
+    # CUDA binding (kernels/verify_attn_*.cu). One entry per kernel: the variant it serves, source,
+    # entry, merge entry, (token, head) rows and keys per tile, threads, dynamic shared memory (the
+    # .cu's *_SMEM_BYTES), arch suffix ("a": sm_90a-only code, run only on an sm_90 device), the
+    # fewest key tiles per split, and whether a full grid is re-split to even out its last wave.
+    class CudaKernel(NamedTuple):
+        variant: str
+        source: str
+        main: str
+        merge: str
+        rows: int
+        keys: int
+        threads: int
+        smem: int
+        arch_feature: str = ""
+        split_min_tiles: int = 4
+        rebalance: bool = False
 
-    def run_cuda(self, variant, inputs, params, outputs):
+    CUDA_KERNELS = {
+        "fp32_ffma": CudaKernel("fp32", "verify_attn_fp32.cu", "verify_attn_fp32", "verify_attn_fp32_merge",
+                                32, 16, 512, 183680),
+        "bf16_mma": CudaKernel("bf16_paged", "verify_attn_bf16_paged.cu", "verify_attn_bf16_paged",
+                               "verify_attn_bf16_merge", 64, 32, 256, 166144),
+        "bf16_wgmma": CudaKernel("bf16_paged", "verify_attn_bf16_wgmma.cu", "verify_attn_bf16_wgmma",
+                                 "verify_attn_bf16_wgmma_merge", 64, 64, 256, 231680, "a", 2, True),
+    }
+    # Kernels the launch may pick by default (each passed the GPU tests); others run only when named.
+    CUDA_DEFAULTS = ("fp32_ffma", "bf16_mma")
+
+    def kernel_sources(self, variant):
+        return tuple(dict.fromkeys(k.source for k in self.CUDA_KERNELS.values() if k.variant == variant))
+
+    def kernel_choice(self, variant, inputs, params):
+        """Name of the CUDA kernel run_cuda launches for these inputs here (a CUDA_KERNELS key):
+        the wgmma kernel on sm_90 (H100/H200) for bf16_paged, else the portable one."""
+        from ..device import device_arch, gpu_available
+
+        if variant == "fp32":
+            return "fp32_ffma"
+        if "bf16_wgmma" in self.CUDA_DEFAULTS and gpu_available() and device_arch() == "sm_90":
+            return "bf16_wgmma"
+        return "bf16_mma"
+
+    @staticmethod
+    def _splits(k, ctas, kv_bound, sms):
+        """KV splits per (row tile, request): fill the SMs when there are fewer tiles than SMs
+        (each split at least k.split_min_tiles key tiles); with k.rebalance, a grid of one or more
+        waves is split in two when that evens out a ragged last wave by more than 3%."""
+        import math
+
+        if ctas >= sms:
+            if k.rebalance and kv_bound >= 16 * k.keys:
+                one, two = math.ceil(ctas / sms), math.ceil(2 * ctas / sms) / 2
+                return 2 if two < 0.97 * one else 1
+            return 1
+        return max(1, min(sms // ctas, math.ceil(kv_bound / (k.split_min_tiles * k.keys))))
+
+    def run_cuda(self, variant, inputs, params, outputs, *, kernel=None, splits=None, defines=None):
         """One block per (row tile, request, KV split); a merge kernel when the keys are split.
 
-        Splits are chosen from shapes only (no device sync, so this can be graph-captured): as many
-        as fit one wave of blocks (one block per SM), each split at least 4 key tiles.
+        `kernel` names a CUDA_KERNELS entry (default: kernel_choice); `splits` overrides the split
+        count; `defines` are extra compile-time defines (the kernels' timing diagnostics). Splits
+        are chosen from shapes only (no device sync, so this can be graph-captured).
         """
         import math
         from ctypes import c_float, c_int, c_void_p
 
         import torch
 
-        from ..device import get_kernel, multiprocessor_count
+        from ..device import device_arch, get_kernel, multiprocessor_count
 
+        name = kernel or self.kernel_choice(variant, inputs, params)
+        k = self.CUDA_KERNELS[name]
+        if k.variant != variant:
+            raise ValueError(f"kernel {name} serves verify_attn/{k.variant}, not {variant}")
         if variant == "fp32":
-            source, main, merge = "verify_attn_fp32.cu", "verify_attn_fp32", "verify_attn_fp32_merge"
             batch, q_len, heads, _ = inputs["q"].shape
-            rows_tile, keys_tile, threads, smem = 32, 16, 512, 183680   # FA_SMEM_BYTES
             kv_bound = inputs["kv"].shape[1]
         else:
-            source, main, merge = "verify_attn_bf16_paged.cu", "verify_attn_bf16_paged", "verify_attn_bf16_merge"
             batch = inputs["kv_indptr"].numel() - 1
             q_len, heads = inputs["tree_slots"].numel() // batch, inputs["q"].shape[1]
-            rows_tile, keys_tile, threads, smem = 64, 32, 256, 166144   # FB_SMEM_BYTES
             kv_bound = inputs["kv_indices"].numel() + q_len       # >= every request's P_b + Q
         rows = batch * q_len * heads
-        tiles = math.ceil(q_len * heads / rows_tile)
-        splits = max(1, min(multiprocessor_count() // (tiles * batch), math.ceil(kv_bound / (4 * keys_tile))))
-        kernel = get_kernel(source, main)
-        merger = get_kernel(source, merge) if splits > 1 else None
+        tiles = math.ceil(q_len * heads / k.rows)
+        if splits is None:
+            splits = self._splits(k, tiles * batch, kv_bound, multiprocessor_count())
+        arch = device_arch() + k.arch_feature if k.arch_feature else None
+        main = get_kernel(k.source, k.main, arch=arch, defines=defines or {})
+        merger = get_kernel(k.source, k.merge, arch=arch) if splits > 1 else None
         if splits > 1:
             device = outputs["out"].device
             ws_o = torch.empty((splits, rows, LATENT), dtype=torch.float32, device=device)
@@ -332,12 +387,12 @@ class VerifyAttn(Op):
                     c_int(q_len), c_int(heads), c_int(inputs["kv"].shape[1]),
                     c_float(float(params["sm_scale"])), c_int(splits)]
         else:
-            args = [inputs[name] for name in ("q", "kv_buffer", "kv_indptr", "kv_indices", "tree_slots",
+            args = [inputs[n] for n in ("q", "kv_buffer", "kv_indptr", "kv_indices", "tree_slots",
                                               "custom_mask", "mask_indptr")]
             args += [c_int(batch), c_int(q_len), c_int(heads),
                      c_float(float(params["sm_scale"]) * math.log2(math.e)), c_int(splits)]
-        kernel.launch((tiles, batch, splits), threads, args + [outputs["out"], outputs["lse"], *workspace],
-                      shared_mem=smem)
+        main.launch((tiles, batch, splits), k.threads, args + [outputs["out"], outputs["lse"], *workspace],
+                    shared_mem=k.smem)
         if merger is not None:
             merger.launch(rows, 128, [*workspace, c_int(splits), c_int(rows), outputs["out"], outputs["lse"]])
 

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# One device call for the kernels work: (0) GPU facts, (1) a smoke run of the non-default kernels
+# with a hard timeout (a hung kernel is left out of the rest), (2) the GPU kernel tests on fresh
+# seeds with poisoned outputs, every kernel variant, (3) the timings, old and new kernels side by
+# side in one process (CUDA-graph replay, clocks warmed first). Logs go to $OUT (device tool).
+#   bash kernels/gpu_session.sh            # PYTEST_ARGS (default -x), *_TIMEOUT override
+set -u
+export PYTHONPATH=. KDTREE_CACHE_DIR=/tmp/kc PYTHONUNBUFFERED=1
+export KDTREE_TEST_SEED="${KDTREE_TEST_SEED:-$(python3 -c 'import secrets; print(secrets.randbelow(1 << 31))')}"
+OUT="${OUT:-/tmp/kdtree_out}"
+mkdir -p "$OUT"
+echo "seed $KDTREE_TEST_SEED"
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw,driver_version --format=csv \
+    2>&1 | tee "$OUT/smi.txt"
+
+timeout "${SMOKE_TIMEOUT:-60}" python3 tests/test_cuda_kernels.py --smoke 2>&1 | tee "$OUT/smoke.log"
+rc=${PIPESTATUS[0]}
+echo "smoke rc=$rc"
+if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+    export KDTREE_SKIP_KERNELS="bf16_wgmma"          # hung: keep it out of the tests and timings
+    echo "smoke timed out: KDTREE_SKIP_KERNELS=$KDTREE_SKIP_KERNELS"
+fi
+
+timeout "${TEST_TIMEOUT:-150}" python3 -m pytest tests/test_cuda_kernels.py -q -p no:cacheprovider \
+    ${PYTEST_ARGS:--x} 2>&1 | tee "$OUT/tests.log" | grep -v "^\(\.\|s\)*\( *\[ *[0-9]*%\]\)\?$" | tail -60
+echo "tests rc=${PIPESTATUS[0]}"
+
+timeout "${BENCH_TIMEOUT:-150}" python3 tests/test_cuda_kernels.py --bench > "$OUT/bench.log" 2>&1
+echo "bench rc=$?"
+sed -n '/^summary/,$p' "$OUT/bench.log"
