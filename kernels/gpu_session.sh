@@ -3,7 +3,7 @@
 # with a hard timeout (a hung kernel is left out of the rest), (2) the GPU kernel tests on fresh
 # seeds with poisoned outputs, every kernel variant, (3) the timings, old and new kernels side by
 # side in one process (CUDA-graph replay, clocks warmed first). Logs go to $OUT (device tool).
-#   bash kernels/gpu_session.sh            # PYTEST_ARGS (default -x), *_TIMEOUT override
+#   bash kernels/gpu_session.sh     # env: PYTEST_ARGS (default -x), PYTEST_K (a -k filter), *_TIMEOUT
 set -u
 export PYTHONPATH=. KDTREE_CACHE_DIR=/tmp/kc PYTHONUNBUFFERED=1
 export KDTREE_TEST_SEED="${KDTREE_TEST_SEED:-$(python3 -c 'import secrets; print(secrets.randbelow(1 << 31))')}"
@@ -22,7 +22,7 @@ if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
 fi
 
 timeout "${TEST_TIMEOUT:-150}" python3 -m pytest tests/test_cuda_kernels.py -q -p no:cacheprovider \
-    ${PYTEST_ARGS:--x} 2>&1 | tee "$OUT/tests.log" | grep -v "^\(\.\|s\)*\( *\[ *[0-9]*%\]\)\?$" | tail -60
+    ${PYTEST_ARGS:--x} ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 | tee "$OUT/tests.log" | grep -v "^\(\.\|s\)*\( *\[ *[0-9]*%\]\)\?$" | tail -60
 echo "tests rc=${PIPESTATUS[0]}"
 
 timeout "${BENCH_TIMEOUT:-150}" python3 tests/test_cuda_kernels.py --bench > "$OUT/bench.log" 2>&1
