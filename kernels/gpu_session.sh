@@ -28,3 +28,4 @@ echo "tests rc=${PIPESTATUS[0]}"
 timeout "${BENCH_TIMEOUT:-150}" python3 tests/test_cuda_kernels.py --bench > "$OUT/bench.log" 2>&1
 echo "bench rc=$?"
 sed -n '/^summary/,$p' "$OUT/bench.log"
+nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv,noheader 2>&1 | tee -a "$OUT/smi.txt"
