@@ -274,6 +274,7 @@ class TreeBuild(Op):
     # shared memory) and kernels/tree_build_wl.cu (tb_wl: winner-local register candidates).
     CUDA_KERNELS = ("tb_warp", "tb_smem", "tb_wl")
     # Kernels the launch may pick by default (each passed the GPU tests); others run only when named.
+    # tb_wl passed them too but runs 2x slower than tb_warp on an H200 (kernels/NOTES.md): not picked.
     CUDA_DEFAULTS = ("tb_warp", "tb_smem")
     REGISTER_BUDGET_MAX = 512           # register-candidate kernels: 32 lanes x 16 slots >= budget
 
