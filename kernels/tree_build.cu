@@ -29,9 +29,12 @@
 // every lane also reads the log-probs its local best would need if it won, while the reduction
 // runs, so the winner's successors are ready the moment it is known. Node ancestry paths (u16,
 // stride L+1) give O(1) visibility tests; all 256 threads stage the inputs and write the outputs.
-// Measured on an H200 (B=64, budget 64, L=15, CUDA-graph replay): 27.4 us for tree_build_warp
-// (38.3 us for the shared-memory heap), against a 5-10 us target; shortening the per-pop chain
-// moved it only 28.8 -> 27.4 us, so where the time goes is still to be profiled.
+// Measured on an H200 (B=64, budget 64, L=15, CUDA-graph replay, clocks warmed): 27.7 us for
+// tree_build_warp (38.3 us for the shared-memory heap, earlier run), against a 5-10 us target.
+// Budgets 0 / 16 / 32 / 64 / 128 take 2.7 / 8.2 / 14.1 / 27.7 / 74.7 us and B=1 takes what B=64
+// takes: ~0.39 us (~775 cycles) per pop, a one-warp dependent instruction chain (~150 SASS
+// instructions on the common path: FP64 compares, generic loads of the staged log-probs, REDUX,
+// VOTE, POPC, FLO, three SHFL, slot selects) at ~5 cycles each. kernels/NOTES.md.
 
 #include "tree_build_common.cuh"
 

@@ -21,6 +21,11 @@
 // refreshes its cached best. No other lane changes, so nothing is broadcast on the common path.
 // When the winner has no free slot (known before the pop through a ballot), the child goes to the
 // lowest lane with one (capacity 32 * TW_NPL >= budget >= live candidates, so one exists).
+//
+// Status: bit-exact on an H200 (the GPU tests) but 2x SLOWER than tree_build_warp (54.0 vs 27.7 us
+// at B=64, budget 64, L=15; 108 vs 75 us at budget 128): a pop costs its dependent instruction
+// count, and the slot tournament plus two extra ballots doubled it although one shuffle went. Not
+// selected by the launch (tb_wl in kdtr/ops/tree_build.py); kept as a measured negative result.
 #include "tree_build_common.cuh"
 
 #ifndef TW_NPL

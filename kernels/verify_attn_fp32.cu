@@ -28,10 +28,13 @@
 //   softmax: one thread per (row, key); row max / sum over 16 lanes by shuffles.
 //   phase 2 (O += P V, 32 x 512): thread owns 8 rows x 8 columns (columns 4c.. and 256 + 4c..) for
 //     one half of the keys (64 fp32 accumulators); the key halves are added at the end.
-// Measured on an H200 (B=1 H=16 Q=17 P=2048, CUDA-graph replay): 64.6 us with the merge, 19 TFLOP/s,
-// about a third of the FFMA ceiling and short of the 35 us target. Neither double-buffering the K
-// tiles nor these larger register tiles moved it (66 -> 68 -> 65 us), so the limiter is not yet
-// identified: profile (ncu stall reasons) before the next change.
+// Measured on an H200 (B=1 H=16 Q=17 P=2048, CUDA-graph replay, clocks warmed): 65.3 us with the
+// merge (14 splits, 117 blocks of ~10 key tiles), 19 TFLOP/s, short of the 35 us target. A block
+// spends ~5 us per 16-key tile whatever the split count (4 splits: 180 us); without the phase-1
+// FMAs 46.6 us, without the phase-2 FMAs 51.6 us: phase 1 runs at ~61% of the FFMA rate, phase 2
+// at ~74%, and ~1.7 us per tile (softmax, three barriers, the tile wait) plus ~15 us fixed (Q
+// load, merge, launch) is overhead that one block per SM cannot hide. kernels/NOTES.md.
+// FA_DIAG (timing only, wrong results): 1 drops the phase-1 FMAs, 2 the phase-2 FMAs.
 #include "attn_common.cuh"
 
 #define FA_ROWS 32
