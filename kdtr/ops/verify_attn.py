@@ -224,10 +224,11 @@ class VerifyAttn(Op):
         return {
             # bf16 output: one rounding is <= 2^-9 relative; rtol 2^-7 is 2 bf16 ulps of the
             # reference at worst. Tensor-core kernels also round the softmax weights to bf16 for
-            # P·V (2^-9 relative each), an absolute error of ~2^-9·|v|·sqrt(sum p^2) <= 1.2e-3
-            # for |v| ~ 0.6: atol 1e-3 for near-zero outputs. Norm-wise 8e-3 (one rounding gives
-            # ~1.7e-3).
-            "out": Tolerance(atol=1e-3, rtol=2.0 ** -7, l2=8e-3),
+            # P·V (2^-9 relative each): |err| <= 2^-9·sum(p·|v|) <= 2^-9·max|v| = 6.5e-3 at the
+            # default scale (max|v| ~3.3). A numpy model of such a kernel (weights rounded to bf16,
+            # then the output) exceeds the rtol term by up to 1.8e-3 over 18 cases of the default
+            # shapes: atol 4e-3. Norm-wise 8e-3 (that model: 2.1e-3).
+            "out": Tolerance(atol=4e-3, rtol=2.0 ** -7, l2=8e-3),
             # lse comes from fp32 scores of the exact bf16 inputs: f32 rounding only.
             "lse": Tolerance(atol=1e-5, rtol=1e-6),
         }
