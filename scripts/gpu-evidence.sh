@@ -1,28 +1,36 @@
 #!/usr/bin/env bash
-# Every piece of GPU evidence in one go, on the lent H200, from the repo root (no install: PYTHONPATH=.).
-#   scripts/gpu-evidence.sh OUT_DIR [verify|sanitize|all]
-# verify:   gen-refs, verify --backend cuda --trials 20 --determinism (record), a second verify (cache
-#           hits), the GPU pytest tests, kdtree e2e on cuda (fp32 + bf16_paged, budgets 8/32/64, 256 tokens)
+# Every piece of GPU evidence, on the lent H200, from the repo root (no install: PYTHONPATH=.).
+#   scripts/gpu-evidence.sh OUT_DIR [verify|sanitize|bench|all]...
+# verify:   gen-refs; verify --backend cuda --trials 20 --determinism (record); a second verify
+#           (cache hits); verify --devices all (equals the plain run); the GPU pytest tests;
+#           kdtree e2e on cuda (fp32 + bf16_paged, budgets 8/32/64, 256 tokens, 3 prompts)
 # sanitize: compute-sanitizer memcheck/racecheck/synccheck/initcheck over one bundle per kernel path
+# bench:    the default bench suites, with --repeat (record, CSV, plot)
+# Each step has a time limit; records go to OUT_DIR/records and a log to OUT_DIR/log.
 set -uo pipefail
-out=${1:?usage: scripts/gpu-evidence.sh OUT_DIR [verify|sanitize|all]}
-what=${2:-all}
-mkdir -p "$out"
+out=${1:?usage: scripts/gpu-evidence.sh OUT_DIR [verify|sanitize|bench|all]...}
+shift
+parts=${*:-all}
+rec="$out/records"
+mkdir -p "$rec"
 export PYTHONPATH=. PYTHONUNBUFFERED=1 KDTREE_CACHE_DIR=${KDTREE_CACHE_DIR:-/tmp/kdtree-cache}
 kd() { python3 -m cli "$@"; }
-status=0
-step() { echo "== $*"; "$@" || { rc=$?; echo "!! exit $rc: $*"; status=1; }; }
+want() { [[ " $parts " == *" $1 "* || " $parts " == *" all "* ]]; }
+step() { local limit=$1; shift; echo "== [$(date +%T)] $*"; timeout "$limit" "$@"; echo "== exit $?"; }
 
-kd gen-refs -q | tail -1
-if [ "$what" = verify ] || [ "$what" = all ]; then
-  step kd doctor --json "$out/doctor.json"
-  step kd verify --backend cuda --trials 20 --determinism --json "$out/verify-cuda.json" --junit "$out/verify-cuda.xml" -q
-  step kd verify --backend cuda -q --json "$out/verify-cuda-rerun.json"
-  step python3 -m pytest -q -m gpu -p no:cacheprovider
-  step kd e2e --backend cuda --tokens 256 --prompts 3 --budget 8 --budget 32 --budget 64 --json "$out/e2e-cuda.json"
+{
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
+step 120 kd gen-refs -q
+if want verify; then
+  step 30  kd doctor --json "$rec/doctor.json"
+  step 300 kd verify --backend cuda --trials 20 --determinism --json "$rec/verify-cuda.json" --junit "$rec/verify-cuda.xml" -q
+  step 60  kd verify --backend cuda -q --json "$rec/verify-cuda-rerun.json"
+  step 90  kd verify --backend cuda -q --devices all --json "$rec/verify-cuda-devices-all.json"
+  step 240 python3 -m pytest -q -m gpu -p no:cacheprovider
+  step 240 kd e2e --backend cuda --tokens 256 --prompts 3 --budget 8 --budget 32 --budget 64 --json "$rec/e2e-cuda.json"
 fi
-if [ "$what" = sanitize ] || [ "$what" = all ]; then
-  rm -rf goldens-sanitize && mkdir -p goldens-sanitize
+if want sanitize; then
+  rm -rf goldens-sanitize
   for f in tree_build/example_b tree_build/b64_n64_l15 tree_accept/mixed_b64_n64_l15 tree_accept/root_only_q1 \
            verify_attn/fp32_b2_h8_p0_n8 verify_attn/fp32_b4_h16_p1024_n16_mixed verify_attn/fp32_b2_h16_p2048_n16 \
            verify_attn/bf16_paged_b2_h8_p0_n8 verify_attn/bf16_paged_b4_h16_p1024_n16_mixed \
@@ -30,7 +38,13 @@ if [ "$what" = sanitize ] || [ "$what" = all ]; then
     mkdir -p "goldens-sanitize/$(dirname $f)" && cp "goldens/$f.kdtr" "goldens-sanitize/$f.kdtr"
   done
   for tool in memcheck racecheck synccheck initcheck; do
-    step kd verify goldens-sanitize --sanitize "$tool" --json "$out/sanitize-$tool.json"
+    step 150 kd verify goldens-sanitize --sanitize "$tool" -q --json "$rec/sanitize-$tool.json"
   done
 fi
-exit $status
+if want bench; then
+  step 330 kd bench --repeat --budget 0.3 --time-limit 300 --json "$rec/bench.json" --csv "$rec/bench.csv" -q
+  step 60  kd report "$rec/bench.json" --plot "$rec/bench.png" -q
+fi
+nvidia-smi --query-gpu=clocks.sm,temperature.gpu --format=csv,noheader
+} 2>&1 | tee "$out/log"
+tar -C "$out" -czf "$out/records.tar.gz" records
