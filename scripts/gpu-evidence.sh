@@ -6,7 +6,7 @@
 #           kdtree e2e on cuda (fp32 + bf16_paged, budgets 8/32/64, 256 tokens, 3 prompts)
 # sanitize: compute-sanitizer memcheck/racecheck/synccheck/initcheck over one bundle per kernel path
 # bench:    the default bench suites, with --repeat (record, CSV, plot)
-# Each step has a time limit; records go to OUT_DIR/records and a log to OUT_DIR/log.
+# Each step has a time limit; records go to OUT_DIR/records (at most 8 files a part) and a log to OUT_DIR/log.
 set -uo pipefail
 out=${1:?usage: scripts/gpu-evidence.sh OUT_DIR [verify|sanitize|bench|all]...}
 shift
@@ -47,4 +47,4 @@ if want bench; then
 fi
 nvidia-smi --query-gpu=clocks.sm,temperature.gpu --format=csv,noheader
 } 2>&1 | tee "$out/log"
-tar -C "$out" -czf "$out/records.tar.gz" records
+
