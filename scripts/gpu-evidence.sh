@@ -16,7 +16,7 @@ mkdir -p "$rec"
 export PYTHONPATH=. PYTHONUNBUFFERED=1 KDTREE_CACHE_DIR=${KDTREE_CACHE_DIR:-/tmp/kdtree-cache}
 kd() { python3 -m cli "$@"; }
 want() { [[ " $parts " == *" $1 "* || " $parts " == *" all "* ]]; }
-step() { local limit=$1; shift; echo "== [$(date +%T)] $*"; timeout "$limit" "$@"; echo "== exit $?"; }
+step() { local limit=$1; shift; echo "== [$(date +%T)] $*"; if [ "$1" = kd ]; then shift; set -- python3 -m cli "$@"; fi; timeout "$limit" "$@"; echo "== exit $?"; }
 
 {
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
@@ -26,7 +26,7 @@ if want verify; then
   step 300 kd verify --backend cuda --trials 20 --determinism --json "$rec/verify-cuda.json" --junit "$rec/verify-cuda.xml" -q
   step 60  kd verify --backend cuda -q --json "$rec/verify-cuda-rerun.json"
   step 90  kd verify --backend cuda -q --devices all --json "$rec/verify-cuda-devices-all.json"
-  step 240 python3 -m pytest -q -m gpu -p no:cacheprovider
+  want pytest && step 240 python3 -m pytest -q -m gpu -p no:cacheprovider
   step 240 kd e2e --backend cuda --tokens 256 --prompts 3 --budget 8 --budget 32 --budget 64 --json "$rec/e2e-cuda.json"
 fi
 if want sanitize; then
