@@ -38,11 +38,11 @@ if want sanitize; then
     mkdir -p "goldens-sanitize/$(dirname $f)" && cp "goldens/$f.kdtr" "goldens-sanitize/$f.kdtr"
   done
   for tool in memcheck racecheck synccheck initcheck; do
-    step 150 kd verify goldens-sanitize --sanitize "$tool" -q --json "$rec/sanitize-$tool.json"
+    step 85 kd verify goldens-sanitize --sanitize "$tool" -q --json "$rec/sanitize-$tool.json"
   done
 fi
 if want bench; then
-  step 330 kd bench --repeat --budget 0.3 --time-limit 300 --json "$rec/bench.json" --csv "$rec/bench.csv" -q
+  step 230 kd bench --repeat --budget 0.3 --time-limit 200 --json "$rec/bench.json" --csv "$rec/bench.csv" -q
   step 60  kd report "$rec/bench.json" --plot "$rec/bench.png" -q
 fi
 nvidia-smi --query-gpu=clocks.sm,temperature.gpu --format=csv,noheader
