@@ -175,6 +175,7 @@ verify_attn_fp32(const float* __restrict__ q, const float* __restrict__ kv,
 #pragma unroll
             for (int off = 8; off > 0; off >>= 1) ps += __shfl_xor_sync(0xffffffffu, ps, off);
             sP[c * FA_ROWS + r] = p;
+            __syncwarp();                 // every lane's read of sM[r] above precedes lane c == 0's write
             if (c == 0) {
                 sM[r] = m_new;
                 sL[r] = sL[r] * alpha + ps;
