@@ -183,3 +183,11 @@ def test_real_subprocess_streams_and_exit_codes(goldens, tmp_path):
                          env=env, cwd=REPO_ROOT)
     assert bad.returncode == 2 and bad.stdout == ""
     assert len(bad.stderr.strip().splitlines()) == 1 and "Traceback" not in bad.stderr
+
+
+def test_a_budget_beyond_the_kernel_is_refused_up_front(tmp_path):
+    suite = tmp_path / "big.yaml"
+    suite.write_text("op: tree_build\ncases:\n  - {budget: 4000, depth: 64}\n")
+    result = invoke("gen-refs", suite, "-o", tmp_path / "g")
+    assert result.exit_code == 2
+    assert "big.yaml:3" in result.output and "shared memory" in result.output and str(227 * 1024) in result.output

@@ -19,6 +19,26 @@ OUTPUT_DTYPES = {
     "scores": "f64", "visibility": "u8", "num_nodes": "i32",
 }
 AUX_LIMIT_BYTES = 1 << 20   # drafter logits are kept in the bundle (role aux) below this size
+SHARED_MEMORY_LIMIT = 227 * 1024   # bytes of shared memory one block may opt in to on sm_90
+
+
+def _up16(n: int) -> int:
+    return -(-n // 16) * 16
+
+
+def kernel_shared_bytes(budget: int, depth: int) -> int:
+    """Shared memory of the tree_build kernels before staging, as carve() in tree_build_common.cuh
+    lays it out: candidates + nodes (40 B per node) and each node's rank path (2 B per depth)."""
+    q = budget + 1
+    return q * 40 + _up16(q * (depth + 1) * 2)
+
+
+def check_kernel_limits(budget: int, depth: int) -> None:
+    """Refuse up front what the kernels cannot hold, naming the limit."""
+    need = kernel_shared_bytes(budget, depth)
+    if need > SHARED_MEMORY_LIMIT:
+        raise ValueError(f"budget {budget} at depth {depth} needs {need} B of shared memory; the tree_build "
+                         f"kernel has {SHARED_MEMORY_LIMIT} B on sm_90 (lower the budget or the depth)")
 
 
 def log_softmax_f32(logits: np.ndarray) -> np.ndarray:
@@ -81,6 +101,7 @@ class TreeBuild(Op):
     def check_params(self, variant, params):
         if params["topk"] > params["vocab"]:
             raise ValueError(f"topk {params['topk']} exceeds vocab {params['vocab']}")
+        check_kernel_limits(params["budget"], params["depth"])
 
     def input_specs(self, variant):
         return {"topk_logp": "f32", "topk_ids": "i32", "root_token": "i32", "start": "i32"}
@@ -305,10 +326,9 @@ class TreeBuild(Op):
         if name != "tb_smem" and budget > self.REGISTER_BUDGET_MAX:
             raise ValueError(f"{name} holds at most {self.REGISTER_BUDGET_MAX} candidates; budget {budget}")
         q = budget + 1
-        up16 = lambda n: -(-n // 16) * 16                      # noqa: E731
-        # mirrors carve() in tree_build_common.cuh: candidates + nodes (40 B per node), node paths, staging
-        smem = q * 40 + up16(q * (depth + 1) * 2)
-        staged_bytes = 2 * up16(depth * min(k, q) * 4)
+        check_kernel_limits(budget, depth)
+        smem = kernel_shared_bytes(budget, depth)
+        staged_bytes = 2 * _up16(depth * min(k, q) * 4)          # the log-probs, when they fit
         staged = smem + staged_bytes + 64 <= max_shared_optin()
         smem += staged_bytes if staged else 0
         args = [lp, inputs["topk_ids"], inputs["root_token"], inputs["start"],
