@@ -61,27 +61,31 @@ def _sanitizers_work(compiler: str, lang: list[str], folder: Path) -> tuple[bool
     return ran.returncode == 0, ran.stderr.strip()[-300:]
 
 
-@pytest.fixture(scope="module", params=list(LANGUAGES))
-def reader(request, tmp_path_factory) -> Path:
-    """read_bundle.c built with -Wall -Wextra -Werror, sanitized when the toolchain allows."""
-    name, lang = LANGUAGES[request.param][0], LANGUAGES[request.param][1]
+def build(language: str, source: Path, folder: Path) -> Path:
+    """`source` built as `language` with -Wall -Wextra -Werror, sanitized when the toolchain allows."""
+    name, lang = LANGUAGES[language]
     compiler = shutil.which(name) or shutil.which("gcc" if name == "cc" else "g++")
     if not compiler:
-        pytest.skip(f"no {name} compiler on PATH: kdtr.h ({request.param}) cannot be built")
-    folder = tmp_path_factory.mktemp(request.param.replace("+", "p"))
+        pytest.skip(f"no {name} compiler on PATH: kdtr.h ({language}) cannot be built")
     sanitized, why = _sanitizers_work(compiler, lang, folder)
     flags = [*lang, *WARNINGS, *(SANITIZERS if sanitized else ["-O1"])]
-    out = folder / "read_bundle"
-    built = _try([compiler, *flags, f"-I{INCLUDE}", str(SOURCE), "-o", str(out)], folder)
+    out = folder / source.stem
+    built = _try([compiler, *flags, f"-I{INCLUDE}", str(source), "-o", str(out)], folder)
     assert built.returncode == 0, f"{' '.join(flags)}:\n{built.stderr}"
     if not sanitized:
-        warnings.warn(f"kdtr.h {request.param}: built without sanitizers ({why})")
+        warnings.warn(f"kdtr.h {language}: built without sanitizers ({why})")
     return out
 
 
-def run(reader: Path, *paths: Path) -> tuple[int, list[dict], str]:
-    """Exit status, the JSON lines of stdout, and stderr."""
-    done = _try([str(reader), *map(str, paths)], reader.parent)
+@pytest.fixture(scope="module", params=list(LANGUAGES))
+def reader(request, tmp_path_factory) -> Path:
+    """tests/c/read_bundle.c, built as C99 and as C++17."""
+    return build(request.param, SOURCE, tmp_path_factory.mktemp(request.param.replace("+", "p")))
+
+
+def run(reader: Path, *paths: Path, memory: bool = False) -> tuple[int, list[dict], str]:
+    """Exit status, the JSON lines of stdout, and stderr (kdtr_open_memory when `memory`)."""
+    done = _try([str(reader), *(["--memory"] if memory else []), *map(str, paths)], reader.parent)
     assert "Sanitizer" not in done.stderr and "runtime error" not in done.stderr, done.stderr
     return done.returncode, [json.loads(line) for line in done.stdout.splitlines()], done.stderr
 
@@ -282,3 +286,59 @@ def test_fuzz_parity_with_python(reader, tmp_path):
             accepted += 1
             assert_same_tensors(c[1:], py)
     assert accepted < len(paths)
+
+
+# ------------------------------------------------------------------------- kdtr_open_memory
+
+def test_open_memory_matches_open(reader, tmp_path):
+    """kdtr_open_memory shares every check with kdtr_open: on the spec's rejections, the accepted
+    variants and hundreds of corruptions, read_bundle --memory prints exactly what it prints from
+    files (same errors, same tensors), and its exactly sized buffers show ASan any over-read."""
+    rich_bundle(tmp_path / "rich.kdtr")
+    files = {f"reject_{case}": build() for case, (build, _) in SPEC.REJECTIONS.items()}
+    header, data = SPEC.base()
+    files["base"] = SPEC.spec_file(header, data)
+    files["empty"] = b""
+    files["zero_size_at_limit"] = SPEC.zero_size_at_limit()
+    for i, raw in enumerate(corruptions((tmp_path / "rich.kdtr").read_bytes(),
+                                        random.Random(99), 150)):
+        files[f"c{i:03d}"] = raw
+    paths = [tmp_path / "rich.kdtr"]
+    for name, raw in files.items():
+        paths.append(tmp_path / f"{name}.kdtr")
+        paths[-1].write_bytes(raw)
+    rc_file, from_files, err_file = run(reader, *paths)
+    rc_memory, from_memory, err_memory = run(reader, *paths, memory=True)
+    assert (rc_memory, err_memory) == (rc_file, err_file)
+    assert from_memory == from_files
+    assert sum("error" in line for line in from_files) > len(SPEC.REJECTIONS)
+
+
+@pytest.fixture(scope="module", params=list(LANGUAGES))
+def open_memory(request, tmp_path_factory) -> Path:
+    """tests/c/open_memory.c (the edges of kdtr_open_memory), built as C99 and as C++17."""
+    folder = tmp_path_factory.mktemp("mem_" + request.param.replace("+", "p"))
+    return build(request.param, SOURCE.with_name("open_memory.c"), folder)
+
+
+def test_open_memory_edges(open_memory, tmp_path):
+    """NULL / empty input, a NULL err buffer, alignment, the copy outliving the caller's buffer."""
+    rich_bundle(tmp_path / "rich.kdtr")
+    done = _try([str(open_memory), str(tmp_path / "rich.kdtr")], tmp_path)
+    assert "Sanitizer" not in done.stderr and "runtime error" not in done.stderr, done.stderr
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "FAIL" not in done.stdout and done.stdout.count("ok ") >= 10, done.stdout
+
+
+def test_errors_are_one_line(reader, tmp_path):
+    """Header text quoted in a message keeps no raw newline or tab (found by fuzz_kdtr_h.c)."""
+    paths = []
+    for i, text in enumerate([b"[\n\t1,\r\n2]", b'{"data_len":0,"meta":[\n],"tensors":[]}',
+                              b'{"data_len":\n"x","meta":{},"tensors":[]}']):
+        paths.append(tmp_path / f"ws{i}.kdtr")
+        paths[-1].write_bytes(with_header(text, b""))
+    for memory in (False, True):
+        rc, lines, err = run(reader, *paths, memory=memory)
+        assert rc == 1 and len(err.splitlines()) == len(paths), err
+        for line in lines:
+            assert not any(ch in line["error"] for ch in "\n\r\t"), line["error"]

@@ -6,6 +6,7 @@
  *   kdtr_file f;
  *   char err[512];
  *   if (kdtr_open("goldens/x.kdtr", &f, err, sizeof err) != 0) { fputs(err, stderr); ... }
+ *   // or kdtr_open_memory(bytes, size, "name for errors", &f, err, sizeof err): same checks
  *   const kdtr_tensor *q = kdtr_find(&f, "q");       // q->data, q->shape[0..ndim), q->nbytes
  *   const char *op = kdtr_meta_op(&f);                // meta.op, NULL if absent
  *   double scale; kdtr_meta_double(&f, "params.sm_scale", &scale);
@@ -176,6 +177,9 @@ static inline int kdtr__fail(kdtr__ctx *c, const char *fmt, ...) {
             vsnprintf(c->err + k, c->errlen - (size_t)k, fmt, ap);
             va_end(ap);
         }
+        /* one line: header text quoted in a message may hold raw newlines or tabs */
+        for (k = 0; c->err[k]; k++)
+            if ((unsigned char)c->err[k] < 0x20 || c->err[k] == 0x7f) c->err[k] = ' ';
     }
     return -1;
 }
@@ -940,7 +944,7 @@ static inline int kdtr__header(kdtr__ctx *c, kdtr_file *f) {
 
 /* ------------------------------------------------------------------------------- public API */
 
-/* Frees what kdtr_open allocated; safe on a zeroed or failed kdtr_file. */
+/* Frees what kdtr_open or kdtr_open_memory allocated; safe on a zeroed or failed kdtr_file. */
 KDTR_API void kdtr_close(kdtr_file *f) {
     if (!f) return;
     free(f->buf);
@@ -949,29 +953,53 @@ KDTR_API void kdtr_close(kdtr_file *f) {
     memset(f, 0, sizeof *f);
 }
 
+/* Validates the bytes in f->buf[0..f->size) (owned by f from here on), named `name` in errors. */
+static inline int kdtr__validate(kdtr__ctx *c, kdtr_file *f) {
+    int r = kdtr__preamble(c, f);
+    if (!r) r = kdtr__json(c, f);
+    if (!r) r = kdtr__header(c, f);
+    if (!r) r = kdtr__layout(c, f);
+    if (!r) {
+        f->data = f->buf + f->data_start;
+        r = kdtr__tensor_bytes(c, f);
+    }
+    free(c->keys);
+    free(c->kbuf);
+    if (r) kdtr_close(f);
+    return r;
+}
+
+static inline void kdtr__start(kdtr__ctx *c, const char *name, kdtr_file *out, char *err,
+                               size_t errlen) {
+    memset(c, 0, sizeof *c);
+    memset(out, 0, sizeof *out);
+    c->path = name;
+    c->err = err;
+    c->errlen = errlen;
+    if (err && errlen) err[0] = '\0';
+}
+
 /* Reads and fully validates `path`; 0 on success, else -1 with "<path>: <fault>" in err. */
 KDTR_API int kdtr_open(const char *path, kdtr_file *out, char *err, size_t errlen) {
     kdtr__ctx c;
-    int r;
-    memset(&c, 0, sizeof c);
-    memset(out, 0, sizeof *out);
-    c.path = path;
-    c.err = err;
-    c.errlen = errlen;
-    if (err && errlen) err[0] = '\0';
-    r = kdtr__read_file(&c, out);
-    if (!r) r = kdtr__preamble(&c, out);
-    if (!r) r = kdtr__json(&c, out);
-    if (!r) r = kdtr__header(&c, out);
-    if (!r) r = kdtr__layout(&c, out);
-    if (!r) {
-        out->data = out->buf + out->data_start;
-        r = kdtr__tensor_bytes(&c, out);
-    }
-    free(c.keys);
-    free(c.kbuf);
-    if (r) kdtr_close(out);
-    return r;
+    kdtr__start(&c, path, out, err, errlen);
+    if (kdtr__read_file(&c, out)) return -1;
+    return kdtr__validate(&c, out);
+}
+
+/* Validates a bundle already in memory, with exactly kdtr_open's checks: `data[0..size)` is
+ * copied (the caller keeps its buffer; tensors point into the copy, 16-byte aligned), `name` stands
+ * for the path in error messages. 0 on success, else -1 with "<name>: <fault>" in err. */
+KDTR_API int kdtr_open_memory(const void *data, size_t size, const char *name, kdtr_file *out,
+                              char *err, size_t errlen) {
+    kdtr__ctx c;
+    kdtr__start(&c, name, out, err, errlen);
+    if (!data && size) return kdtr__fail(&c, "no data (NULL with size %zu)", size);
+    if (!(out->buf = (unsigned char *)malloc(size ? size : 1)))
+        return kdtr__fail(&c, "out of memory copying %zu bytes", size);
+    if (size) memcpy(out->buf, data, size);
+    out->size = size;
+    return kdtr__validate(&c, out);
 }
 
 /* The tensor called `name`, or NULL. */

@@ -5,6 +5,8 @@
  * then per tensor:  {"tensor": name, "role": ..., "dtype": ..., "shape": [...], "nbytes": ...,
  *                    "crc32": ..., "sum": <double for floats> | "isum": <u64 wrapping sum>}
  * For a bad file:   {"file": ..., "error": ...} on stdout and the error line on stderr.
+ * With --memory first, each file is read into an exactly sized buffer here and handed to
+ * kdtr_open_memory (named by its path) instead of kdtr_open: the output must be the same.
  * Exit status: 0 all read, 1 one or more refused, 2 usage. Used by tests/test_kdtr_h.py.
  */
 #include "kdtr.h"
@@ -129,16 +131,42 @@ static void put_file(const char *path, const kdtr_file *f) {
     }
 }
 
+/* The whole file in a malloc'd buffer of exactly its size (so ASan sees any over-read). */
+static int open_from_memory(const char *path, kdtr_file *f, char *err, size_t errlen) {
+    FILE *fp = fopen(path, "rb");
+    unsigned char *buf = NULL;
+    long size = -1;
+    int r;
+    if (fp && fseek(fp, 0, SEEK_END) == 0) size = ftell(fp);
+    if (!fp || size < 0 || fseek(fp, 0, SEEK_SET) != 0 ||
+        !(buf = (unsigned char *)malloc(size ? (size_t)size : 1)) ||
+        fread(buf, 1, (size_t)size, fp) != (size_t)size) {
+        snprintf(err, errlen, "%s: cannot read: %s", path, strerror(errno));
+        free(buf);
+        if (fp) fclose(fp);
+        return -1;
+    }
+    fclose(fp);
+    r = kdtr_open_memory(buf, (size_t)size, path, f, err, errlen);
+    free(buf);      /* the kdtr_file holds its own copy */
+    return r;
+}
+
 int main(int argc, char **argv) {
-    int i, failed = 0;
-    if (argc < 2) {
-        fprintf(stderr, "usage: read_bundle FILE.kdtr...\n");
+    int i, first = 1, failed = 0, memory = 0;
+    if (argc > 1 && strcmp(argv[1], "--memory") == 0) {
+        memory = 1;
+        first = 2;
+    }
+    if (argc <= first) {
+        fprintf(stderr, "usage: read_bundle [--memory] FILE.kdtr...\n");
         return 2;
     }
-    for (i = 1; i < argc; i++) {
+    for (i = first; i < argc; i++) {
         kdtr_file f;
         char err[1024];
-        if (kdtr_open(argv[i], &f, err, sizeof err) != 0) {
+        if ((memory ? open_from_memory(argv[i], &f, err, sizeof err)
+                    : kdtr_open(argv[i], &f, err, sizeof err)) != 0) {
             fprintf(stderr, "%s\n", err);
             fputs("{\"file\": ", stdout);
             put_string(argv[i]);
