@@ -12,7 +12,7 @@ from rich.table import Table
 
 from kdtr.errors import UsageError
 
-from .main import EXIT_FAILED, EXIT_OK, ShardOpt, _emit_json, app, guarded
+from .main import EXIT_FAILED, EXIT_OK, DevicesOpt, ShardOpt, _emit_json, _gpu_count, app, guarded
 
 BENCH_HELP = (
     "Time our kernels and their baselines on the same inputs in one run, against ceilings measured "
@@ -41,18 +41,39 @@ def _default_specs() -> list[Path]:
 
 
 def _items(paths: list[Path], pattern: Optional[str], quick: bool, shard: Optional[str]):
-    from kdtr import bench, parallel, spec
+    from kdtr import bench, parallel
 
-    bundles = [p for p in paths if p.suffix == ".kdtr"]
-    suites = [p for p in paths if p.suffix != ".kdtr"]
-    items = bench.items_from_bundles(bundles, pattern) if bundles else []
-    if suites:
-        items += bench.items_from_suites(spec.load_suites(suites), pattern, quick)
-    items = parallel.shard_items(items, lambda item: f"{item.op}/{item.name}",
+    items = parallel.shard_items(bench.collect_items(paths, pattern, quick), _key,
                                  parallel.Shard.parse(shard) if shard else None)
     if not items:
         raise UsageError(f"no case matches -k {pattern!r}" if pattern else "no cases to bench")
     return items
+
+
+def _key(item) -> str:
+    return f"{item.op}/{item.name}"
+
+
+def _run_on_devices(devices, items, paths, pattern, quick, settings, progress):
+    """One spawned worker per GPU, cases spread by size; the records merge into one. A worker that
+    crashes fails its cases (listed in the record's errors), never the whole run silently."""
+    from kdtr import bench, parallel
+
+    groups = parallel.balance(items, bench.estimated_cost, len(devices))
+    jobs = [[bench.WorkerJob(tuple(map(str, paths)), pattern, quick, tuple(map(_key, group)), settings)]
+            for group in groups]
+    records, crashed = [], []
+    for job, result in parallel.map_on_devices(devices, jobs, bench.run_worker, lambda job, why: why):
+        if isinstance(result, str):
+            crashed.append(f"{result}: its cases {', '.join(job.names)} were not timed")
+        else:
+            records.append(result)
+        progress(f"worker done ({len(records) + len(crashed)}/{len(devices)})", len(records) + len(crashed),
+                 len(devices))
+    if not records:
+        raise UsageError("every bench worker crashed: " + "; ".join(crashed))
+    merged = bench.merge_records(records)
+    return replace(merged, errors=merged.errors + tuple(crashed), complete=merged.complete and not crashed)
 
 
 class _Progress:
@@ -99,6 +120,7 @@ def bench_cmd(
                                                   "\\[default: specs/bench/]; with --compare, one NEW.json record."),
     pattern: Optional[str] = typer.Option(None, "-k", help="Only cases whose name contains PATTERN (or matches a * ? glob)."),
     shard: Optional[str] = ShardOpt,
+    devices: Optional[str] = DevicesOpt,
     quick: bool = typer.Option(False, "--quick", help="Smoke run for CI: the first 2 cases of each suite, a "
                                                      "0.1 s budget, 5% target, no compiler baselines."),
     mode: str = typer.Option("cold", "--mode", help="cold (L2 flushed or inputs rotated), hot (same inputs again), both."),
@@ -163,8 +185,15 @@ def bench_cmd(
         for path in targets:
             bench.write_record(path, record)
 
+    from kdtr import parallel
+
+    device_list = parallel.parse_devices(devices, _gpu_count())
     with _Progress(quiet) as progress:
-        record = bench.run_bench(items, settings, progress=progress, on_partial=partial if targets else None)
+        if device_list:
+            record = _run_on_devices(device_list, items, paths or _default_specs(), pattern, quick, settings,
+                                     progress)
+        else:
+            record = bench.run_bench(items, settings, progress=progress, on_partial=partial if targets else None)
     if json_path != "-":
         bench_view(record, verbose=verbose, quiet=quiet)
     for path in targets:

@@ -593,6 +593,43 @@ class BenchItem:
     load: Callable[[], tuple[dict[str, np.ndarray], dict[str, Any]]] = field(compare=False, repr=False)
 
 
+def collect_items(paths: Sequence[str | Path], pattern: str | None = None, quick: bool = False) -> list[BenchItem]:
+    """Bench cases from .kdtr bundles and YAML suites (or folders of them), matching -k."""
+    from .spec import load_suites
+
+    paths = [Path(p) for p in paths]
+    bundles = [p for p in paths if p.suffix == ".kdtr"]
+    suites = [p for p in paths if p.suffix != ".kdtr"]
+    items = items_from_bundles(bundles, pattern) if bundles else []
+    if suites:
+        items += items_from_suites(load_suites(suites), pattern, quick)
+    return items
+
+
+def estimated_cost(item: BenchItem) -> float:
+    """A size proxy for spreading cases over workers: the product of the case's integer parameters."""
+    return float(math.prod(v for v in item.params.values()
+                           if isinstance(v, int) and not isinstance(v, bool) and v > 0))
+
+
+@dataclass(frozen=True)
+class WorkerJob:
+    """What a bench worker process needs to rebuild its share of the cases (closures don't pickle)."""
+
+    paths: tuple[str, ...]
+    pattern: str | None
+    quick: bool
+    names: tuple[str, ...]            # "op/case" keys of this worker's share
+    settings: "BenchSettings"
+
+
+def run_worker(job: WorkerJob) -> BenchRecord:
+    """One worker: its share of the cases on the GPU it was pinned to, with its own ceilings."""
+    wanted = set(job.names)
+    items = [i for i in collect_items(job.paths, job.pattern, job.quick) if f"{i.op}/{i.name}" in wanted]
+    return run_bench(items, job.settings)
+
+
 def items_from_suites(suites, pattern: str | None = None, quick: bool = False) -> list[BenchItem]:
     """Cases of the suites matching -k; with `quick`, the first QUICK_CASES_PER_SUITE of each suite."""
     from .ops import get_op

@@ -100,3 +100,19 @@ def test_report_merges_shard_records(goldens, tmp_path):  # noqa: F811
     assert data["summary"]["cases"] == 5 and data["summary"]["passed"] == 5
     shard_cases = [row["case"] for r in records for row in json.loads(Path(r).read_text())["rows"]]
     assert [row["case"] for row in data["rows"]] == shard_cases
+
+
+def test_bench_with_worker_processes_times_every_case_once(tmp_path):
+    suite = tmp_path / "accept.yaml"
+    suite.write_text("op: tree_accept\ncases:\n  - {batch: 2, budget: 4}\n  - {batch: 3, budget: 8}\n"
+                     "  - {batch: 4, budget: 2}\n")
+    runner = CliRunner()
+    record = tmp_path / "bench.json"
+    args = ["bench", str(suite), "--no-sanity", "--budget", "0.02", "--target", "0.5", "-q"]
+    plain = runner.invoke(app, args)
+    workers = runner.invoke(app, args + ["--devices", "0,1", "--json", str(record)])
+    assert plain.exit_code == workers.exit_code == 0, workers.output
+    data = json.loads(record.read_text())
+    cases = sorted(row["case"] for row in data["rows"] if row["primary"])
+    assert cases == ["b2_n4", "b3_n8", "b4_n2"]
+    assert len(data["meta"]["merged_from"]) == 2
