@@ -37,7 +37,7 @@ MAX_NDIM = 32                           # dimensions per tensor (kdtr.h has a fi
 MAX_JSON_DEPTH = 64                     # nesting of JSON arrays/objects, the top-level object is 1
 MAX_TENSOR_BYTES = (1 << 63) - 1        # product of the non-zero dims times itemsize (int64, numpy)
 MAX_INT_DIGITS = 4300                   # digits of a JSON integer (Python 3.11's int() limit)
-_CHECK_CHUNK = 16 << 20                 # bool bytes are checked this many at a time
+_CHECK_CHUNK = 1 << 16                  # padding and bool bytes are scanned this many at a time
 
 ROLES = ("input", "output", "aux")
 TOP_KEYS = ("data_len", "meta", "tensors")
@@ -380,16 +380,18 @@ def _check_layout(path: Path, entries, data_start: int, data_len: int, size: int
                             file=path, field=f"tensor {b.name!r}")
 
 
+def _first(mask: np.ndarray) -> int | None:
+    """Index of the first True, without an index array the size of the faults."""
+    return int(mask.argmax()) if mask.any() else None
+
+
 def _check_zero(path: Path, buf: mmap.mmap, start: int, stop: int, what: str) -> None:
-    """Padding must be zero bytes (checked without copying)."""
-    if stop <= start:
-        return
-    view = np.frombuffer(buf, dtype=np.uint8, count=stop - start, offset=start)
-    nonzero = np.flatnonzero(view)
-    if nonzero.size:
-        at = start + int(nonzero[0])
-        raise KdtrError(f"non-zero {what} byte 0x{view[nonzero[0]]:02x} at file offset {at}",
-                        file=path)
+    """Padding must be zero bytes (checked in bounded chunks, without copying the file)."""
+    for lo in range(start, stop, _CHECK_CHUNK):
+        view = np.frombuffer(buf, dtype=np.uint8, count=min(_CHECK_CHUNK, stop - lo), offset=lo)
+        at = _first(view != 0)
+        if at is not None:
+            raise KdtrError(f"non-zero {what} byte 0x{view[at]:02x} at file offset {lo + at}", file=path)
 
 
 def _check_gaps(path: Path, buf: mmap.mmap, entries, data_start: int) -> None:
@@ -412,9 +414,9 @@ def _check_tensor_bytes(path: Path, buf: mmap.mmap, e: TensorEntry, data_start: 
         for lo in range(0, e.nbytes, _CHECK_CHUNK):
             n = min(_CHECK_CHUNK, e.nbytes - lo)
             chunk = np.frombuffer(buf, dtype=np.uint8, count=n, offset=start + lo)
-            bad = np.flatnonzero(chunk > 1)
-            if bad.size:
-                raise KdtrError(f"bool byte 0x{chunk[bad[0]]:02x} at element {lo + int(bad[0])}"
+            bad = _first(chunk > 1)
+            if bad is not None:
+                raise KdtrError(f"bool byte 0x{chunk[bad]:02x} at element {lo + bad}"
                                 " is neither 0 nor 1", file=path, field=f"tensor {e.name!r}")
 
 

@@ -213,11 +213,8 @@ def _reads(path: Path, raw: bytes) -> int:
         return 0
 
 
-# ------------------------------------------------------------------------- known memory fault
+# ------------------------------------------------------------------------- memory of a refusal
 
-@pytest.mark.xfail(strict=True, reason="kdtr/format.py: _check_zero and the bool check run "
-                   "np.flatnonzero over the whole span once they see a bad byte, 8 bytes per bad "
-                   "byte; when fixed, set DATA_FACTOR in tests/fuzz/fuzz_format.py to 1")
 def test_fault_scan_allocates_within_the_input(tmp_path):
     """A bundle whose 1 MiB of padding is non-zero: refusing it allocates at most its size."""
     gap, tensor = 1 << 20, np.ones(64, np.uint8)
