@@ -129,12 +129,18 @@ def _stat(value: Any) -> str:
     return "—" if value is None else f"{value:.6g}"
 
 
+META_SHOWN = 64 << 10          # characters of meta JSON shown; the rest is in --json
+
+
 def inspect_view(summary: dict) -> None:
     import json
 
     out.print(f"[bold]{summary['file']}[/]  KDTR v{summary['version'][0]}.{summary['version'][1]}, "
               f"{summary['size']} bytes")
-    out.print(json.dumps(summary["meta"], indent=2, allow_nan=False), markup=False)
+    meta = json.dumps(summary["meta"], indent=2, allow_nan=False)
+    if len(meta) > META_SHOWN:      # a huge header must not cost rich's rendering memory
+        meta = meta[:META_SHOWN] + f"\n… ({len(meta) - META_SHOWN} more characters: use --json -)"
+    out.file.write(meta + "\n")
     table = Table(title="tensors", title_justify="left")
     for name in ("name", "role", "dtype", "shape", "min", "max", "mean", "NaN", "Inf"):
         table.add_column(name, justify="left" if name in ("name", "role", "dtype", "shape") else "right")
