@@ -35,24 +35,7 @@ class OutputCheck:
     worst: tuple[Element, ...] = field(default_factory=tuple)
 
 
-def _elements(diff_order: np.ndarray, shape, got: np.ndarray, expected: np.ndarray):
-    return tuple(Element(tuple(int(i) for i in np.unravel_index(flat, shape)),
-                         float(got.flat[flat]), float(expected.flat[flat])) for flat in diff_order)
-
-
-def _metrics(got64: np.ndarray, exp64: np.ndarray) -> tuple[float, float, float]:
-    with np.errstate(invalid="ignore", over="ignore"):
-        diff = np.where(got64 == exp64, 0.0, np.abs(got64 - exp64))   # equal infinities: 0
-        finite = np.isfinite(diff)
-        max_abs = float(diff[finite].max()) if finite.any() else 0.0
-        if not finite.all():
-            max_abs = float("inf")
-        nonzero = finite & (exp64 != 0)
-        max_rel = float((diff[nonzero] / np.abs(exp64[nonzero])).max()) if nonzero.any() else 0.0
-        ref_norm = float(np.linalg.norm(exp64[np.isfinite(exp64)]))
-        err_norm = float(np.linalg.norm(diff)) if finite.all() else float("inf")
-    rel_l2 = err_norm / ref_norm if ref_norm > 0 else err_norm
-    return max_abs, max_rel, rel_l2
+CHUNK = 1 << 20                # elements compared at a time: memory stays bounded for any output
 
 
 def compare_output(name: str, got: np.ndarray | None, expected: np.ndarray,
@@ -68,30 +51,65 @@ def compare_output(name: str, got: np.ndarray | None, expected: np.ndarray,
     floats = got_dtype in FLOAT_DTYPES and exp_dtype in FLOAT_DTYPES
     if got_dtype != exp_dtype and (tolerance.exact or not floats):
         return OutputCheck(name, False, f"dtype {got_dtype} != expected {exp_dtype}", tolerance)
+    flat_got = np.ascontiguousarray(got).reshape(-1)
+    flat_exp = np.ascontiguousarray(expected).reshape(-1)
+    totals = _Totals()
+    for lo in range(0, flat_exp.size, CHUNK):
+        totals.add(lo, flat_got[lo:lo + CHUNK], flat_exp[lo:lo + CHUNK], tolerance)
     count = int(expected.size)
-    got64 = got.astype(np.float64)
-    exp64 = expected.astype(np.float64)
-    max_abs, max_rel, rel_l2 = _metrics(got64, exp64)
-    if tolerance.exact:
-        width = got.dtype.itemsize
-        bad = np.ascontiguousarray(got).view(f"V{width}") != np.ascontiguousarray(expected).view(f"V{width}")
-        rule = "bitwise equality"
-    else:
-        with np.errstate(invalid="ignore", over="ignore"):
-            bad = ~(np.abs(got64 - exp64) <= tolerance.atol + tolerance.rtol * np.abs(exp64))
-        bad |= ~np.isfinite(got64)
-        rule = f"|x-r| <= {tolerance.atol:g} + {tolerance.rtol:g}·|r|"
-    mismatches = int(bad.sum())
+    rule = ("bitwise equality" if tolerance.exact
+            else f"|x-r| <= {tolerance.atol:g} + {tolerance.rtol:g}·|r|")
     reasons = []
-    if mismatches:
-        nonfinite = int((~np.isfinite(got64)).sum()) if floats else 0
-        reasons.append(f"{mismatches} of {count} elements fail {rule}"
-                       + (f" ({nonfinite} NaN/Inf)" if nonfinite else ""))
+    if totals.mismatches:
+        reasons.append(f"{totals.mismatches} of {count} elements fail {rule}"
+                       + (f" ({totals.nonfinite} NaN/Inf)" if totals.nonfinite else ""))
+    rel_l2 = totals.rel_l2()
     if tolerance.l2 is not None and not tolerance.exact and not rel_l2 <= tolerance.l2:
         reasons.append(f"||x-r||/||r|| = {rel_l2:.3g} > {tolerance.l2:g}")
-    with np.errstate(invalid="ignore"):
-        score = np.where(bad, np.inf, np.abs(got64 - exp64)).ravel()
-    score = np.nan_to_num(score, nan=np.inf)
-    order = np.argsort(-score, kind="stable")[:WORST_ELEMENTS] if count else np.array([], int)
-    return OutputCheck(name, not reasons, "; ".join(reasons) or None, tolerance, count, mismatches,
-                       max_abs, max_rel, rel_l2, _elements(order, expected.shape, got, expected))
+    worst = tuple(Element(tuple(int(i) for i in np.unravel_index(flat, expected.shape)),
+                          float(flat_got[flat]), float(flat_exp[flat])) for flat in totals.worst())
+    return OutputCheck(name, not reasons, "; ".join(reasons) or None, tolerance, count, totals.mismatches,
+                       totals.max_abs, totals.max_rel, rel_l2, worst)
+
+
+class _Totals:
+    """Running metrics over chunks: maxima, squared norms, mismatch counts, worst candidates."""
+
+    def __init__(self):
+        self.max_abs = self.max_rel = self.err_sq = self.ref_sq = 0.0
+        self.mismatches = self.nonfinite = 0
+        self.candidates: list[tuple[float, int]] = []          # (-score, flat index)
+
+    def add(self, lo: int, got: np.ndarray, expected: np.ndarray, tolerance: Tolerance) -> None:
+        g64, e64 = got.astype(np.float64), expected.astype(np.float64)
+        with np.errstate(invalid="ignore", over="ignore"):
+            diff = np.where(g64 == e64, 0.0, np.abs(g64 - e64))   # equal infinities: 0
+            finite = np.isfinite(diff)
+            if finite.any():
+                self.max_abs = max(self.max_abs, float(diff[finite].max()))
+            if not finite.all():
+                self.max_abs = float("inf")
+            nonzero = finite & (e64 != 0)
+            if nonzero.any():
+                self.max_rel = max(self.max_rel, float((diff[nonzero] / np.abs(e64[nonzero])).max()))
+            self.ref_sq += float(np.square(e64[np.isfinite(e64)]).sum())
+            self.err_sq += float(np.square(diff).sum()) if finite.all() else float("inf")
+            if tolerance.exact:
+                width = got.dtype.itemsize
+                bad = got.view(f"V{width}") != expected.view(f"V{width}")
+            else:
+                bad = ~(np.abs(g64 - e64) <= tolerance.atol + tolerance.rtol * np.abs(e64))
+                bad |= ~np.isfinite(g64)
+            self.nonfinite += int((~np.isfinite(g64)).sum()) if g64.dtype.kind == "f" else 0
+            score = np.nan_to_num(np.where(bad, np.inf, diff), nan=np.inf)
+        self.mismatches += int(bad.sum())
+        order = np.argsort(-score, kind="stable")[:WORST_ELEMENTS]
+        self.candidates += [(-float(score[i]), lo + int(i)) for i in order]
+
+    def rel_l2(self) -> float:
+        ref_norm, err_norm = np.sqrt(self.ref_sq), np.sqrt(self.err_sq)
+        return float(err_norm / ref_norm if ref_norm > 0 else err_norm)
+
+    def worst(self) -> list[int]:
+        """The WORST_ELEMENTS largest differences (failing ones first); ties: the lowest index."""
+        return [index for _, index in sorted(self.candidates)[:WORST_ELEMENTS]]

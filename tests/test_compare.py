@@ -1,0 +1,83 @@
+"""Metrics and verdicts of one output against its golden."""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from kdtr import compare
+from kdtr.compare import compare_output
+from kdtr.ops.base import Tolerance
+
+EXACT = Tolerance(exact=True)
+LOOSE = Tolerance(atol=1e-3, rtol=1e-2)
+
+
+def test_exact_integers_and_infinite_padding():
+    ref = np.array([1, 2, -1, -1], np.int32)
+    assert compare_output("x", ref.copy(), ref, EXACT).passed
+    bad = ref.copy()
+    bad[1] = 3
+    check = compare_output("x", bad, ref, EXACT)
+    assert not check.passed and check.mismatches == 1 and check.worst[0].index == (1,)
+    scores = np.array([0.0, -0.5, -np.inf])
+    check = compare_output("s", scores.copy(), scores, EXACT)
+    assert check.passed and check.max_abs == 0.0          # equal infinities are no difference
+
+
+def test_exact_is_bitwise():
+    ref = np.array([0.0, 1.0])
+    assert not compare_output("s", np.array([-0.0, 1.0]), ref, EXACT).passed
+    nan = np.array([np.nan])
+    assert compare_output("s", nan.copy(), nan, EXACT).passed   # same bits
+
+
+def test_tolerance_rule_nan_and_l2():
+    ref = np.array([1.0, 2.0, 0.0], np.float32)
+    assert compare_output("o", ref + np.float32(5e-4), ref, LOOSE).passed
+    assert not compare_output("o", ref + np.float32(0.1), ref, LOOSE).passed
+    nan = ref.copy()
+    nan[2] = np.nan
+    check = compare_output("o", nan, ref, LOOSE)
+    assert not check.passed and "NaN/Inf" in check.reason
+    tight_norm = Tolerance(atol=1, rtol=1, l2=1e-6)
+    check = compare_output("o", ref + np.float32(1e-3), ref, tight_norm)
+    assert not check.passed and "||x-r||/||r||" in check.reason
+
+
+def test_shape_and_dtype_faults():
+    ref = np.zeros((2, 3), np.float32)
+    assert "shape" in compare_output("o", np.zeros((3, 2), np.float32), ref, LOOSE).reason
+    assert "dtype" in compare_output("i", np.zeros(3, np.int64), np.zeros(3, np.int32), EXACT).reason
+    assert "no such output" in compare_output("o", None, ref, LOOSE).reason
+    # a bf16 result is compared with its f32 golden as a float
+    half = np.array([1.0, 2.0], np.float32)
+    assert compare_output("o", half.astype(ml_dtypes.bfloat16), half, LOOSE).passed
+
+
+def test_chunks_find_the_worst_elements_anywhere():
+    size = compare.CHUNK * 2 + 17
+    ref = np.arange(size, dtype=np.float64)
+    got = ref.copy()
+    got[compare.CHUNK + 5] += 10           # in the second chunk
+    got[size - 1] += 3                     # in the last, partial chunk
+    check = compare_output("o", got, ref, Tolerance(atol=0.5, rtol=0))
+    assert check.mismatches == 2 and check.max_abs == 10
+    assert [e.index[0] for e in check.worst[:2]] == [compare.CHUNK + 5, size - 1]
+    norm = np.linalg.norm(got - ref) / np.linalg.norm(ref)
+    assert check.rel_l2 == pytest.approx(norm, rel=1e-12)
+
+
+def test_memory_stays_bounded_by_the_chunk():
+    ref = np.arange(8 * compare.CHUNK, dtype=np.int32)            # 32 MiB
+    got = ref.copy()
+    tracemalloc.start()
+    try:
+        compare_output("i", got, ref, EXACT)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 * compare.CHUNK                               # ~6 chunk-sized float64 temporaries
