@@ -314,7 +314,7 @@ def test_tree_build_bit_exact(params, seed, kernel):
 @gpu
 def test_tree_build_default_kernel():
     gen = generated(TREE_BUILD, "default", 1, batch=2, depth=4, vocab=50, budget=10)
-    assert TREE_BUILD.kernel_choice("default", gen.inputs, gen.params) in TREE_BUILD.CUDA_DEFAULTS
+    assert TREE_BUILD.kernel_choice("default", gen.inputs, gen.params) in TREE_BUILD.CUDA_KERNELS
     got = run_cuda(TREE_BUILD, "default", gen.inputs, gen.params)
     assert_bit_exact("tree_build default kernel", got, TREE_BUILD.reference("default", gen.inputs, gen.params))
 
@@ -665,7 +665,7 @@ def bench() -> None:
         ins = {n: to_torch(a, "cuda") for n, a in gen.inputs.items()}
         outs = poisoned_outputs(TREE_BUILD, "default", gen.inputs, gen.params)
         default = TREE_BUILD.kernel_choice("default", gen.inputs, gen.params)
-        for name in ("tb_warp", "tb_wl") if budget else ("tb_warp",):
+        for name in ("tb_warp",):
             if name in SKIP_KERNELS:
                 continue
             label = f"tree_build B={batch} budget={budget} L={depth} K={gen.params['topk']} [{name}{'*' if name == default else ''}]"

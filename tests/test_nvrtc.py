@@ -78,7 +78,7 @@ def test_nvrtc_version_is_13():
 
 def test_kernel_files_lists_every_cu():
     names = {p.name for p in nvrtc.kernel_files()}
-    assert {"tree_build.cu", "tree_build_wl.cu", "tree_accept.cu", "verify_attn_fp32.cu",
+    assert {"tree_build.cu", "tree_accept.cu", "verify_attn_fp32.cu",
             "verify_attn_bf16_paged.cu", "verify_attn_bf16_wgmma.cu"} <= names
 
 
@@ -287,14 +287,6 @@ def test_tree_build_warp_keeps_candidates_in_registers(per_lane, cache_dir):
     """Every TB_NPL the host may pick: the register-resident candidates must not fall to local memory."""
     module = nvrtc.compile_kernel("tree_build.cu", TARGET_ARCH, defines={"TB_NPL": per_lane})
     r = module.resource("tree_build_warp")
-    assert (r.local_bytes, r.spill_stores, r.spill_loads) == (0, 0, 0), r
-
-
-@pytest.mark.parametrize("per_lane", [4, 8, 16])
-def test_tree_build_wl_keeps_candidates_in_registers(per_lane, cache_dir):
-    """Every TW_NPL the host may pick for the winner-local kernel."""
-    module = nvrtc.compile_kernel("tree_build_wl.cu", TARGET_ARCH, defines={"TW_NPL": per_lane})
-    r = module.resource("tree_build_wl")
     assert (r.local_bytes, r.spill_stores, r.spill_loads) == (0, 0, 0), r
 
 

@@ -292,22 +292,19 @@ class TreeBuild(Op):
         valid[rows, slot[rows]] = True
 
     # CUDA binding: kernels/tree_build.cu (tb_warp: candidates in one warp's registers, tb_smem: in
-    # shared memory) and kernels/tree_build_wl.cu (tb_wl: winner-local register candidates).
-    CUDA_KERNELS = ("tb_warp", "tb_smem", "tb_wl")
-    # Kernels the launch may pick by default (each passed the GPU tests); others run only when named.
-    # tb_wl passed them too but runs 2x slower than tb_warp on an H200 (kernels/NOTES.md): not picked.
-    CUDA_DEFAULTS = ("tb_warp", "tb_smem")
-    REGISTER_BUDGET_MAX = 512           # register-candidate kernels: 32 lanes x 16 slots >= budget
+    # shared memory). A winner-local variant ran 2x slower (kernels/NOTES.md) and was removed.
+    CUDA_KERNELS = ("tb_warp", "tb_smem")
+    REGISTER_BUDGET_MAX = 512           # register-candidate kernel: 32 lanes x 16 slots >= budget
 
     def kernel_sources(self, variant):
-        return ("tree_build.cu", "tree_build_wl.cu")
+        return ("tree_build.cu",)
 
     def kernel_choice(self, variant, inputs, params):
         """Name of the kernel run_cuda launches (a CUDA_KERNELS entry): a register-candidate warp
         kernel up to REGISTER_BUDGET_MAX, else the shared-memory heap."""
         if int(params["budget"]) > self.REGISTER_BUDGET_MAX:
             return "tb_smem"
-        return "tb_wl" if "tb_wl" in self.CUDA_DEFAULTS else "tb_warp"
+        return "tb_warp"
 
     def run_cuda(self, variant, inputs, params, outputs, *, kernel=None):
         """One 256-thread block per request; `kernel` names a CUDA_KERNELS entry (default:
@@ -339,9 +336,6 @@ class TreeBuild(Op):
         if name == "tb_warp":        # capacity 32 x per_lane >= budget (slots in use <= budget): 1..16
             per_lane = 1 << (slots - 1).bit_length()
             kernel_fn = get_kernel("tree_build.cu", "tree_build_warp", defines={"TB_NPL": per_lane})
-        elif name == "tb_wl":        # capacity 32 x slots >= budget; at least 4 so the winner keeps its child
-            per_lane = max(4, 1 << (slots - 1).bit_length())
-            kernel_fn = get_kernel("tree_build_wl.cu", "tree_build_wl", defines={"TW_NPL": per_lane})
         else:
             kernel_fn = get_kernel("tree_build.cu", "tree_build")
         kernel_fn.launch(batch, 256, args, shared_mem=smem)
