@@ -319,7 +319,7 @@ def _how(timing) -> str:
 
 def _check(row) -> str:
     if row.skip:
-        return f"[dim]skip[/]"
+        return "[dim]skip[/]"
     if row.check_passed is None:
         return ""
     return "[green]ok[/]" if row.check_passed else "[bold red]FAIL[/]"

@@ -45,7 +45,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from .errors import DeviceError, KdtreeError, UsageError
+from .errors import KdtreeError, UsageError
 
 BENCH_FORMAT = 1
 RECORD_KIND = "kdtree.bench"

@@ -1,4 +1,6 @@
-"""Every environment variable kdtree reads, in one place (option > environment > default)."""
+"""Every environment variable kdtree reads, in one place (option > environment > default).
+
+NO_COLOR is honoured by rich itself (cli/render.py), so it has no field here."""
 
 from __future__ import annotations
 
@@ -36,7 +38,6 @@ class Config:
     cache_dir: Path        # KDTREE_CACHE_DIR: compiled cubins
     kernels_dir: Path      # KDTREE_KERNELS_DIR: the CUDA sources
     no_cache: bool         # KDTREE_NO_CACHE: compile every time
-    no_color: bool         # NO_COLOR (any value): plain output
 
 
 @lru_cache(maxsize=1)
@@ -51,5 +52,4 @@ def config() -> Config:
         cache_dir=cache,
         kernels_dir=kernels,
         no_cache=bool(_env_bool("KDTREE_NO_CACHE")),
-        no_color="NO_COLOR" in os.environ,
     )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -52,7 +52,6 @@ class Options:
     rtol: float | None = None
     trials: int = 0                   # fresh-input re-runs per case
     determinism: bool = False         # run twice, compare bitwise
-    extra: dict = field(default_factory=dict)
 
 
 def find_bundles(paths: Iterable[str | Path]) -> list[Path]:

@@ -9,7 +9,6 @@ launched through `op.run_cuda`, then compared with `op.reference`.
 
 from __future__ import annotations
 
-import ctypes
 import math
 import os
 import secrets
@@ -19,7 +18,7 @@ from typing import Any, Mapping
 import numpy as np
 import pytest
 
-from kdtr.dtypes import NUMPY_DTYPES, to_numpy, to_torch, torch_dtype
+from kdtr.dtypes import to_numpy, to_torch, torch_dtype
 from kdtr.errors import DeviceError
 from kdtr.ops import get_op
 from kdtr.ops.base import Case

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._common import inline_array, name_from, rng_for
-from .base import Case, Cost, Generated, Op, Param, Tolerance
+from .base import Case, Generated, Op, Param, Tolerance
 from .tree_build import OP as TREE_BUILD
 
 OUTPUT_DTYPES = {"accept_len": "i32", "accept_nodes": "i32", "accept_tokens": "i32", "bonus": "i32"}

@@ -7,12 +7,11 @@ operation order, exact ties broken by the lexicographically smaller rank tuple.
 from __future__ import annotations
 
 import heapq
-from typing import Any, Mapping
 
 import numpy as np
 
 from ._common import inline_array, name_from, rng_for
-from .base import Case, Cost, Generated, Op, Param, Tolerance
+from .base import Case, Generated, Op, Param, Tolerance
 
 OUTPUT_DTYPES = {
     "tokens": "i32", "parents": "i32", "depths": "i32", "positions": "i32", "ranks": "i32",

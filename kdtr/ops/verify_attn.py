@@ -7,7 +7,7 @@ Two layouts share one math: `fp32` (contiguous [B, S, 576] KV, exact FP32) and `
 from __future__ import annotations
 
 import functools
-from typing import Any, Mapping, NamedTuple
+from typing import Mapping, NamedTuple
 
 import numpy as np
 
