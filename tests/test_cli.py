@@ -191,3 +191,17 @@ def test_a_budget_beyond_the_kernel_is_refused_up_front(tmp_path):
     result = invoke("gen-refs", suite, "-o", tmp_path / "g")
     assert result.exit_code == 2
     assert "big.yaml:3" in result.output and "shared memory" in result.output and str(227 * 1024) in result.output
+
+
+def test_a_bundle_with_equal_sibling_tokens_is_refused(tmp_path):
+    tokens = np.array([[5, 7, 7]], np.int32)
+    parents = np.array([[-1, 0, 0]], np.int32)
+    target = np.array([[7, 1, 1]], np.int32)
+    outputs = {"accept_len": np.array([2], np.int32), "accept_nodes": np.array([[0, 1, -1]], np.int32),
+               "accept_tokens": np.array([[5, 7, -1]], np.int32), "bonus": np.array([1], np.int32)}
+    bad = tmp_path / "siblings.kdtr"
+    write_bundle(bad, {"op": "tree_accept", "variant": "default", "params": {}},
+                 [("tokens", "input", tokens), ("parents", "input", parents), ("target_ids", "input", target)]
+                 + [(name, "output", array) for name, array in outputs.items()])
+    result = invoke("verify", bad, "--backend", "numpy")
+    assert result.exit_code == 2 and "same token" in result.output

@@ -62,6 +62,11 @@ class TreeAccept(Op):
         node = np.arange(tokens.shape[1])[None, :]
         if np.any(parents[:, 0] != -1) or np.any((parents >= node) | (parents < -1)):
             raise ValueError("parents must be -1 at the root and satisfy -1 <= parents[i] < i")
+        # the walk's child is unique only because siblings carry distinct tokens (ops.md §3)
+        request, child = np.nonzero(parents >= 0)
+        keys = np.stack([request, parents[request, child], tokens[request, child]], axis=1)
+        if len(np.unique(keys, axis=0)) != len(keys):
+            raise ValueError("two children of one node carry the same token (siblings must be distinct)")
 
     # -- goldens --------------------------------------------------------------------------
     def generate(self, case: Case) -> Generated:
