@@ -71,7 +71,7 @@ DevicesOpt = typer.Option(None, "--devices", help="One worker process per GPU: '
 @app.command("gen-refs")
 @guarded
 def gen_refs_cmd(
-    specs: List[Path] = typer.Argument(None, help="YAML suites or folders of them [default: specs/*.yaml]."),
+    specs: List[Path] = typer.Argument(None, help="YAML suites or folders of them \\[default: specs/*.yaml]."),
     out: Path = typer.Option(Path("goldens"), "-o", "--out", help="Folder for goldens/<op>/<case>.kdtr."),
     pattern: Optional[str] = PatternOpt,
     force: bool = typer.Option(False, "--force", help="Rewrite bundles even when their provenance is unchanged."),
@@ -99,7 +99,7 @@ def gen_refs_cmd(
 @app.command("verify")
 @guarded
 def verify_cmd(
-    paths: List[Path] = typer.Argument(None, help="Bundles or folders (every *.kdtr below) [default: goldens/]."),
+    paths: List[Path] = typer.Argument(None, help="Bundles or folders (every *.kdtr below) \\[default: goldens/]."),
     backend: str = typer.Option("auto", "--backend", "-b",
                                 help="cuda (our kernels), torch (CPU or GPU), numpy (the reference), "
                                      "auto (cuda where a GPU exists, else torch)."),
