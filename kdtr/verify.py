@@ -11,7 +11,7 @@ import numpy as np
 
 from . import backends
 from .compare import OutputCheck, compare_output
-from .errors import KdtrError, KdtreeError, UsageError
+from .errors import KdtrError, KdtreeError, LaunchError, UsageError
 from .format import Bundle, read_bundle
 from .ops import get_op
 from .ops.base import Case, Op, Tolerance
@@ -127,7 +127,11 @@ def check_case(op: Op, variant: str, inputs: Mapping[str, np.ndarray], expected:
             again = backends.run(options.backend, op, variant, inputs, params)
             deterministic = all(np.array_equal(got[k].view(np.uint8), again[k].view(np.uint8))
                                 for k in got)
-    except KdtreeError:
+    except LaunchError as err:   # a kernel that fails to launch or run fails its case (exit 1)
+        return VerifyRow(op=op.name, variant=variant, backend=options.backend, config=config,
+                         passed=False, error=f"{row.get('case')}: {err}",
+                         seconds=time.perf_counter() - started, **row)
+    except KdtreeError:          # no GPU, a compile error: the run cannot go on (exit 2)
         raise
     except Exception as err:     # a backend that crashes fails its case, with the reason
         return VerifyRow(op=op.name, variant=variant, backend=options.backend, config=config,
@@ -199,7 +203,7 @@ def verify_file(path: str | Path, options: Options) -> tuple[list[VerifyRow], st
     try:
         return verify_bundle(path, options), None
     except KdtreeError as err:
-        return [], str(err)
+        return [], str(err) if err.file else f"{path}: {err}"
 
 
 def crashed(path: str | Path, reason: str) -> tuple[list[VerifyRow], str | None]:
