@@ -169,7 +169,7 @@ def test_verify_attn_matches_per_path_oracle(variant, params):
     c = case(VERIFY_ATTN, variant, seed=11, **params)
     g = VERIFY_ATTN.generate(c)
     ref = VERIFY_ATTN.reference(variant, g.inputs, g.params)
-    tree = TREE_BUILD.reference("default", *_tree_inputs(c))
+    tree = VERIFY_ATTN.trees(c)
     q_len = params["budget"] + 1
     for b, (q, keys, prefix_len, _) in enumerate(VERIFY_ATTN.requests(variant, g.inputs)):
         out, lse = per_path_attention(q, keys, prefix_len, tree["parents"][b].tolist(), g.params["sm_scale"])
@@ -183,16 +183,6 @@ def test_verify_attn_matches_per_path_oracle(variant, params):
         # and the stored golden is that result rounded once to f32 (half an ulp: 2^-24 relative)
         np.testing.assert_allclose(got_out, out, rtol=2.0 ** -24, atol=0)
         np.testing.assert_allclose(got_lse, lse, rtol=2.0 ** -24, atol=0)
-
-
-def _tree_inputs(c):
-    from kdtr.ops.tree_build import OP
-
-    tree_case = Case(c.name, "tree_build", "default", c.seed,
-                     dict(OP._defaults, batch=c.params["batch"], depth=c.params["depth"], budget=c.params["budget"],
-                          vocab=max(c.params["budget"], 32), sharpness=c.params["sharpness"]))
-    g = OP.generate(tree_case)
-    return g.inputs, g.params
 
 
 def test_verify_attn_inputs_are_realistic():

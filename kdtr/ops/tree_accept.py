@@ -80,11 +80,8 @@ class TreeAccept(Op):
             inputs = {"tokens": tokens, "parents": parents, "target_ids": target}
             return Generated(inputs, {"batch": tokens.shape[0], "q": tokens.shape[1]})
         rng = rng_for(case.seed, 1)
-        tree_case = Case(case.name, "tree_build", "default", case.seed,
-                         dict(TREE_BUILD._defaults, batch=p["batch"], depth=p["depth"],
-                              vocab=p["vocab"], budget=p["budget"], sharpness=p["sharpness"]))
-        tree = TREE_BUILD.generate(tree_case)
-        built = TREE_BUILD.reference("default", tree.inputs, tree.params)
+        built = TREE_BUILD.real_trees(case.name, case.seed, batch=p["batch"], depth=p["depth"],
+                                      vocab=p["vocab"], budget=p["budget"], sharpness=p["sharpness"])
         tokens, parents = built["tokens"], built["parents"]
         target = np.empty_like(tokens)
         for b in range(tokens.shape[0]):

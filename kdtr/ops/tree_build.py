@@ -121,6 +121,11 @@ class TreeBuild(Op):
             raise ValueError("topk_logp holds NaN or Inf")
 
     # -- goldens --------------------------------------------------------------------------
+    def real_trees(self, name: str, seed: int, **params) -> dict[str, np.ndarray]:
+        """Trees the reference builds on random drafters: what the other ops' inputs come from."""
+        generated = self.generate(Case(name, self.name, "default", seed, dict(self._defaults, **params)))
+        return self.reference("default", generated.inputs, generated.params)
+
     def generate(self, case: Case) -> Generated:
         p, inline = case.params, case.inline
         rng = rng_for(case.seed)

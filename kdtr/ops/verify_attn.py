@@ -128,16 +128,18 @@ class VerifyAttn(Op):
             raise ValueError("every tree row must see itself (visibility diagonal all 1)")
 
     # -- goldens --------------------------------------------------------------------------
+    def trees(self, case: Case) -> dict[str, np.ndarray]:
+        """The case's real trees (vocab >= budget and K = budget, so every tree is full)."""
+        p = case.params
+        return TREE_BUILD.real_trees(case.name, case.seed, batch=p["batch"], depth=p["depth"],
+                                     budget=p["budget"], vocab=max(p["budget"], 32), sharpness=p["sharpness"])
+
     def generate(self, case: Case) -> Generated:
         p = case.params
         batch, heads, budget = p["batch"], p["heads"], p["budget"]
         q_len = budget + 1
         rng = rng_for(case.seed, 2)
-        tree_case = Case(case.name, "tree_build", "default", case.seed,
-                         dict(TREE_BUILD._defaults, batch=batch, depth=p["depth"], budget=budget,
-                              vocab=max(budget, 32), sharpness=p["sharpness"]))
-        tree = TREE_BUILD.generate(tree_case)
-        built = TREE_BUILD.reference("default", tree.inputs, tree.params)
+        built = self.trees(case)
         if not np.all(built["num_nodes"] == budget):          # K = budget makes every tree full
             raise AssertionError("tree_build produced a tree smaller than its budget")
         visibility = built["visibility"]
