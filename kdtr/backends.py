@@ -13,6 +13,7 @@ from .ops.base import Op
 BACKENDS = ("numpy", "torch", "cuda", "auto")
 POISON_INT = -0x21524111          # 0xDEADBEEF as int32: what an unwritten integer element holds
 POISON_U8 = 0xCD
+POISON_SMALL_INT = -43            # 0xD5 as int8: the int8/int16 sentinel (0xDEADBEEF does not fit)
 
 
 def resolve_backend(name: str) -> str:
@@ -41,9 +42,7 @@ def poisoned(kind: str, shape: tuple[int, ...], device: str):
         return torch.full(shape, float("nan"), dtype=dtype, device=device)
     if dtype == torch.bool:
         return torch.zeros(shape, dtype=dtype, device=device)
-    fill = POISON_U8 if dtype == torch.uint8 else POISON_INT
-    if dtype in (torch.int8, torch.int16):
-        fill = -1 - 0x2A
+    fill = {torch.uint8: POISON_U8, torch.int8: POISON_SMALL_INT, torch.int16: POISON_SMALL_INT}.get(dtype, POISON_INT)
     return torch.full(shape, fill, dtype=dtype, device=device)
 
 
