@@ -664,8 +664,8 @@ def bench() -> None:
         ins = {n: to_torch(a, "cuda") for n, a in gen.inputs.items()}
         outs = poisoned_outputs(TREE_BUILD, "default", gen.inputs, gen.params)
         default = TREE_BUILD.kernel_choice("default", gen.inputs, gen.params)
-        for name in ("tb_warp",):
-            if name in SKIP_KERNELS:
+        for name in TREE_BUILD.CUDA_KERNELS:
+            if name in SKIP_KERNELS or (name == "tb_smem" and name != default):
                 continue
             label = f"tree_build B={batch} budget={budget} L={depth} K={gen.params['topk']} [{name}{'*' if name == default else ''}]"
 
