@@ -163,22 +163,29 @@ class TreeAccept(Op):
         return {"accept_len": length, "accept_nodes": nodes,
                 "accept_tokens": accept_tokens.to(torch.int32), "bonus": nxt.to(torch.int32)}
 
-    # CUDA binding: filled in by the kernels work
+    # CUDA binding: kernels/tree_accept.cu, the tree in registers (TA_CHUNKS nodes per lane) up to
+    # Q = 32 * REGISTER_CHUNKS_MAX (3 registers per chunk), in shared memory beyond.
+    REGISTER_CHUNKS_MAX = 8
+
     def kernel_sources(self, variant):
         return ("tree_accept.cu",)
 
     def run_cuda(self, variant, inputs, params, outputs):
-        """kernels/tree_accept.cu: one warp per request, up to 4 per block, the tree in shared memory."""
+        """One warp per request, up to 4 per block; node c in lane c % 32, register c / 32 (or in
+        shared memory for large trees)."""
         from ctypes import c_int
 
         from ..device import get_kernel
 
         batch, q = inputs["tokens"].shape
-        per_warp = q * 16                                   # tokens, parents, target_ids, path
+        chunks = -(-q // 32)                                # one cubin per chunk count
+        if chunks > self.REGISTER_CHUNKS_MAX:
+            chunks = 0
+        per_warp = q * (8 if chunks else 16)                # tokens, path (+ parents, targets)
         warps = max(1, min(4, (48 << 10) // per_warp))
         args = [inputs["tokens"], inputs["parents"], inputs["target_ids"], c_int(batch), c_int(q),
                 outputs["accept_len"], outputs["accept_nodes"], outputs["accept_tokens"], outputs["bonus"]]
-        get_kernel("tree_accept.cu", "tree_accept").launch(
+        get_kernel("tree_accept.cu", "tree_accept", defines={"TA_CHUNKS": chunks}).launch(
             -(-batch // warps), (32, warps), args, shared_mem=warps * per_warp)
 
     # -- reports --------------------------------------------------------------------------
