@@ -340,6 +340,8 @@ TREE_ACCEPT_CASES = [
     dict(batch=9, budget=40, depth=10, mode="partial"),
     dict(batch=9, budget=40, mode="random", vocab=4),
     dict(batch=5, budget=0),
+    dict(batch=7, budget=255, depth=20, vocab=300, mode="full"),     # Q = 256: the most register chunks (8)
+    dict(batch=3, budget=256, depth=20, vocab=300, mode="full"),     # Q = 257: the shared-memory walk
     dict(batch=2, budget=3100, depth=40, vocab=1000, sharpness=4.0, mode="full"),  # > 48 KB: opt-in
 ]
 
