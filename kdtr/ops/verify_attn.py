@@ -309,10 +309,12 @@ class VerifyAttn(Op):
     CUDA_KERNELS = {
         "fp32_ffma": CudaKernel("fp32", "verify_attn_fp32.cu", "verify_attn_fp32", "verify_attn_fp32_merge",
                                 32, 16, 512, 183680),
+        "fp32_tiled": CudaKernel("fp32", "verify_attn_fp32_tiled.cu", "verify_attn_fp32_tiled",
+                                 "verify_attn_fp32_tiled_merge", 32, 16, 512, 194304),
         "bf16_mma": CudaKernel("bf16_paged", "verify_attn_bf16_paged.cu", "verify_attn_bf16_paged",
                                "verify_attn_bf16_merge", 64, 32, 256, 166144),
         "bf16_wgmma": CudaKernel("bf16_paged", "verify_attn_bf16_wgmma.cu", "verify_attn_bf16_wgmma",
-                                 "verify_attn_bf16_wgmma_merge", 64, 64, 256, 231680, "a", 2, True),
+                                 "verify_attn_bf16_wgmma_merge", 64, 64, 256, 231696, "a", 2, True),
     }
     # Kernels the launch may pick by default (each passed the GPU tests on an H200; kernels/NOTES.md);
     # others run only when named.

@@ -1,0 +1,300 @@
+// verify_attn, variant fp32, tiled: MLA absorbed tree-verify attention, contiguous layout (ops.md §2),
+// two independent 256-thread warp groups per block sharing one Q tile.
+//
+// Launch (main): grid = (ceil(Q*H / 32), B, n_splits), block = 512, dynamic shared memory
+//   FT_SMEM_BYTES (194,304 B: opt-in; one block per SM).
+//   verify_attn_fp32_tiled(q f32 [B,Q,H,576], kv f32 [B,S,576], prefix_len i32 [B],
+//                          visibility u8 [B,Q,Q], B, Q, H, S, sm_scale, n_splits,
+//                          out f32 [B,Q,H,512], lse f32 [B,Q,H], ws_o, ws_m, ws_l)
+//   The same arguments, rows and splits as verify_attn_fp32.cu: a block owns 32 consecutive
+//   (token, head) rows of one request (request-major i*H + h) and one split of that request's keys
+//   (ceil(kvlen / n_splits) rounded up to 16 keys, kvlen = prefix_len[b] + Q, per request on the
+//   device). With n_splits == 1 the block writes out/lse; otherwise the partials of attn_common.cuh
+//   and verify_attn_fp32_tiled_merge (grid = B*Q*H, block = 128: the shared merge_row) finishes.
+//
+// Numerical contract: exact FP32 arithmetic on FFMA (no tensor cores, no TF32, no fast-math):
+//   s_j = sm_scale * (q . k_j) in fp32 (576 products as 8 partial sums of 72, added in slice
+//   order); online softmax with expf per warp group; the two groups' states (m, l, O) are combined
+//   in fp32 with weights expf(m_g - M); out = O / l, lse = M + logf(l), natural log. Prefix keys are
+//   always visible, tree key j iff visibility[b, i, j]. kv rows at or past prefix_len[b] + Q (NaN
+//   padding) and q rows past the request's Q*H are never read: their shared rows are zero-filled by
+//   cp.async with a 0-byte source, and masked keys get p = 0 exactly, so no NaN can leak.
+//   Target: relative L2 <= 1e-6 against a float64 reference.
+//
+// Tiling. The 512 threads are two warp groups (G = tid / 256) with their own named barrier
+// (id 1 + G), K buffer, score partials, P and running (m, l). Both groups share the block's Q tile
+// (32 rows x 576, loaded once) and its key split: group G takes the 16-key tiles G, G + 2, G + 4...
+// While one group waits for its tile or sits in a barrier or the softmax, the other runs FFMAs
+// (the role of "two blocks per SM", without a second copy of Q: two Q copies would not fit).
+// Per 16-key tile, per group (256 threads = 8 warps):
+//   phase 1 (S = Q K^T, 32 x 16): warp w sums dims [72w, 72w + 72) (18 float4 steps); lane owns
+//     rows {g + 8i} x keys {kg + 4j} (g = lane / 4, kg = lane % 4; a 4 x 4 register tile: 8
+//     LDS.128 per 64 FFMA, conflict-free with the 580-float row stride); the 8 partial sums per
+//     score go through shared memory (row stride 20: conflict-free stores).
+//   softmax: thread (row r = t / 8, keys c and c + 8); sums of the 8 partials in slice order; row
+//     max / sum over 8 lanes by shuffles.
+//   phase 2 (O = alpha O + P V, 32 x 512): thread owns rows 8rq.. (8) x columns 4cq.. and
+//     256 + 4cq.. (8), all 16 keys: a 8 x 8 register tile, 4 LDS.128 per 64 FFMA.
+//   Each group's K buffer is single: the next tile is copied after phase 2 and waited for at once;
+//   the other group hides that wait.
+// End: group 1 publishes O in the freed Q area; group 0 combines and writes out / partials.
+// Predicted on an H200 (B=1 H=16 Q=17 P=2048, 14 splits -> 117 blocks of 10 tiles, 5 per group):
+//   ~84% of the issued instructions of a tile are FFMA; ~27-33 us with the merge. kernels/NOTES.md.
+// FT_DIAG (timing only, wrong results): 1 drops the phase-1 FMAs, 2 the phase-2 FMAs.
+#include "attn_common.cuh"
+
+#define FT_ROWS 32
+#define FT_KEYS 16
+#define FT_GROUP 256                             // threads per warp group
+#define FT_THREADS (2 * FT_GROUP)
+#define FT_STR 580                               // floats per shared Q/K row (576 + 4: no bank conflicts)
+#define FT_SLICES 8                              // phase-1 dim slices (one per warp of a group), 72 dims each
+#define FT_SLICE_DIMS (ATTN_D / FT_SLICES)
+#define FT_PSTR 20                               // floats per partial row (16 keys + 4: conflict-free stores)
+#define FT_PART_FLOATS (FT_SLICES * FT_ROWS * FT_PSTR)
+// per group: K tile, partials, P [16 keys][32 rows], m, l, alpha
+#define FT_GROUP_FLOATS (FT_KEYS * FT_STR + FT_PART_FLOATS + FT_KEYS * FT_ROWS + 3 * FT_ROWS)
+#define FT_SMEM_FLOATS (FT_ROWS * FT_STR + 2 * FT_GROUP_FLOATS)
+#define FT_SMEM_BYTES (FT_SMEM_FLOATS * 4)
+#ifndef FT_DIAG
+#define FT_DIAG 0
+#endif
+
+extern "C" __global__ void __launch_bounds__(FT_THREADS, 1)
+verify_attn_fp32_tiled(const float* __restrict__ q, const float* __restrict__ kv,
+                       const int* __restrict__ prefix_len, const u8* __restrict__ visibility,
+                       int B, int Q, int H, int S, float sm_scale, int n_splits,
+                       float* __restrict__ out, float* __restrict__ lse,
+                       float* __restrict__ ws_o, float* __restrict__ ws_m, float* __restrict__ ws_l) {
+    extern __shared__ __align__(16) float smem_f[];
+    const int tid = threadIdx.x;
+    const int grp = tid / FT_GROUP, t = tid % FT_GROUP, lane = t & 31, warp = t >> 5;
+    float* sQ = smem_f;                                          // [32][580], shared by both groups
+    float* sG = sQ + FT_ROWS * FT_STR + grp * FT_GROUP_FLOATS;   // this group's area
+    float* sK = sG;                                              // [16][580]
+    float* sPart = sK + FT_KEYS * FT_STR;                        // [8 slices][32 rows][20]
+    float* sP = sPart + FT_PART_FLOATS;                          // [16 keys][32 rows]
+    float* sM = sP + FT_KEYS * FT_ROWS;                          // [32] running max
+    float* sL = sM + FT_ROWS;                                    // [32] running sum
+    float* sAlpha = sL + FT_ROWS;                                // [32] rescale of this step
+    const int bar_id = 1 + grp;
+
+    const int b = blockIdx.y, z = blockIdx.z;
+    const int rows_req = Q * H;
+    const int row0 = blockIdx.x * FT_ROWS;
+    const int nrows = min(FT_ROWS, rows_req - row0);
+    const int P = prefix_len[b];
+    const int kvlen = P + Q;
+    const int per_split = (kvlen + n_splits - 1) / n_splits;
+    const int chunk = (per_split + FT_KEYS - 1) / FT_KEYS * FT_KEYS;
+    const int kbeg = z * chunk;
+    const int kend = min(kbeg + chunk, kvlen);
+    const int ntiles = kend > kbeg ? (kend - kbeg + FT_KEYS - 1) / FT_KEYS : 0;
+    const size_t grow0 = (size_t)b * rows_req + row0;           // global row of the tile's row 0
+    const float* qb = q + grow0 * ATTN_D;
+    const float* kvb = kv + (size_t)b * S * ATTN_D;
+    const u8* vis_b = visibility + (size_t)b * Q * Q;
+
+    auto load_tile = [&](int key0) {                 // this group's 16 keys x 144 float4: 9 per thread
+        for (int e = t; e < FT_KEYS * (ATTN_D / 4); e += FT_GROUP) {
+            const int c = e / (ATTN_D / 4), c4 = e - c * (ATTN_D / 4);
+            const int j = key0 + c;
+            const bool ok = j < kend;
+            cp_async16(sK + c * FT_STR + c4 * 4, kvb + (size_t)(ok ? j : 0) * ATTN_D + c4 * 4, ok);
+        }
+    };
+    for (int e = tid; e < FT_ROWS * (ATTN_D / 4); e += FT_THREADS) {
+        const int r = e / (ATTN_D / 4), c4 = e - r * (ATTN_D / 4);
+        const bool ok = r < nrows;
+        cp_async16(sQ + r * FT_STR + c4 * 4, qb + (size_t)(ok ? r : 0) * ATTN_D + c4 * 4, ok);
+    }
+    if (grp < ntiles) load_tile(kbeg + grp * FT_KEYS);
+    cp_async_commit();
+    if (t < FT_ROWS) { sM[t] = neg_inf(); sL[t] = 0.f; }
+    cp_async_wait<0>();
+    __syncthreads();                                  // Q (copied by both groups) and the first tiles landed
+
+    // phase 2: rows 8rq.., columns 4cq.. and 256 + 4cq..
+    const int cq = t & 63, rq = t >> 6;
+    float o[8][8];
+#pragma unroll
+    for (int r = 0; r < 8; ++r)
+#pragma unroll
+        for (int x = 0; x < 8; ++x) o[r][x] = 0.f;
+
+    for (int it = grp; it < ntiles; it += 2) {
+        const int key0 = kbeg + it * FT_KEYS;
+
+        {   // phase 1: partial dots over this warp's 72 dims, 32 rows x 16 keys
+            const int g = lane >> 2, kg = lane & 3;
+            const int dbase = warp * FT_SLICE_DIMS;
+            const float* qrow = sQ + g * FT_STR + dbase;
+            const float* krow = sK + kg * FT_STR + dbase;
+            float acc[4][4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) { acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f; }
+#if FT_DIAG != 1
+#pragma unroll 1
+            for (int kk = 0; kk < FT_SLICE_DIMS / 4; ++kk) {
+                float4 qv[4], kv4[4];
+#pragma unroll
+                for (int i = 0; i < 4; ++i) qv[i] = *(const float4*)(qrow + 8 * i * FT_STR + kk * 4);
+#pragma unroll
+                for (int j = 0; j < 4; ++j) kv4[j] = *(const float4*)(krow + 4 * j * FT_STR + kk * 4);
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) {
+                        acc[i][j] = fmaf(qv[i].x, kv4[j].x, acc[i][j]);
+                        acc[i][j] = fmaf(qv[i].y, kv4[j].y, acc[i][j]);
+                        acc[i][j] = fmaf(qv[i].z, kv4[j].z, acc[i][j]);
+                        acc[i][j] = fmaf(qv[i].w, kv4[j].w, acc[i][j]);
+                    }
+                }
+            }
+#endif
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+#pragma unroll
+                for (int j = 0; j < 4; ++j)
+                    sPart[(warp * FT_ROWS + g + 8 * i) * FT_PSTR + kg + 4 * j] = acc[i][j];
+        }
+        named_barrier(bar_id, FT_GROUP);
+
+        {   // softmax: thread (row r, keys c and c + 8)
+            const int r = t >> 3, c = t & 7;
+            float d0 = 0.f, d1 = 0.f;
+#pragma unroll
+            for (int w = 0; w < FT_SLICES; ++w) {
+                d0 += sPart[(w * FT_ROWS + r) * FT_PSTR + c];
+                d1 += sPart[(w * FT_ROWS + r) * FT_PSTR + c + 8];
+            }
+            const int j0 = key0 + c, j1 = j0 + 8;
+            const int i_tok = (row0 + r) / H;
+            bool ok0 = r < nrows && j0 < kend, ok1 = r < nrows && j1 < kend;
+            if (ok0 && j0 >= P) ok0 = vis_b[(size_t)i_tok * Q + (j0 - P)] != 0;
+            if (ok1 && j1 >= P) ok1 = vis_b[(size_t)i_tok * Q + (j1 - P)] != 0;
+            const float s0 = ok0 ? sm_scale * d0 : neg_inf();
+            const float s1 = ok1 ? sm_scale * d1 : neg_inf();
+            float mx = fmaxf(s0, s1);
+#pragma unroll
+            for (int off = 4; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+            const float m_old = sM[r];
+            const float m_new = fmaxf(m_old, mx);
+            const float p0 = ok0 ? expf(s0 - m_new) : 0.f;           // ok => m_new finite
+            const float p1 = ok1 ? expf(s1 - m_new) : 0.f;
+            const float alpha = (m_new == neg_inf()) ? 1.f : expf(m_old - m_new);
+            float ps = p0 + p1;
+#pragma unroll
+            for (int off = 4; off > 0; off >>= 1) ps += __shfl_xor_sync(0xffffffffu, ps, off);
+            sP[c * FT_ROWS + r] = p0;
+            sP[(c + 8) * FT_ROWS + r] = p1;
+            __syncwarp();                 // every lane's read of sM[r] above precedes lane c == 0's write
+            if (c == 0) {
+                sM[r] = m_new;
+                sL[r] = sL[r] * alpha + ps;
+                sAlpha[r] = alpha;
+            }
+        }
+        named_barrier(bar_id, FT_GROUP);
+
+        {   // phase 2: O = alpha O + P V for rows 8rq.., columns 4cq.. and 256 + 4cq.., all 16 keys
+            const float4 a0 = *(const float4*)(sAlpha + 8 * rq), a1 = *(const float4*)(sAlpha + 8 * rq + 4);
+            const float al[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+#pragma unroll
+            for (int r = 0; r < 8; ++r)
+#pragma unroll
+                for (int x = 0; x < 8; ++x) o[r][x] *= al[r];
+#if FT_DIAG != 2
+#pragma unroll 2
+            for (int c = 0; c < FT_KEYS; ++c) {
+                const float4 v0 = *(const float4*)(sK + c * FT_STR + cq * 4);
+                const float4 v1 = *(const float4*)(sK + c * FT_STR + 256 + cq * 4);
+                const float4 p0 = *(const float4*)(sP + c * FT_ROWS + 8 * rq);
+                const float4 p1 = *(const float4*)(sP + c * FT_ROWS + 8 * rq + 4);
+                const float pr[8] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
+                const float v[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+#pragma unroll
+                for (int r = 0; r < 8; ++r)
+#pragma unroll
+                    for (int x = 0; x < 8; ++x) o[r][x] = fmaf(pr[r], v[x], o[r][x]);
+            }
+#endif
+        }
+        if (it + 2 < ntiles) {            // the group's next tile into its (single) K buffer
+            named_barrier(bar_id, FT_GROUP);              // every phase-2 read of sK and sP done
+            load_tile(key0 + 2 * FT_KEYS);
+            cp_async_commit();
+            cp_async_wait<0>();
+            named_barrier(bar_id, FT_GROUP);              // the tile landed for the whole group
+        }
+    }
+    __syncthreads();                                      // both groups done: sQ is free
+
+    // combine the groups: group 1 publishes O (32 x 512 floats fit in sQ), group 0 adds it
+    float* sRed = sQ;
+    const float* g0 = sQ + FT_ROWS * FT_STR;                      // group 0's area
+    const float* g1 = g0 + FT_GROUP_FLOATS;                       // group 1's area
+    const int stats = FT_KEYS * FT_STR + FT_PART_FLOATS + FT_KEYS * FT_ROWS;   // offset of m in a group area
+    const float* mA = g0 + stats; const float* lA = mA + FT_ROWS;
+    const float* mB = g1 + stats; const float* lB = mB + FT_ROWS;
+    if (grp == 1) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            *(float4*)(sRed + (8 * rq + i) * ATTN_DV + cq * 4) = make_float4(o[i][0], o[i][1], o[i][2], o[i][3]);
+            *(float4*)(sRed + (8 * rq + i) * ATTN_DV + 256 + cq * 4) = make_float4(o[i][4], o[i][5], o[i][6], o[i][7]);
+        }
+    }
+    __syncthreads();
+    const size_t rows_total = (size_t)B * rows_req;
+    if (grp == 0) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const int r = 8 * rq + i;
+            if (r < nrows) {
+                const float ma = mA[r], mb = mB[r], M = fmaxf(ma, mb);
+                const float wa = ma == neg_inf() ? 0.f : expf(ma - M);
+                const float wb = mb == neg_inf() ? 0.f : expf(mb - M);
+                const float l = wa * lA[r] + wb * lB[r];
+                const size_t grow = grow0 + r;
+                float* dst = n_splits == 1 ? out + grow * ATTN_DV : ws_o + ((size_t)z * rows_total + grow) * ATTN_DV;
+#pragma unroll
+                for (int h2 = 0; h2 < 2; ++h2) {
+                    const int col = h2 * 256 + cq * 4;
+                    const float4 other = *(const float4*)(sRed + r * ATTN_DV + col);
+                    float4 v = make_float4(wa * o[i][4 * h2] + wb * other.x, wa * o[i][4 * h2 + 1] + wb * other.y,
+                                           wa * o[i][4 * h2 + 2] + wb * other.z, wa * o[i][4 * h2 + 3] + wb * other.w);
+                    if (n_splits == 1) { v.x = v.x / l; v.y = v.y / l; v.z = v.z / l; v.w = v.w / l; }
+                    *(float4*)(dst + col) = v;
+                }
+            }
+        }
+    } else if (t < nrows) {
+        const float ma = mA[t], mb = mB[t], M = fmaxf(ma, mb);
+        const float wa = ma == neg_inf() ? 0.f : expf(ma - M);
+        const float wb = mb == neg_inf() ? 0.f : expf(mb - M);
+        const float l = wa * lA[t] + wb * lB[t];
+        const size_t grow = grow0 + t;
+        if (n_splits == 1) {
+            lse[grow] = M + logf(l);
+        } else {
+            ws_m[(size_t)z * rows_total + grow] = M;
+            ws_l[(size_t)z * rows_total + grow] = l;
+        }
+    }
+}
+
+struct StoreF32Tiled {
+    float* out;
+    __device__ void operator()(size_t at, float a, float b, float c, float d) const {
+        *(float4*)(out + at) = make_float4(a, b, c, d);
+    }
+};
+
+// grid = B*Q*H rows, block = MERGE_THREADS (128)
+extern "C" __global__ void __launch_bounds__(MERGE_THREADS)
+verify_attn_fp32_tiled_merge(const float* __restrict__ ws_o, const float* __restrict__ ws_m,
+                             const float* __restrict__ ws_l, int n_splits, int rows,
+                             float* __restrict__ out, float* __restrict__ lse) {
+    merge_row(ws_o, ws_m, ws_l, n_splits, rows, lse, StoreF32Tiled{out});
+}
