@@ -3,7 +3,7 @@
 // host never launches there: the host picks it only on an sm_90 device, compiled for sm_90a.
 //
 // Launch (main): grid = (ceil(Q*H / 64), B, n_splits), block = 256 (two warpgroups), dynamic shared
-//   memory WG_SMEM_BYTES (231,680 B: opt-in, one block per SM).
+//   memory WG_SMEM_BYTES (231,696 B: opt-in, one block per SM).
 //   verify_attn_bf16_wgmma(q bf16 [B*Q,H,576], kv_buffer bf16 [N,576], kv_indptr i32 [B+1],
 //                          kv_indices i32 [*], tree_slots i32 [B*Q], custom_mask u8 [*],
 //                          mask_indptr i32 [B+1], B, Q, H, sm_scale_log2 (= sm_scale*log2 e),
@@ -36,7 +36,14 @@
 //   Shared memory (1024-aligned): Q [9 blocks][64 rows][128 B], K ring 2 x [9][64][128 B] (the V
 //   tile is the first 8 blocks of the same rows), P [64][128 B], alpha / l / m [64] f32, slots.
 //   Named barriers pair producer arrive with consumer sync; every arrive has exactly one matching
-//   sync per tile (conditions on the tile index are the same on both sides).
+//   sync per tile (conditions on the tile index are the same on both sides). The P / alpha hand-off
+//   goes through two mbarriers instead (MB_PFULL: WG0's 128 threads arrive once P_j and alpha_j are
+//   written, WG1 waits parity j & 1; MB_PFREE: WG1's 128 threads arrive once their P.V of tile j
+//   completed, j + 1 < T, WG0 waits parity (j - 1) & 1 before writing tile j >= 1): arrive is a
+//   release and try_wait an acquire, so the write-after-read on sAlpha / sP is ordered in the memory
+//   model and visible to compute-sanitizer racecheck (which flagged the bar.arrive / bar.sync form).
+//   Neither side can run two phases ahead: WG0 arrives PFULL_{j+1} only after PFREE_j, which WG1
+//   arrives only after PFULL_j.
 //
 // Measured on an H200 (CUDA-graph replay, warm L2, clocks warmed, same process as the mma.sync
 // kernel): B=8 H=64 Q=33 P=8192 832 us (362 TFLOP/s; mma.sync 1771 us); B=64 H=16 Q=65 P=32768
@@ -61,7 +68,8 @@
 #define WG_OFF_L (WG_OFF_ALPHA + 256)
 #define WG_OFF_M (WG_OFF_L + 256)
 #define WG_OFF_SLOT (WG_OFF_M + 256)
-#define WG_USED (WG_OFF_SLOT + 2 * 64 * 4)   // 230,656 B
+#define WG_OFF_MBAR (WG_OFF_SLOT + 2 * 64 * 4)
+#define WG_USED (WG_OFF_MBAR + 16)            // 230,672 B
 #define WG_SMEM_BYTES (WG_USED + 1024)        // + alignment slack for the 1024 B swizzle atoms
 #define LN2_F 0.6931471805599453f
 // Timing diagnostics only (wrong results): 1 = one S wgmma per tile instead of 36, 2 = no P.V
@@ -73,8 +81,7 @@
 // named barriers (0 is __syncthreads, unused here)
 #define BAR_K0 1        // K stage 0 full: WG1 arrives, WG0 syncs (256)
 #define BAR_K1 2        // K stage 1 full
-#define BAR_P 3         // P and alpha of this tile written: WG0 arrives, WG1 syncs
-#define BAR_PFREE 4     // WG1 done reading P: WG1 arrives, WG0 syncs
+// (3 and 4 were the P / P-free handshake, now the mbarriers MB_PFULL / MB_PFREE)
 #define BAR_SF0 5       // WG0 done with K stage 0 (its P.V completed): WG0 arrives, WG1 syncs
 #define BAR_SF1 6       // ... stage 1
 #define BAR_LD 7        // WG1 only (128): slot indices in shared memory
@@ -110,6 +117,9 @@ verify_attn_bf16_wgmma(const u16* __restrict__ q, const u16* __restrict__ kv_buf
     float* sL = (float*)(smem + WG_OFF_L);
     float* sM = (float*)(smem + WG_OFF_M);
     int* sSlot = (int*)(smem + WG_OFF_SLOT);              // [2 stages][64 keys]
+    const unsigned mb_pfull = sbase + WG_OFF_MBAR, mb_pfree = sbase + WG_OFF_MBAR + 8;
+    if (threadIdx.x == 0) { mbar_init(mb_pfull, 128); mbar_init(mb_pfree, 128); }
+    __syncthreads();                                      // the barriers exist before any arrive
 
     const int tid = threadIdx.x;
     const int wg = tid >> 7, wt = tid & 127;
@@ -183,7 +193,7 @@ verify_attn_bf16_wgmma(const u16* __restrict__ q, const u16* __restrict__ kv_buf
         const u64 dP = desc_sw128(sbase + WG_OFF_P, 16, 1024);
         for (int j = 0; j < T; ++j) {
             const int s = j & 1;
-            bar_sync(BAR_P, 256);                         // P_j and alpha_j are in shared memory
+            mbar_wait(mb_pfull, j & 1);                   // P_j and alpha_j are in shared memory
             const float al0 = sAlpha[r0], al1 = sAlpha[r1];
 #pragma unroll
             for (int i = 0; i < 32; ++i) {
@@ -204,7 +214,7 @@ verify_attn_bf16_wgmma(const u16* __restrict__ q, const u16* __restrict__ kv_buf
             }
             wgmma_wait<0>();
             fence_operands(o);
-            if (j + 1 < T) bar_arrive(BAR_PFREE, 256);
+            if (j + 1 < T) mbar_arrive(mb_pfree);         // done with sP / sAlpha of tile j
             if (j + 2 < T) {                              // refill stage s with tile j+2
                 bar_sync(s ? BAR_SF1 : BAR_SF0, 256);
                 if (wt < 64) sSlot[s * 64 + wt] = nslot;
@@ -313,7 +323,7 @@ verify_attn_bf16_wgmma(const u16* __restrict__ q, const u16* __restrict__ kv_buf
             l1 = l1 * al1 + ps1;
 
             // P and alpha for WG1 (sP is free once WG1's previous P.V completed)
-            if (j >= 1) bar_sync(BAR_PFREE, 256);
+            if (j >= 1) mbar_wait(mb_pfree, (j - 1) & 1);
             unsigned char* sP = smem + WG_OFF_P;
 #pragma unroll
             for (int i = 0; i < 8; ++i) {
@@ -322,7 +332,7 @@ verify_attn_bf16_wgmma(const u16* __restrict__ q, const u16* __restrict__ kv_buf
             }
             if (t == 0) { sAlpha[r0] = al0; sAlpha[r1] = al1; }
             fence_proxy_async();
-            bar_arrive(BAR_P, 256);
+            mbar_arrive(mb_pfull);
 
             // O[:, 0:256) = alpha O + P V
 #pragma unroll
