@@ -38,8 +38,10 @@
 //   Each group's K buffer is single: the next tile is copied after phase 2 and waited for at once;
 //   the other group hides that wait.
 // End: group 1 publishes O in the freed Q area; group 0 combines and writes out / partials.
-// Predicted on an H200 (B=1 H=16 Q=17 P=2048, 14 splits -> 117 blocks of 10 tiles, 5 per group):
-//   ~84% of the issued instructions of a tile are FFMA; ~27-33 us with the merge. kernels/NOTES.md.
+// Predicted, not yet measured (B=1 H=16 Q=17 P=2048, 14 splits -> 117 blocks of 10 tiles, 5 per
+//   group): SASS (sm_90) has ~3,180 instructions per thread per tile, 2,176 of them FFMA (68%;
+//   phase-1 loop 64 of 80, phase-2 loop 128 of 143); issue-bound ~32 us at 1.98 GHz for the main
+//   kernel, ~36-42 us with Q load, merge and launch. kernels/NOTES.md.
 // FT_DIAG (timing only, wrong results): 1 drops the phase-1 FMAs, 2 the phase-2 FMAs.
 #include "attn_common.cuh"
 
