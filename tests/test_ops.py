@@ -233,3 +233,21 @@ def test_generation_is_deterministic_and_seed_sensitive():
         a, b, c = (op.generate(case(op, variant, seed=s)) for s in (5, 5, 6))
         assert all(a.inputs[k].tobytes() == b.inputs[k].tobytes() for k in a.inputs)
         assert any(a.inputs[k].tobytes() != c.inputs[k].tobytes() for k in a.inputs)
+
+
+def test_shared_sibling_token_check_matches_a_brute_force_scan_chunk_by_chunk():
+    """The chunked uint64 check finds the first request with two same-token siblings, whatever the
+    chunk size, with root/padding slots (-1 parents) never mistaken for siblings."""
+    from kdtr.ops.tree_accept import _first_shared_sibling_token
+
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        batch, q = int(rng.integers(1, 6)), int(rng.integers(1, 40))
+        parents = (rng.random((batch, q)) * np.arange(q)).astype(np.int32)
+        parents[rng.random((batch, q)) < 0.2] = -1
+        parents[:, 0] = -1
+        tokens = rng.integers(-3, 4, (batch, q)).astype(np.int32)
+        want = next((r for r in range(batch)
+                     if len({(p, t) for p, t in zip(parents[r], tokens[r]) if p >= 0})
+                     != int((parents[r] >= 0).sum())), None)
+        assert _first_shared_sibling_token(tokens, parents, chunk_elements=int(rng.integers(1, 100))) == want

@@ -27,6 +27,28 @@ def walk(tokens: np.ndarray, parents: np.ndarray, target_ids: np.ndarray) -> tup
     return path, nxt
 
 
+def _first_shared_sibling_token(tokens: np.ndarray, parents: np.ndarray,
+                                chunk_elements: int = 1 << 20) -> int | None:
+    """The first request in which two children of one node carry the same token, or None.
+
+    Works on ~1M elements at a time (a 1 GB bundle must not cost several GB to check): per
+    request, key = parent << 32 | token as uint64, each root/padding slot a distinct sentinel
+    above every real key, then a sort along the row and a look at neighbours.
+    """
+    batch, q = tokens.shape
+    rows = max(1, chunk_elements // q)
+    sentinels = np.uint64(np.iinfo(np.uint64).max) - np.arange(q, dtype=np.uint64)
+    for first in range(0, batch, rows):
+        par = parents[first:first + rows]
+        keys = (par.astype(np.uint64) << np.uint64(32)) | tokens[first:first + rows].astype(np.uint32)
+        keys = np.where(par >= 0, keys, sentinels)
+        keys.sort(axis=1)
+        dup = np.flatnonzero((keys[:, 1:] == keys[:, :-1]).any(axis=1))
+        if len(dup):
+            return first + int(dup[0])
+    return None
+
+
 class TreeAccept(Op):
     name = "tree_accept"
     variants = ("default",)
@@ -63,9 +85,7 @@ class TreeAccept(Op):
         if np.any(parents[:, 0] != -1) or np.any((parents >= node) | (parents < -1)):
             raise ValueError("parents must be -1 at the root and satisfy -1 <= parents[i] < i")
         # the walk's child is unique only because siblings carry distinct tokens (ops.md §3)
-        request, child = np.nonzero(parents >= 0)
-        keys = np.stack([request, parents[request, child], tokens[request, child]], axis=1)
-        if len(np.unique(keys, axis=0)) != len(keys):
+        if _first_shared_sibling_token(tokens, parents) is not None:
             raise ValueError("two children of one node carry the same token (siblings must be distinct)")
 
     # -- goldens --------------------------------------------------------------------------
