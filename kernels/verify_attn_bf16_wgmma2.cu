@@ -1,0 +1,463 @@
+// verify_attn, variant bf16_paged, Hopper warpgroup-MMA kernel, version 2 (ops.md §2). Not a default
+// yet: it has not run on a GPU. Same math, tiles, roles and layouts as verify_attn_bf16_wgmma.cu (read
+// that header first); what differs is how shared memory is handed between the two warpgroups.
+// Target: sm_90a only (an empty stub for any other arch, never launched there).
+//
+// Launch (main): grid = (ceil(Q*H / 64), B, n_splits), block = 256 (two warpgroups), dynamic shared
+//   memory WG2_SMEM_BYTES (223,768 B: opt-in, one block per SM). Same arguments and split rule as
+//   verify_attn_bf16_wgmma; n_splits > 1 writes partials that verify_attn_bf16_wgmma2_merge
+//   (grid = B*Q*H, block = 128) finishes.
+//
+// Numerical contract: identical to verify_attn_bf16_wgmma (fp32 scores and row sums, p rounded to
+//   bf16 for P·V, log2-domain softmax, out = bf16_rn(O / l), lse = ln 2 * (m + log2 l)). Skipping the
+//   rescale of O when every alpha of a warp's rows is exactly 1 multiplies by nothing but 1.0: bit
+//   for bit the same result.
+//
+// Changes against version 1 (kernels/NOTES.md, "wgmma2"):
+//   1. P_j lives in the rope block (column block 8, dims 512-575) of K stage j & 1: S_j is its only
+//      reader, so it is free once S_j completed, and it is 64 rows x 128 B like P. P therefore rides
+//      the K ring (its write-after-read is the stage refill's, ordered by the stage-free barrier) and
+//      the 8 KB P buffer and the P-free handshake are gone.
+//   2. alpha is double-buffered by tile parity (sAlpha[2][64]). WG1's read of alpha_j precedes, in its
+//      program order, its arrive on K-full for tile j + 1 (mbarrier), which WG0 waits on before it
+//      writes alpha_{j+2}: every cross-warpgroup hand-off of ordinary shared-memory data goes through
+//      an mbarrier (release arrive, acquire wait), which racecheck tracks.
+//   3. (WG2_ORDER 1, the default) two K tiles in flight: WG0 waits for its own P·V_j right after
+//      issuing it and frees stage j & 1 at once (named barrier SF), before it waits for tile j + 1; WG1
+//      issues the refill with tile j + 2 (its first WG2_PRE chunks per thread) before it waits for
+//      tile j + 1 to land. Version 1 waited for tile j + 1 before it even started tile j + 2's gather,
+//      so at most one tile was ever in flight (kernels/NOTES.md: -29% from the refills).
+//      WG2_ORDER 0 keeps version 1's order (S_{j+1} queued right behind P·V_j, one tile in flight).
+//   4. (WG2_SKIP_RESCALE 1, the default) each warp skips the 128 multiplies of O's rescale when all of
+//      its rows kept their running max (alpha == 1), the common case once a long prefix has been seen.
+//
+// Roles: WG0 (math): S = Q K^T (36 wgmma m64n64k16), mask, online softmax, P -> bf16 into the stage's
+//   block 8, alpha into sAlpha[j & 1]; O[:, 0:256) += P V with P from registers. WG1 (loads + right
+//   half): Q once and every K tile by cp.async (page size 1, 16 B chunks); O[:, 256:512) += P V with P
+//   from shared memory.
+// Shared memory (1024-aligned): Q [9][64][128 B]; K ring 2 x [9][64][128 B] (V = blocks 0-7, P_j in
+//   block 8 after S_j); alpha [2][64] f32; l, m [64] f32; slots [2][64] i32; mbarriers.
+// Hand-offs (tile j, stage s = j & 1, T tiles in this block's split):
+//   MB_KFULL[s] (mbarrier, 128 = WG1's threads, each after its cp.async of the tile completed and a
+//     proxy fence): phase k <-> tile 2k + s. WG0 waits parity (j >> 1) & 1 before S_j.
+//   MB_PFULL (mbarrier, 128 = WG0's threads, after P_j and alpha_j are written and proxy-fenced):
+//     phase j. WG1 waits parity j & 1 before its P·V_j.
+//   BAR_SF0 / BAR_SF1 (named, 256: WG0 arrives, WG1 syncs) when j + 2 < T: WG0's P·V_j completed,
+//     stage s may be refilled with tile j + 2. WG1 refills only after its own P·V_j completed too.
+//   BAR_LD (named, WG1's 128 only): slot indices of a refill written before they are read.
+//   BAR_FIN (named, 256: WG0 arrives, WG1 syncs): final l and m.
+//   No side runs two phases ahead: WG0 arrives PFULL_{j+1} after waiting KFULL for tile j + 1, which
+//   WG1 arrives after waiting PFULL_j; WG1 arrives KFULL for tile j + 2 after SF of tile j, which WG0
+//   arrives after waiting KFULL for tile j. Every arrive has one matching wait or sync: the
+//   conditions (j + 1 < T, j + 2 < T) are the same on both sides; T = 0 runs no loop iteration.
+#include "attn_common.cuh"
+#include "wgmma_sm90.cuh"
+
+#define WG_ROWS 64
+#define WG_KEYS 64
+#define WG_THREADS 256
+#define WG_NCB 9                              // 64-wide column blocks of a 576 row
+#define WG_BLOCK (64 * 128)                   // bytes of one [64 rows][64 bf16] swizzled block
+#define WG_TILE (WG_NCB * WG_BLOCK)           // 73,728 B: 64 rows x 576 bf16
+#define WG_OFF_Q 0
+#define WG_OFF_K (WG_TILE)
+#define WG_OFF_ALPHA (3 * WG_TILE)            // [2][64] f32
+#define WG_OFF_L (WG_OFF_ALPHA + 512)
+#define WG_OFF_M (WG_OFF_L + 256)
+#define WG_OFF_SLOT (WG_OFF_M + 256)          // [2][64] i32
+#define WG_OFF_MBAR (WG_OFF_SLOT + 512)       // KFULL[2], PFULL
+#define WG_USED (WG_OFF_MBAR + 24)            // 222,744 B
+#define WG2_SMEM_BYTES (WG_USED + 1024)       // + alignment slack for the 1024 B swizzle atoms
+#define LN2_F 0.6931471805599453f
+
+// Compile-time knobs (kernels/NOTES.md says which to sweep). The op's launch sets none.
+#ifndef WG2_ORDER
+#define WG2_ORDER 1           // 1: two tiles in flight (see 3. above); 0: version 1's order
+#endif
+#ifndef WG2_PRE
+#define WG2_PRE 36            // chunks per thread (of 36) of a refill issued before waiting for the
+#endif                        // previous tile (WG2_ORDER 1 only)
+#ifndef WG2_SKIP_RESCALE
+#define WG2_SKIP_RESCALE 1
+#endif
+// Timing diagnostics only (wrong results): 1 = one S wgmma per tile instead of 36, 2 = no P.V
+// wgmma, 3 = no K refills after the first two tiles.
+#ifndef WG_DIAG
+#define WG_DIAG 0
+#endif
+
+#define BAR_SF0 5       // WG0 done with K stage 0 (its P.V completed): WG0 arrives, WG1 syncs
+#define BAR_SF1 6       // ... stage 1
+#define BAR_LD 7        // WG1 only (128): slot indices in shared memory
+#define BAR_FIN 8       // final l and m: WG0 arrives, WG1 syncs
+
+__device__ __forceinline__ void bar_sync(int id, int count) {
+    asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(count) : "memory");
+}
+__device__ __forceinline__ void bar_arrive(int id, int count) {
+    asm volatile("bar.arrive %0, %1;\n" :: "r"(id), "r"(count) : "memory");
+}
+
+// byte offset of 16-byte chunk c (0..71) of row r in a [9][64][128 B] swizzled tile
+__device__ __forceinline__ unsigned tile_chunk(int r, int c) {
+    return (unsigned)((c >> 3) * WG_BLOCK + r * 128 + (((c & 7) ^ (r & 7)) << 4));
+}
+
+// O *= alpha per row (two rows per thread); with WG2_SKIP_RESCALE a warp whose alphas are all 1 skips
+template <int N>
+__device__ __forceinline__ void rescale(float (&o)[N], float al0, float al1) {
+#if WG2_SKIP_RESCALE
+    if (!__any_sync(0xffffffffu, al0 != 1.f || al1 != 1.f)) return;
+#endif
+#pragma unroll
+    for (int i = 0; i < N / 4; ++i) {
+        o[4 * i] *= al0; o[4 * i + 1] *= al0; o[4 * i + 2] *= al1; o[4 * i + 3] *= al1;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
+verify_attn_bf16_wgmma2(const u16* __restrict__ q, const u16* __restrict__ kv_buffer,
+                        const int* __restrict__ kv_indptr, const int* __restrict__ kv_indices,
+                        const int* __restrict__ tree_slots, const u8* __restrict__ custom_mask,
+                        const int* __restrict__ mask_indptr, int B, int Q, int H,
+                        float sm_scale_log2, int n_splits,
+                        u16* __restrict__ out, float* __restrict__ lse,
+                        float* __restrict__ ws_o, float* __restrict__ ws_m, float* __restrict__ ws_l) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    const unsigned raw_addr = smem_addr(smem_raw);
+    const unsigned pad = ((raw_addr + 1023u) & ~1023u) - raw_addr;
+    unsigned char* smem = smem_raw + pad;
+    const unsigned sbase = raw_addr + pad;               // shared-window address of the aligned base
+    float* sAlpha = (float*)(smem + WG_OFF_ALPHA);        // [2][64]
+    float* sL = (float*)(smem + WG_OFF_L);
+    float* sM = (float*)(smem + WG_OFF_M);
+    int* sSlot = (int*)(smem + WG_OFF_SLOT);              // [2 stages][64 keys]
+    const unsigned mb_kfull = sbase + WG_OFF_MBAR;        // + 8 * stage
+    const unsigned mb_pfull = sbase + WG_OFF_MBAR + 16;
+    if (threadIdx.x == 0) {
+        mbar_init(mb_kfull, 128);
+        mbar_init(mb_kfull + 8, 128);
+        mbar_init(mb_pfull, 128);
+    }
+    __syncthreads();                                      // the barriers exist before any arrive
+
+    const int tid = threadIdx.x;
+    const int wg = tid >> 7, wt = tid & 127;
+    const int lane = tid & 31, wq = (tid >> 5) & 3;       // warp within the warpgroup
+    const int g = lane >> 2, t = lane & 3;
+    const int b = blockIdx.y, z = blockIdx.z;
+    const int rows_req = Q * H;
+    const int row0 = blockIdx.x * WG_ROWS;
+    const int nrows = min(WG_ROWS, rows_req - row0);
+    const int ibase = kv_indptr[b];
+    const int P = kv_indptr[b + 1] - ibase;
+    const int kvlen = P + Q;
+    const int per_split = (kvlen + n_splits - 1) / n_splits;
+    const int chunk = (per_split + WG_KEYS - 1) / WG_KEYS * WG_KEYS;
+    const int kbeg = z * chunk;
+    const int kend = min(kbeg + chunk, kvlen);
+    const int T = kend > kbeg ? (kend - kbeg + WG_KEYS - 1) / WG_KEYS : 0;
+    const size_t grow0 = (size_t)b * rows_req + row0;
+    const int r0 = wq * 16 + g, r1 = r0 + 8;              // this thread's two tile rows
+
+    float o[128];
+#pragma unroll
+    for (int i = 0; i < 128; ++i) o[i] = 0.f;
+    float m0 = neg_inf(), m1 = neg_inf();                 // running max (log2 units), WG0
+    float l0 = 0.f, l1 = 0.f;                             // this thread's share of the row sums, WG0
+
+    if (wg == 1) {
+        // ---------------------------------------------------------------- WG1: loads + right half
+        auto slot_of = [&](int j) -> int {
+            if (j >= kend) return 0;
+            return j < P ? kv_indices[ibase + j] : tree_slots[(size_t)b * Q + (j - P)];
+        };
+        // chunks [i0, i1) of this thread's 36 (64 keys x 72 chunks per tile); keys past kend zero-fill
+        auto load_tile = [&](int stage, int key0, int i0, int i1) {
+            const unsigned dst = sbase + WG_OFF_K + stage * WG_TILE;
+            const int* slots = sSlot + stage * 64;
+#pragma unroll 4
+            for (int i = i0; i < i1; ++i) {
+                const int e = i * 128 + wt;
+                const int kk = e / 72, c = e - kk * 72;
+                const bool ok = key0 + kk < kend;
+                const u16* src = kv_buffer + (size_t)slots[kk] * ATTN_D + c * 8;
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                             :: "r"(dst + tile_chunk(kk, c)), "l"(src), "r"(ok ? 16 : 0) : "memory");
+            }
+        };
+        // tile j + 1 landed (this thread's chunks, all groups but the newest `pending`): publish it
+        auto publish = [&](int stage) {
+            fence_proxy_async();
+            mbar_arrive(mb_kfull + 8 * stage);
+        };
+        // prologue: Q, the slots of tiles 0 and 1, tiles 0 and 1
+#pragma unroll 4
+        for (int i = 0; i < 36; ++i) {
+            const int e = i * 128 + wt;
+            const int r = e / 72, c = e - r * 72;
+            const bool ok = r < nrows;
+            const u16* src = q + (grow0 + (ok ? r : 0)) * ATTN_D + c * 8;
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                         :: "r"(sbase + WG_OFF_Q + tile_chunk(r, c)), "l"(src), "r"(ok ? 16 : 0) : "memory");
+        }
+        int nslot = 0;
+        if (wt < 64) {
+            sSlot[wt] = slot_of(kbeg + wt);
+            sSlot[64 + wt] = slot_of(kbeg + WG_KEYS + wt);
+            nslot = slot_of(kbeg + 2 * WG_KEYS + wt);
+        }
+        bar_sync(BAR_LD, 128);
+        if (T > 0) load_tile(0, kbeg, 0, 36);
+        cp_async_commit();
+        if (T > 1) load_tile(1, kbeg + WG_KEYS, 0, 36);
+        cp_async_commit();
+        cp_async_wait<1>();                               // Q and tile 0 landed (this thread's part)
+        if (T > 0) publish(0);
+
+        for (int j = 0; j < T; ++j) {
+            const int s = j & 1;
+            mbar_wait(mb_pfull, j & 1);                   // P_j (stage s, block 8) and alpha_j written
+            rescale(o, sAlpha[s * 64 + r0], sAlpha[s * 64 + r1]);
+            const u64 dP = desc_sw128(sbase + WG_OFF_K + s * WG_TILE + 8 * WG_BLOCK, 16, 1024);
+            const u64 dV = desc_sw128(sbase + WG_OFF_K + s * WG_TILE + 4 * WG_BLOCK, WG_BLOCK, 1024);
+            fence_operands(o);                            // the rescale lands before the fence
+            wgmma_fence();
+#if WG_DIAG != 2
+#pragma unroll
+            for (int ks = 0; ks < 4; ++ks) wgmma_ss_n256_t(o, dP + 2 * ks, dV + 128 * ks, 1);
+#endif
+            wgmma_commit();
+#if WG2_ORDER == 0
+            if (j + 1 < T) {                              // tile j+1 landed: hand it to WG0
+                cp_async_wait<0>();
+                publish(s ^ 1);
+            }
+            wgmma_wait<0>();
+            fence_operands(o);
+            if (j + 2 < T) {                              // refill stage s with tile j+2
+                bar_sync(s ? BAR_SF1 : BAR_SF0, 256);
+                if (wt < 64) sSlot[s * 64 + wt] = nslot;
+                bar_sync(BAR_LD, 128);
+#if WG_DIAG != 3
+                load_tile(s, kbeg + (j + 2) * WG_KEYS, 0, 36);
+#endif
+                cp_async_commit();
+                if (wt < 64) nslot = slot_of(kbeg + (j + 3) * WG_KEYS + wt);
+            }
+#else
+            wgmma_wait<0>();                              // this warpgroup's P.V_j (and its read of P_j)
+            fence_operands(o);
+            if (j + 2 < T) {                              // refill stage s with tile j+2, then publish j+1
+                bar_sync(s ? BAR_SF1 : BAR_SF0, 256);     // WG0's P.V_j completed
+                if (wt < 64) sSlot[s * 64 + wt] = nslot;
+                bar_sync(BAR_LD, 128);
+#if WG_DIAG != 3
+                load_tile(s, kbeg + (j + 2) * WG_KEYS, 0, WG2_PRE);
+#endif
+                cp_async_commit();
+                cp_async_wait<1>();                       // all but that group: tile j+1 landed
+                publish(s ^ 1);
+#if WG_DIAG != 3
+                load_tile(s, kbeg + (j + 2) * WG_KEYS, WG2_PRE, 36);
+#endif
+                cp_async_commit();
+                if (wt < 64) nslot = slot_of(kbeg + (j + 3) * WG_KEYS + wt);
+            } else if (j + 1 < T) {
+                cp_async_wait<0>();
+                publish(s ^ 1);
+            }
+#endif
+        }
+        cp_async_wait<0>();
+        bar_sync(BAR_FIN, 256);
+        m0 = sM[r0]; m1 = sM[r1];
+        l0 = sL[r0]; l1 = sL[r1];
+    } else {
+        // ---------------------------------------------------------------- WG0: S, softmax, left half
+        float sacc[32];
+        u32 pa[4][4];
+        const u64 dQ = desc_sw128(sbase + WG_OFF_Q, 16, 1024);
+        const int mbase = mask_indptr[b];
+        const int tok0 = min((row0 + r0) / H, Q - 1), tok1 = min((row0 + r1) / H, Q - 1);
+        const u8* mrow0 = custom_mask + (size_t)mbase + (size_t)tok0 * kvlen;
+        const u8* mrow1 = custom_mask + (size_t)mbase + (size_t)tok1 * kvlen;
+
+        auto issue_s = [&](int stage) {
+            const u64 dK = desc_sw128(sbase + WG_OFF_K + stage * WG_TILE, 16, 1024);
+            fence_operands(sacc);                         // no accumulator writes inside the stage
+            wgmma_fence();
+#if WG_DIAG != 1
+#pragma unroll
+            for (int kk = 0; kk < 36; ++kk) {
+                const int off = (kk >> 2) * (WG_BLOCK >> 4) + (kk & 3) * 2;
+                wgmma_ss_n64(sacc, dQ + off, dK + off, kk > 0 ? 1 : 0);
+            }
+#else
+            wgmma_ss_n64(sacc, dQ, dK, 0);
+#endif
+            wgmma_commit();
+        };
+
+        for (int j = 0; j < T; ++j) {
+            const int s = j & 1;
+            const int key0 = kbeg + j * WG_KEYS;
+            if (j == 0) {                                 // inside the loop: no loop-entry copies of
+                mbar_wait(mb_kfull, 0);                   // accumulators land inside a wgmma stage
+                issue_s(0);
+            }
+#if WG2_ORDER == 0
+            else {
+                wgmma_wait<1>();                          // P.V of tile j-1 done: its stage is free
+                keep_alive(pa);                           // its A registers were live until here
+                if (j + 1 < T) bar_arrive(s ? BAR_SF0 : BAR_SF1, 256);
+            }
+#endif
+            wgmma_wait<0>();                              // S_j
+            fence_operands(sacc);
+            fence_operands(o);
+
+            // mask: keys past the split end, and tree keys the row's token does not see
+            if (key0 + WG_KEYS > P || key0 + WG_KEYS > kend) {
+#pragma unroll
+                for (int i = 0; i < 8; ++i) {
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        const int kj = key0 + 8 * i + 2 * t + e;
+                        const bool in = kj < kend;
+                        const bool ok0 = in && (kj < P || mrow0[kj] != 0);
+                        const bool ok1 = in && (kj < P || mrow1[kj] != 0);
+                        if (!ok0) sacc[4 * i + e] = neg_inf();
+                        if (!ok1) sacc[4 * i + 2 + e] = neg_inf();
+                    }
+                }
+            }
+            float mx0 = neg_inf(), mx1 = neg_inf();
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                mx0 = fmaxf(mx0, fmaxf(sacc[4 * i], sacc[4 * i + 1]));
+                mx1 = fmaxf(mx1, fmaxf(sacc[4 * i + 2], sacc[4 * i + 3]));
+            }
+#pragma unroll
+            for (int off = 1; off < 4; off <<= 1) {
+                mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
+                mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
+            }
+            const float mn0 = fmaxf(m0, mx0 == neg_inf() ? neg_inf() : mx0 * sm_scale_log2);
+            const float mn1 = fmaxf(m1, mx1 == neg_inf() ? neg_inf() : mx1 * sm_scale_log2);
+            const bool dead0 = mn0 == neg_inf(), dead1 = mn1 == neg_inf();
+            const float al0 = dead0 ? 1.f : exp2f(m0 - mn0);
+            const float al1 = dead1 ? 1.f : exp2f(m1 - mn1);
+            m0 = mn0; m1 = mn1;
+            float ps0 = 0.f, ps1 = 0.f;
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                float p[4];
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const float sv = sacc[4 * i + e];
+                    const float mn = e < 2 ? mn0 : mn1;
+                    const bool dead = (e < 2 ? dead0 : dead1) || sv == neg_inf();
+                    p[e] = dead ? 0.f : exp2f(fmaf(sv, sm_scale_log2, -mn));
+                }
+                ps0 += p[0] + p[1];
+                ps1 += p[2] + p[3];
+                pa[i >> 1][(i & 1) * 2] = pack_bf16x2(p[0], p[1]);
+                pa[i >> 1][(i & 1) * 2 + 1] = pack_bf16x2(p[2], p[3]);
+            }
+            l0 = l0 * al0 + ps0;
+            l1 = l1 * al1 + ps1;
+
+            // P_j into block 8 of stage s (S_j, its only other reader, completed above) and alpha_j
+            unsigned char* sP = smem + WG_OFF_K + s * WG_TILE + 8 * WG_BLOCK;
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                *(u32*)(sP + r0 * 128 + ((i ^ (r0 & 7)) << 4) + 4 * t) = pa[i >> 1][(i & 1) * 2];
+                *(u32*)(sP + r1 * 128 + ((i ^ (r1 & 7)) << 4) + 4 * t) = pa[i >> 1][(i & 1) * 2 + 1];
+            }
+            if (t == 0) { sAlpha[s * 64 + r0] = al0; sAlpha[s * 64 + r1] = al1; }
+            fence_proxy_async();
+            mbar_arrive(mb_pfull);
+
+            // O[:, 0:256) = alpha O + P V
+            rescale(o, al0, al1);
+            const u64 dV = desc_sw128(sbase + WG_OFF_K + s * WG_TILE, WG_BLOCK, 1024);
+            fence_operands(o);                            // the rescale lands before the fence
+            fence_regs(pa);
+            wgmma_fence();
+#if WG_DIAG != 2
+#pragma unroll
+            for (int ks = 0; ks < 4; ++ks) wgmma_rs_n256_t(o, pa[ks], dV + 128 * ks, 1);
+#endif
+            wgmma_commit();
+            if (j + 1 < T) {
+#if WG2_ORDER != 0
+                wgmma_wait<0>();                          // P.V_j done: stage s is free for tile j+2
+                keep_alive(pa);
+                fence_operands(o);
+                if (j + 2 < T) bar_arrive(s ? BAR_SF1 : BAR_SF0, 256);
+#endif
+                mbar_wait(mb_kfull + 8 * (s ^ 1), ((j + 1) >> 1) & 1);   // tile j+1 landed
+                issue_s(s ^ 1);
+            }
+        }
+        wgmma_wait<0>();
+        if (T > 0) keep_alive(pa);
+        fence_operands(o);
+#pragma unroll
+        for (int off = 1; off < 4; off <<= 1) {
+            l0 += __shfl_xor_sync(0xffffffffu, l0, off);
+            l1 += __shfl_xor_sync(0xffffffffu, l1, off);
+        }
+        if (t == 0) { sL[r0] = l0; sL[r1] = l1; sM[r0] = m0; sM[r1] = m1; }
+        bar_arrive(BAR_FIN, 256);
+    }
+
+    // ---------------------------------------------------------------- epilogue: both halves
+    const size_t rows_total = (size_t)B * rows_req;
+    const size_t gr0 = grow0 + r0, gr1 = grow0 + r1;
+    const bool rv0 = r0 < nrows, rv1 = r1 < nrows;
+    const int colbase = wg * 256 + 2 * t;
+    if (n_splits == 1) {
+#pragma unroll
+        for (int i = 0; i < 32; ++i) {
+            const int col = colbase + 8 * i;
+            if (rv0) *(u32*)(out + gr0 * ATTN_DV + col) = pack_bf16x2(o[4 * i] / l0, o[4 * i + 1] / l0);
+            if (rv1) *(u32*)(out + gr1 * ATTN_DV + col) = pack_bf16x2(o[4 * i + 2] / l1, o[4 * i + 3] / l1);
+        }
+        if (wg == 0 && t == 0) {
+            if (rv0) lse[gr0] = LN2_F * (m0 + log2f(l0));
+            if (rv1) lse[gr1] = LN2_F * (m1 + log2f(l1));
+        }
+    } else {
+        float* w0 = ws_o + ((size_t)z * rows_total + gr0) * ATTN_DV;
+        float* w1 = ws_o + ((size_t)z * rows_total + gr1) * ATTN_DV;
+#pragma unroll
+        for (int i = 0; i < 32; ++i) {
+            const int col = colbase + 8 * i;
+            if (rv0) *(float2*)(w0 + col) = make_float2(o[4 * i], o[4 * i + 1]);
+            if (rv1) *(float2*)(w1 + col) = make_float2(o[4 * i + 2], o[4 * i + 3]);
+        }
+        if (wg == 0 && t == 0) {
+            if (rv0) { ws_m[(size_t)z * rows_total + gr0] = m0 * LN2_F; ws_l[(size_t)z * rows_total + gr0] = l0; }
+            if (rv1) { ws_m[(size_t)z * rows_total + gr1] = m1 * LN2_F; ws_l[(size_t)z * rows_total + gr1] = l1; }
+        }
+    }
+#endif
+}
+
+struct StoreBF16W2 {
+    u16* out;
+    __device__ void operator()(size_t at, float a, float b, float c, float d) const {
+        *(uint2*)(out + at) = make_uint2(pack_bf16x2(a, b), pack_bf16x2(c, d));
+    }
+};
+
+// grid = B*Q*H rows, block = MERGE_THREADS (128)
+extern "C" __global__ void __launch_bounds__(MERGE_THREADS)
+verify_attn_bf16_wgmma2_merge(const float* __restrict__ ws_o, const float* __restrict__ ws_m,
+                              const float* __restrict__ ws_l, int n_splits, int rows,
+                              u16* __restrict__ out, float* __restrict__ lse) {
+    merge_row(ws_o, ws_m, ws_l, n_splits, rows, lse, StoreBF16W2{out});
+}
