@@ -187,7 +187,7 @@ verify_attn_bf16_wgmma2(const u16* __restrict__ q, const u16* __restrict__ kv_bu
                              :: "r"(dst + tile_chunk(kk, c)), "l"(src), "r"(ok ? 16 : 0) : "memory");
             }
         };
-        // tile j + 1 landed (this thread's chunks, all groups but the newest `pending`): publish it
+        // after the caller waited for this thread's chunks of the tile in `stage`: make them visible
         auto publish = [&](int stage) {
             fence_proxy_async();
             mbar_arrive(mb_kfull + 8 * stage);
