@@ -694,15 +694,13 @@ def bench() -> None:
         default = VERIFY_ATTN.kernel_choice(variant, ins, params)
         runs = [(name, None, None) for name, k in VERIFY_ATTN.CUDA_KERNELS.items() if k.variant == variant]
         if variant == "fp32":
-            runs += [("fp32_ffma", sp, None) for sp in (4, 9, 20, 28)]
-            runs += [("fp32_ffma", None, {"FA_DIAG": d}) for d in (1, 2)]
+            runs += [("fp32_tiled", sp, None) for sp in (9, 20)]
+            runs += [("fp32_tiled", None, {"FT_DIAG": d}) for d in (1, 2)]
         elif batch == 8:
-            runs += [("bf16_wgmma", None, {"WG_DIAG": d}) for d in (1, 2, 3)]
             runs += [("bf16_wgmma2", None, {"WG_DIAG": d}) for d in (1, 3)]
             runs += [("bf16_wgmma2", None, d) for d in ({"WG2_ORDER": 0}, {"WG2_PRE": 0}, {"WG2_PRE": 18},
                                                        {"WG2_SKIP_RESCALE": 0})]
         elif batch == 64:
-            runs += [("bf16_wgmma", sp, None) for sp in (1, 2, 4)]
             runs += [("bf16_wgmma2", None, {"WG2_ORDER": 0}), ("bf16_wgmma2", None, {"WG2_PRE": 0})]
         for name, splits, defines in runs:
             if name in SKIP_KERNELS:
