@@ -190,13 +190,7 @@ tree_build_warp(const float* __restrict__ topk_logp, const int* __restrict__ top
     }
     __syncthreads();
     const int nn = s_num_nodes;
-    for (int i = tid; i <= nn; i += TB_THREADS) {       // ancestry paths, one thread per node
-        int x = i;
-        for (int t = s.node_depth[i]; t >= 0; --t) {
-            s.path[(size_t)i * stride + t] = (u16)x;
-            x = s.node_parent[x];
-        }
-    }
+    build_paths(s, nn, stride);
     __syncthreads();
     write_outputs(s, b, Q, stride, nn, start[b], tokens, parents, depths, positions, ranks, scores,
                   visibility, num_nodes);

@@ -1,4 +1,4 @@
-// Shared pieces of the tree_build kernels (tree_build.cu, tree_build_wl.cu): candidate keys and
+// Shared pieces of the tree_build kernels (tree_build.cu, tree_build_fast.cu): candidate keys and
 // descriptors, the shared-memory carve-up, rank-tuple comparisons and the output writer. The
 // numerical contract is in tree_build.cu's header.
 #pragma once
@@ -37,6 +37,8 @@ struct TreeSmem {
     u16* path;            // [Q][L+1]: node index of the ancestor at each depth, self at own depth
     float* lp;            // [L][Kc] when staged
     int* ids;             // [L][Kc] when staged
+    __device__ int parent_of(int i) const { return node_parent[i]; }
+    __device__ int rank_of(int i) const { return node_rank[i]; }
 };
 
 __device__ __forceinline__ size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
@@ -80,15 +82,18 @@ __device__ bool cand_lex_less(const TreeSmem& s, int stride, u64 a, u64 b) {
 // Rank-tuple order of two live candidates through parent links (no paths needed): bring both to
 // the same depth, climb until they are siblings, compare ranks. A live candidate is never a prefix
 // of another (a node's children are pushed only once it is popped), so the first difference
-// decides; the depth test is kept for completeness.
+// decides; the depth test is kept for completeness. `Nodes` gives parent_of(i) and rank_of(i) of
+// the popped nodes i >= 1 (TreeSmem; the sorted kernel's packed records).
 struct Walk { int node, parent, rank, depth; };
-__device__ __forceinline__ void walk_up(const TreeSmem& s, Walk& w) {
+template <class Nodes>
+__device__ __forceinline__ void walk_up(const Nodes& s, Walk& w) {
     w.node = w.parent;
-    w.parent = s.node_parent[w.node];
-    w.rank = s.node_rank[w.node];
+    w.parent = s.parent_of(w.node);
+    w.rank = s.rank_of(w.node);
     w.depth -= 1;
 }
-__device__ bool cand_less_walk(const TreeSmem& s, u64 a, u64 b) {
+template <class Nodes>
+__device__ bool cand_less_walk(const Nodes& s, u64 a, u64 b) {
     Walk x{-1, cand_parent(a), cand_rank(a), cand_depth(a)};
     Walk y{-1, cand_parent(b), cand_rank(b), cand_depth(b)};
     while (x.depth > y.depth) walk_up(s, x);
@@ -97,6 +102,18 @@ __device__ bool cand_less_walk(const TreeSmem& s, u64 a, u64 b) {
     while (x.parent != y.parent) { walk_up(s, x); walk_up(s, y); }
     if (x.rank != y.rank) return x.rank < y.rank;
     return cand_depth(a) < cand_depth(b);
+}
+
+// Ancestry paths of nodes 0..nn (all threads, one per node): path[i][t] = i's ancestor at depth t.
+// The caller puts a __syncthreads() between this and the readers.
+__device__ void build_paths(const TreeSmem& s, int nn, int stride) {
+    for (int i = threadIdx.x; i <= nn; i += TB_THREADS) {
+        int x = i;
+        for (int t = s.node_depth[i]; t >= 0; --t) {
+            s.path[(size_t)i * stride + t] = (u16)x;
+            x = s.node_parent[x];
+        }
+    }
 }
 
 // Every output element of request b from the finished node arrays and paths (all threads).

@@ -32,6 +32,14 @@ def kernel_shared_bytes(budget: int, depth: int) -> int:
     return q * 40 + _up16(q * (depth + 1) * 2)
 
 
+def sorted_shared_bytes(budget: int, depth: int, k: int) -> int:
+    """Shared memory of tree_build_sorted (tree_build_fast.cu): the log-prob table as doubles,
+    (L + 1) rows of Kc + 1 (an -inf column and an -inf row), the token ids [L][Kc], then carve()'s
+    nodes and paths."""
+    kc = min(k, budget + 1)
+    return _up16((depth + 1) * (kc + 1) * 8) + _up16(depth * kc * 4) + kernel_shared_bytes(budget, depth)
+
+
 def check_kernel_limits(budget: int, depth: int) -> None:
     """Refuse up front what the kernels cannot hold, naming the limit."""
     need = kernel_shared_bytes(budget, depth)
@@ -296,12 +304,13 @@ class TreeBuild(Op):
         valid[rows, slot[rows]] = True
 
     # CUDA binding: kernels/tree_build.cu (tb_warp: candidates in one warp's registers, tb_smem: in
-    # shared memory). A winner-local variant ran 2x slower (kernels/NOTES.md) and was removed.
-    CUDA_KERNELS = ("tb_warp", "tb_smem")
-    REGISTER_BUDGET_MAX = 512           # register-candidate kernel: 32 lanes x 16 slots >= budget
+    # shared memory), kernels/tree_build_fast.cu (tb_sorted: one warp's registers, kept sorted).
+    # A winner-local variant ran 2x slower (kernels/NOTES.md) and was removed.
+    CUDA_KERNELS = ("tb_warp", "tb_smem", "tb_sorted")
+    REGISTER_BUDGET_MAX = 512           # register-candidate kernels: 32 lanes x 16 slots >= budget
 
     def kernel_sources(self, variant):
-        return ("tree_build.cu",)
+        return ("tree_build.cu", "tree_build_fast.cu")
 
     def kernel_choice(self, variant, inputs, params):
         """Name of the kernel run_cuda launches (a CUDA_KERNELS entry): a register-candidate warp
@@ -328,15 +337,24 @@ class TreeBuild(Op):
             raise ValueError(f"{name} holds at most {self.REGISTER_BUDGET_MAX} candidates; budget {budget}")
         q = budget + 1
         check_kernel_limits(budget, depth)
+        args = [lp, inputs["topk_ids"], inputs["root_token"], inputs["start"],
+                c_int(batch), c_int(depth), c_int(k), c_int(budget)]
+        args_out = [outputs[n] for n in ("tokens", "parents", "depths", "positions", "ranks",
+                                         "scores", "visibility", "num_nodes")]
+        slots = max(1, math.ceil(budget / 32))
+        if name == "tb_sorted":      # 32 x per_lane >= budget slots; the log-prob table must fit
+            smem = sorted_shared_bytes(budget, depth, k)
+            if smem + 64 > max_shared_optin():    # + the static s_num_nodes
+                raise ValueError(f"tb_sorted needs {smem} B of shared memory at budget {budget}, depth "
+                                 f"{depth}, K {k}; the device has {max_shared_optin()} B")
+            kernel_fn = get_kernel("tree_build_fast.cu", "tree_build_sorted", defines={"TB_NPL": slots})
+            kernel_fn.launch(batch, 256, args + args_out, shared_mem=smem)
+            return
         smem = kernel_shared_bytes(budget, depth)
         staged_bytes = 2 * _up16(depth * min(k, q) * 4)          # the log-probs, when they fit
         staged = smem + staged_bytes + 64 <= max_shared_optin()
         smem += staged_bytes if staged else 0
-        args = [lp, inputs["topk_ids"], inputs["root_token"], inputs["start"],
-                c_int(batch), c_int(depth), c_int(k), c_int(budget), c_int(int(staged))]
-        args += [outputs[n] for n in ("tokens", "parents", "depths", "positions", "ranks",
-                                      "scores", "visibility", "num_nodes")]
-        slots = max(1, math.ceil(budget / 32))
+        args += [c_int(int(staged))] + args_out
         if name == "tb_warp":        # capacity 32 x per_lane >= budget (slots in use <= budget): 1..16
             per_lane = 1 << (slots - 1).bit_length()
             kernel_fn = get_kernel("tree_build.cu", "tree_build_warp", defines={"TB_NPL": per_lane})

@@ -1,0 +1,269 @@
+// tree_build, sorted-warp variant (tb_sorted): best-first DDTree draft tree (ops.md §1).
+//
+// Launch: grid = B (one block per request), block = TB_THREADS (256), dynamic shared memory =
+//   the host's sorted_shared_bytes (tree_build.py), laid out as
+//   * T, the log-probs as doubles, (L + 1) x W with W = Kc + 1, Kc = min(K, Q): T[d-1][r] =
+//     (double)lp[d-1][r] for r < Kc, T[d-1][Kc] = -inf (the sibling of the last usable rank), row
+//     L all -inf (the child of a depth-L node); first, so that its address is a constant;
+//   * the token ids [L][Kc] (i32), staged by warps 1..7 while warp 0 pops;
+//   * carve()'s layout with staged = 0 (nodes, paths); its candidate arrays (16 B per node) hold
+//     the node records the loop writes.
+//   Each part starts 16-byte aligned. Entry: tree_build_sorted, the arguments of tree_build_warp
+//   (tree_build.cu) less `staged`. TB_NPL (compile-time, 1..16): slots per lane, capacity
+//   C = 32 * TB_NPL >= budget. Log-prob offsets are packed into 16 bits and parents into 10:
+//   (L + 1) * W < 65536 and budget < 1024 (L <= 64 and budget <= 512 keep both).
+//
+// Numerical contract (bit-exact with the numpy reference, kdtr/ops/tree_build.py): that of
+// tree_build.cu. Scores are doubles in the reference's operation order: first node T[0][0]; child
+// of (s, d): s + T[d][0]; next sibling of (s, d, r): (s - T[d-1][r]) + T[d-1][r+1], the padding
+// giving -inf where the reference pushes nothing. Order: higher score first (DSETP, so
+// -0.0 == +0.0); exact ties between live candidates go to the smaller rank tuple
+// (cand_less_walk). -inf marks an empty slot and is never popped.
+//
+// Design: warp 0 keeps the candidates SORTED in registers, blocked: lane l holds slots
+// l*TB_NPL .. l*TB_NPL + TB_NPL - 1 (score double + packed u32 each; empty = -inf). After n pops
+// only slots < budget - n can still be popped (each pop takes slot 0, inserts only move slots
+// down), so a fixed capacity C >= budget is exact and anything pushed past C is dropped. Every
+// lane also holds the head H (slot 0) and the runner-up S (slot 1), so the pop's successors
+// (sibling a, child b) are computed redundantly in all lanes, with no shuffle on that chain. One
+// pop merges {a, b} into slots 1..C-1 of the list: with first/second = the better/worse of a, b
+// (child first on an exact tie: its tuple is smaller) and fA[i] / fB[i] = "slot i beats first /
+// second" (slot 0, the popped head, counts as beating both), each slot s takes
+//   fA[s+1] ? old[s+1] : fA[s] ? first : fB[s] ? old[s] : fB[s-1] ? second : old[s-1]
+// (both flags are true on a prefix of the list). A lane needs old[] one slot either side of its
+// block: one shfl_up and one shfl_down (3 words each). The next head fA[1] ? S : first is
+// computed in every lane; the next S is broadcast from the lane holding slot 1 (off the head's
+// chain: it is first needed after the next pop's loads and adds). Successors are NOT assumed to
+// score below their parent: a child may land in slot 0. Ties need the rank tuples: they are
+// detected per lane (==, with the new candidate live) and settled by walking the node records,
+// which every lane writes itself (same values, same addresses: no __syncwarp in the loop).
+// kernels/NOTES.md has the per-pop instruction count, the predicted time and, once run, the
+// measured one. tests/test_tree_build_sorted_sim.py models this loop lane by lane on the CPU.
+
+#include "tree_build_common.cuh"
+
+#ifndef TB_NPL
+#define TB_NPL 2
+#endif
+#define TB_STAGE 8      // elements per thread per staging round: their loads are all in flight at once
+
+// A sorted-list candidate: off = (d - 1) * W + r (bits 0..15), parent node (bits 16..25), d - 1
+// (bits 26..31). The next sibling is c + 1 (r + 1 < W, so no carry out of `off`). The child of a
+// depth-64 node wraps d - 1 to 0, harmlessly: its score is -inf (row L of T) and -inf entries are
+// never popped nor walked.
+__device__ __forceinline__ u32 sl_pack(int off, int parent, int dm1) {
+    return (u32)off | ((u32)parent << 16) | ((u32)dm1 << 26);
+}
+__device__ __forceinline__ int sl_off(u32 c) { return (int)(c & 0xffffu); }
+__device__ __forceinline__ int sl_parent(u32 c) { return (int)((c >> 16) & 0x3ffu); }
+__device__ __forceinline__ int sl_dm1(u32 c) { return (int)(c >> 26); }
+
+// The popped nodes as the sorted loop writes them: one 16-byte record per node (score, packed
+// candidate; two stores per pop), kept in carve()'s candidate arrays (16 B per node, unused here).
+// The tie walks read parents and ranks from them; after the loop they are expanded to TreeSmem.
+struct SortedNodes {
+    const uint4* rec;
+    int W;
+    __device__ int parent_of(int i) const { return sl_parent(rec[i].z); }
+    __device__ int rank_of(int i) const { const u32 c = rec[i].z; return sl_off(c) - sl_dm1(c) * W; }
+};
+
+// Rank-tuple order of two live candidates (the tie rule).
+__device__ __forceinline__ bool sl_tuple_less(const SortedNodes& nodes, u32 a, u32 b) {
+    const int da = sl_dm1(a), db = sl_dm1(b), W = nodes.W;
+    return cand_less_walk(nodes, pack_cand(sl_parent(a), sl_off(a) - da * W, da + 1),
+                          pack_cand(sl_parent(b), sl_off(b) - db * W, db + 1));
+}
+
+extern "C" __global__ void __launch_bounds__(TB_THREADS, 1)
+tree_build_sorted(const float* __restrict__ topk_logp, const int* __restrict__ topk_ids,
+                  const int* __restrict__ root_token, const int* __restrict__ start,
+                  int B, int L, int K, int budget,
+                  int* __restrict__ tokens, int* __restrict__ parents, int* __restrict__ depths,
+                  int* __restrict__ positions, int* __restrict__ ranks, double* __restrict__ scores,
+                  u8* __restrict__ visibility, int* __restrict__ num_nodes) {
+    extern __shared__ __align__(16) char smem_raw[];
+    __shared__ int s_num_nodes;
+    const int b = blockIdx.x;
+    if (b >= B) return;
+    const int Q = budget + 1;
+    const int Kc = K < Q ? K : Q;
+    const int W = Kc + 1;
+    const int stride = L + 1;
+    const int tid = threadIdx.x;
+    const double NEG_INF = __longlong_as_double((long long)0xfff0000000000000ull);
+    double* T = (double*)smem_raw;                        // first: its address is a constant
+    int* ids = (int*)(smem_raw + align_up((size_t)(L + 1) * W * 8, 16));     // [L][Kc]
+    TreeSmem s;
+    carve((char*)ids + align_up((size_t)L * Kc * 4, 16), L, Kc, Q, 0, s);
+    uint4* rec = (uint4*)s.cand_score;                    // 16 * Q bytes: cand_score and cand
+    const SortedNodes nodes{rec, W};
+
+    const float* g_lp = topk_logp + (size_t)b * L * K;
+    const int* g_ids = topk_ids + (size_t)b * L * K;
+    const int t_size = (L + 1) * W;
+    for (int e0 = tid; e0 < t_size; e0 += TB_STAGE * TB_THREADS) {   // all loads, then all stores
+        double v[TB_STAGE];
+#pragma unroll
+        for (int u = 0; u < TB_STAGE; ++u) {
+            const int e = e0 + u * TB_THREADS, d = e / W, r = e - d * W;
+            v[u] = (e < t_size && d < L && r < Kc) ? (double)g_lp[(size_t)d * K + r] : NEG_INF;
+        }
+#pragma unroll
+        for (int u = 0; u < TB_STAGE; ++u)
+            if (e0 + u * TB_THREADS < t_size) T[e0 + u * TB_THREADS] = v[u];
+    }
+    __syncthreads();
+
+    if (tid < 32) {
+        const int lane = tid;
+        // E[k] = global slot lane * TB_NPL + k - 1: E[0] the left neighbour, E[1..TB_NPL] own,
+        // E[TB_NPL + 1] the right neighbour. Slot 0 (the head being popped) beats everything.
+        // Lane 0's E[0] and lane 31's E[TB_NPL + 1] are its own slots (shuffles out of range):
+        // lane 0 never reads its E[0] (slot 0 beats first); slot C read as garbage spoils at
+        // most slots >= C - m after m pops, and only slots < budget - m can still be popped
+        // (C >= budget), so no select is spent on them.
+        const bool g0_k1 = lane == 0;                     // E[1] is slot 0
+        const bool g0_k0 = TB_NPL == 1 && lane == 1;      // E[0] is slot 0
+        double cs[TB_NPL];
+        u32 cd[TB_NPL];
+#pragma unroll
+        for (int j = 0; j < TB_NPL; ++j) { cs[j] = NEG_INF; cd[j] = 0u; }
+        double hs = budget > 0 ? T[0] : NEG_INF;         // head (slot 0), in every lane
+        u32 hd = sl_pack(0, 0, 0);
+        double ss = NEG_INF;                              // runner-up (slot 1), in every lane
+        u32 sd = 0u;
+        if (lane == 0) { cs[0] = hs; cd[0] = hd; }
+        int n = 0;
+        while (n < budget && hs > NEG_INF) {
+            const int node = n + 1;
+            const int off = sl_off(hd), dm1 = sl_dm1(hd);
+            const int rowc = (dm1 + 1) * W;
+            const double l0 = T[off], l1 = T[off + 1], lc = T[rowc];
+            // the node (every lane writes the same record: its own tie walks read it)
+            reinterpret_cast<double*>(rec + node)[0] = hs;  // two stores: no copies into a quad
+            rec[node].z = hd;
+            n = node;
+
+            // successors (a sibling or child past the table's edge reads -inf: nothing pushed;
+            // after the last pop they are merged for nothing)
+            const double sib = (hs - l0) + l1;
+            const double chi = hs + lc;
+            const u32 sibd = hd + 1u;
+            const u32 chid = sl_pack(rowc, node, dm1 + 1);
+            const bool cfirst = chi >= sib;               // exact tie: the child's tuple is smaller
+            const double fs = cfirst ? chi : sib, s2 = cfirst ? sib : chi;
+            const u32 fd = cfirst ? chid : sibd, d2 = cfirst ? sibd : chid;
+            const bool flive = fs > NEG_INF, live2 = s2 > NEG_INF;
+
+            // the list one slot either side of this lane's block
+            double es[TB_NPL + 2];
+            u32 ed[TB_NPL + 2];
+            es[0] = __shfl_up_sync(FULL_MASK, cs[TB_NPL - 1], 1);
+            ed[0] = __shfl_up_sync(FULL_MASK, cd[TB_NPL - 1], 1);
+#pragma unroll
+            for (int j = 0; j < TB_NPL; ++j) { es[j + 1] = cs[j]; ed[j + 1] = cd[j]; }
+            es[TB_NPL + 1] = __shfl_down_sync(FULL_MASK, cs[0], 1);
+            ed[TB_NPL + 1] = __shfl_down_sync(FULL_MASK, cd[0], 1);
+
+            // fa[k]: E[k] beats first (k = 1..TB_NPL+1); fb[k]: E[k] beats second (k = 0..TB_NPL)
+            bool fa[TB_NPL + 2], fb[TB_NPL + 2];
+            bool eqa = false, eqb = false;
+#pragma unroll
+            for (int k = 0; k < TB_NPL + 2; ++k) {
+                fa[k] = es[k] > fs;
+                fb[k] = es[k] > s2;
+                if (k >= 1) eqa = eqa || es[k] == fs;
+                if (k <= TB_NPL) eqb = eqb || es[k] == s2;
+            }
+            bool s_wins = ss > fs;                        // the runner-up beats first: next head
+            const bool eqs = ss == fs;
+            if ((flive && (eqa || eqs)) || (live2 && eqb)) {
+                // rare: equal scores, decided by the rank tuples (one call site: inlined once)
+                u64 ties = 0ull, won = 0ull;              // bit k: E[k] vs first, TB_NPL+2+k: vs second
+#pragma unroll
+                for (int k = 0; k < TB_NPL + 2; ++k) {
+                    if (k >= 1 && flive && es[k] == fs) ties |= 1ull << k;
+                    if (k <= TB_NPL && live2 && es[k] == s2) ties |= 1ull << (TB_NPL + 2 + k);
+                }
+                if (flive && eqs) ties |= 1ull << (2 * TB_NPL + 4);
+                while (ties) {
+                    const int i = __ffsll((long long)ties) - 1;
+                    ties &= ties - 1;
+                    const int k = i < TB_NPL + 2 ? i : i - (TB_NPL + 2);
+                    u32 e = sd;
+#pragma unroll
+                    for (int kk = 0; kk < TB_NPL + 2; ++kk) e = (k == kk && i < 2 * TB_NPL + 4) ? ed[kk] : e;
+                    const u32 x = i < TB_NPL + 2 || i == 2 * TB_NPL + 4 ? fd : d2;
+                    if (sl_tuple_less(nodes, e, x)) won |= 1ull << i;
+                }
+#pragma unroll
+                for (int k = 0; k < TB_NPL + 2; ++k) {
+                    fa[k] = fa[k] || ((won >> k) & 1ull);
+                    fb[k] = fb[k] || ((won >> (TB_NPL + 2 + k)) & 1ull);
+                }
+                s_wins = s_wins || ((won >> (2 * TB_NPL + 4)) & 1ull);
+            }
+            fa[1] = fa[1] || g0_k1;
+            fb[1] = fb[1] || g0_k1;
+            fb[0] = fb[0] || g0_k0;
+
+            // the merge: slot s = E[j + 1] takes
+            //   fA[s+1] ? old[s+1] : fA[s] ? first : fB[s] ? old[s] : fB[s-1] ? second : old[s-1]
+#pragma unroll
+            for (int j = 0; j < TB_NPL; ++j) {
+                double v = fb[j] ? s2 : es[j];
+                u32 c = fb[j] ? d2 : ed[j];
+                v = fb[j + 1] ? es[j + 1] : v;
+                c = fb[j + 1] ? ed[j + 1] : c;
+                v = fa[j + 1] ? fs : v;
+                c = fa[j + 1] ? fd : c;
+                cs[j] = fa[j + 2] ? es[j + 2] : v;
+                cd[j] = fa[j + 2] ? ed[j + 2] : c;
+            }
+            // the next head (slot 0 = fA[1] ? S : first, the same in every lane) and runner-up
+            hs = s_wins ? ss : fs;
+            hd = s_wins ? sd : fd;
+            const int s_lane = TB_NPL == 1 ? 1 : 0;
+            ss = __shfl_sync(FULL_MASK, cs[TB_NPL == 1 ? 0 : 1], s_lane);
+            sd = __shfl_sync(FULL_MASK, cd[TB_NPL == 1 ? 0 : 1], s_lane);
+        }
+        if (lane == 0) s_num_nodes = n;
+    } else {                                              // warps 1..7, during the pops: token ids
+        for (int e0 = tid - 32; e0 < L * Kc; e0 += TB_STAGE * (TB_THREADS - 32)) {
+            int v[TB_STAGE];
+#pragma unroll
+            for (int u = 0; u < TB_STAGE; ++u) {
+                const int e = e0 + u * (TB_THREADS - 32), d = e / Kc;
+                v[u] = e < L * Kc ? g_ids[(size_t)d * K + (e - d * Kc)] : 0;
+            }
+#pragma unroll
+            for (int u = 0; u < TB_STAGE; ++u)
+                if (e0 + u * (TB_THREADS - 32) < L * Kc) ids[e0 + u * (TB_THREADS - 32)] = v[u];
+        }
+    }
+    __syncthreads();
+    const int nn = s_num_nodes;
+    for (int i = tid; i <= nn; i += TB_THREADS) {         // expand the records to TreeSmem
+        if (i == 0) {
+            s.node_score[0] = 0.0;
+            s.node_parent[0] = -1;
+            s.node_depth[0] = 0;
+            s.node_rank[0] = -1;
+            s.node_token[0] = root_token[b];
+        } else {
+            const uint4 r = rec[i];
+            const int dm1 = sl_dm1(r.z), rank = sl_off(r.z) - dm1 * W;
+            s.node_score[i] = __hiloint2double((int)r.y, (int)r.x);
+            s.node_parent[i] = sl_parent(r.z);
+            s.node_depth[i] = dm1 + 1;
+            s.node_rank[i] = rank;
+            s.node_token[i] = ids[dm1 * Kc + rank];
+        }
+    }
+    __syncthreads();
+    build_paths(s, nn, stride);
+    __syncthreads();
+    write_outputs(s, b, Q, stride, nn, start[b], tokens, parents, depths, positions, ranks, scores,
+                  visibility, num_nodes);
+}

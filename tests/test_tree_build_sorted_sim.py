@@ -1,0 +1,213 @@
+"""CPU model of the tb_sorted warp loop (kernels/tree_build_fast.cu), lane by lane, against build_one.
+
+The model follows the kernel statement by statement: the same padded log-prob table, packed
+candidates, shuffles (a lane whose source is out of range reads its own value, as SHFL does), flags,
+forced slot-0 flags, five-way merge, uniform head and broadcast runner-up, and the rank-tuple walk
+on exact ties. It runs without a GPU; the GPU tests (tests/test_cuda_kernels.py) run the kernel.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+
+import numpy as np
+import pytest
+
+from kdtr.ops import get_op
+from kdtr.ops.base import Case
+from kdtr.ops.tree_build import build_one
+
+NEG_INF = -math.inf
+LANES = 32
+
+
+def _pack(off: int, parent: int, dm1: int) -> int:
+    return (off | (parent << 16) | (dm1 << 26)) & 0xFFFFFFFF
+
+
+def _off(c: int) -> int:
+    return c & 0xFFFF
+
+
+def _parent(c: int) -> int:
+    return (c >> 16) & 0x3FF
+
+
+def _dm1(c: int) -> int:
+    return c >> 26
+
+
+def _cand_less_walk(rec, width, a, b) -> bool:
+    """cand_less_walk (tree_build_common.cuh) over SortedNodes records; a, b are packed u32."""
+    def unpack(c):
+        return [-1, _parent(c), _off(c) - _dm1(c) * width, _dm1(c) + 1]   # node, parent, rank, depth
+
+    def up(w):
+        w[0] = w[1]
+        c = rec[w[0]][1]
+        w[1], w[2], w[3] = _parent(c), _off(c) - _dm1(c) * width, w[3] - 1
+
+    x, y = unpack(a), unpack(b)
+    da, db = x[3], y[3]
+    while x[3] > y[3]:
+        up(x)
+    while y[3] > x[3]:
+        up(y)
+    if x[0] >= 0 and x[0] == y[0]:
+        return da < db
+    while x[1] != y[1]:
+        up(x)
+        up(y)
+    if x[2] != y[2]:
+        return x[2] < y[2]
+    return da < db
+
+
+def simulate(topk_logp: np.ndarray, budget: int) -> list[tuple[tuple[int, ...], int, float]]:
+    """The kernel's pop order for one request, as build_one reports it."""
+    depth_count, k = topk_logp.shape
+    q = budget + 1
+    kc = min(k, q)
+    width = kc + 1
+    npl = max(1, -(-budget // 32))
+    table = [NEG_INF] * ((depth_count + 1) * width)
+    for d in range(depth_count):
+        for r in range(kc):
+            table[d * width + r] = float(topk_logp[d, r])
+    assert (depth_count + 1) * width < 65536
+    rec = [None] * (q + 1)
+
+    cs = [[NEG_INF] * npl for _ in range(LANES)]
+    cd = [[0] * npl for _ in range(LANES)]
+    hs = table[0] if budget > 0 else NEG_INF
+    hd = _pack(0, 0, 0)
+    ss, sd = NEG_INF, 0
+    cs[0][0], cd[0][0] = hs, hd
+    n = 0
+    while n < budget and hs > NEG_INF:
+        node = n + 1
+        off, dm1 = _off(hd), _dm1(hd)
+        rowc = (dm1 + 1) * width
+        l0, l1, lc = table[off], table[off + 1], table[rowc]
+        rec[node] = (hs, hd)
+        n = node
+        sib = (hs - l0) + l1
+        chi = hs + lc
+        sibd = (hd + 1) & 0xFFFFFFFF
+        chid = _pack(rowc, node, dm1 + 1)
+        cfirst = chi >= sib
+        fs, s2 = (chi, sib) if cfirst else (sib, chi)
+        fd, d2 = (chid, sibd) if cfirst else (sibd, chid)
+        flive, live2 = fs > NEG_INF, s2 > NEG_INF
+        new_cs, new_cd, new_heads = [], [], set()
+        for lane in range(LANES):
+            src_up = lane - 1 if lane >= 1 else lane
+            src_dn = lane + 1 if lane + 1 < LANES else lane
+            es = [cs[src_up][npl - 1]] + cs[lane][:] + [cs[src_dn][0]]
+            ed = [cd[src_up][npl - 1]] + cd[lane][:] + [cd[src_dn][0]]
+            fa = [e > fs for e in es]
+            fb = [e > s2 for e in es]
+            s_wins = ss > fs
+            for kk in range(npl + 2):
+                if kk >= 1 and flive and es[kk] == fs:
+                    fa[kk] = fa[kk] or _cand_less_walk(rec, width, ed[kk], fd)
+                if kk <= npl and live2 and es[kk] == s2:
+                    fb[kk] = fb[kk] or _cand_less_walk(rec, width, ed[kk], d2)
+            if flive and ss == fs:
+                s_wins = s_wins or _cand_less_walk(rec, width, sd, fd)
+            if lane == 0:
+                fa[1] = fb[1] = True
+            if npl == 1 and lane == 1:
+                fb[0] = True
+            lane_cs, lane_cd = [], []
+            for j in range(npl):
+                v, c = (s2, d2) if fb[j] else (es[j], ed[j])
+                v, c = (es[j + 1], ed[j + 1]) if fb[j + 1] else (v, c)
+                v, c = (fs, fd) if fa[j + 1] else (v, c)
+                v, c = (es[j + 2], ed[j + 2]) if fa[j + 2] else (v, c)
+                lane_cs.append(v)
+                lane_cd.append(c)
+            new_cs.append(lane_cs)
+            new_cd.append(lane_cd)
+            new_heads.add((_bits(ss if s_wins else fs), sd if s_wins else fd))
+        assert len(new_heads) == 1, "the head differs between lanes"
+        cs, cd = new_cs, new_cd
+        (hbits, hd), = new_heads
+        hs = struct.unpack("<d", struct.pack("<Q", hbits))[0]
+        assert (_bits(hs), hd) == (_bits(cs[0][0]), cd[0][0]), "uniform head != lane 0's slot 0"
+        s_lane, s_reg = (1, 0) if npl == 1 else (0, 1)
+        ss, sd = cs[s_lane][s_reg], cd[s_lane][s_reg]
+
+    out = []
+    for i in range(1, n + 1):
+        score, c = rec[i]
+        chain, x = [], i
+        while x != 0:
+            cx = rec[x][1]
+            chain.append(_off(cx) - _dm1(cx) * width)
+            x = _parent(cx)
+        out.append((tuple(reversed(chain)), _parent(c), score))
+    return out
+
+
+def _bits(x: float) -> int:
+    return struct.unpack("<Q", struct.pack("<d", x))[0]
+
+
+def _check(topk_logp: np.ndarray, budget: int, what: str) -> None:
+    want = build_one(topk_logp, budget)
+    got = simulate(topk_logp, budget)
+    assert len(got) == len(want), f"{what}: {len(got)} nodes, reference {len(want)}"
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g[:2] == w[:2] and _bits(g[2]) == _bits(w[2]), f"{what}: node {i + 1}: got {g}, want {w}"
+
+
+TREE_BUILD = get_op("tree_build")
+
+CASES = [
+    dict(batch=3, depth=15, vocab=128, budget=64),
+    dict(batch=4, depth=4, vocab=40, budget=8, quantize=0.5),
+    dict(batch=4, depth=6, vocab=16, budget=30, quantize=1.0, sharpness=0.3),
+    dict(batch=3, depth=8, vocab=64, budget=20, topk=3),
+    dict(batch=3, depth=1, vocab=50, budget=12),
+    dict(batch=2, depth=10, vocab=8, budget=0),
+    dict(batch=2, depth=5, vocab=200, budget=40, sharpness=0.05),
+    dict(batch=2, depth=3, vocab=4, budget=100),
+    dict(batch=4, depth=6, vocab=6, budget=64, quantize=1.0, sharpness=0.5),    # ties at NPL 2
+    dict(batch=4, depth=3, vocab=3, budget=33, quantize=2.0),                   # ties, heap empties
+    dict(batch=2, depth=12, vocab=10, budget=96, quantize=0.25, sharpness=2.0),
+    dict(batch=2, depth=20, vocab=40, budget=32, sharpness=8.0),                # chains
+    dict(batch=1, depth=32, vocab=300, budget=256, sharpness=3.0),
+]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("params", CASES, ids=lambda p: "-".join(f"{k}{v}" for k, v in p.items()))
+def test_sorted_model_matches_reference(params, seed):
+    gen = TREE_BUILD.generate(Case("sim", "tree_build", "default", seed, dict(TREE_BUILD._defaults, **params)))
+    for b in range(gen.inputs["topk_logp"].shape[0]):
+        _check(gen.inputs["topk_logp"][b], params["budget"], f"{params} seed {seed} request {b}")
+
+
+def test_sorted_model_signed_zero_and_equal_rows():
+    """-0.0 == +0.0 ties, whole rows of equal log-probs, and successors scoring above their parent."""
+    rng = np.random.default_rng(7)
+    for trial in range(200):
+        depth, k = int(rng.integers(1, 7)), int(rng.integers(1, 9))
+        levels = np.array([0.0, -0.0, -0.5, -1.0, -1.5, -3.0], np.float32)
+        lp = np.sort(rng.choice(levels, size=(depth, k)), axis=1)[:, ::-1].copy()
+        for budget in (1, 5, 17, 40):
+            _check(lp, budget, f"levels trial {trial} budget {budget}")
+
+
+def test_sorted_model_rounding_lifts_siblings():
+    """Log-probs of mixed magnitudes, where (s - a) + b can exceed s or tie other paths by rounding."""
+    rng = np.random.default_rng(11)
+    for trial in range(300):
+        depth, k = int(rng.integers(1, 6)), int(rng.integers(2, 7))
+        mags = rng.choice([1e-8, 1e-3, 0.1, 1.0, 7.0, 30.0], size=(depth, k))
+        lp = -np.sort(np.abs(rng.standard_normal((depth, k)) * mags), axis=1).astype(np.float32)
+        lp = np.sort(lp, axis=1)[:, ::-1].copy()
+        for budget in (3, 20, 64):
+            _check(lp, budget, f"mixed trial {trial} budget {budget}")
