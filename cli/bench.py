@@ -17,12 +17,16 @@ from .main import EXIT_FAILED, EXIT_OK, DevicesOpt, ShardOpt, _emit_json, _gpu_c
 BENCH_HELP = (
     "Time our kernels and their baselines on the same inputs in one run, against ceilings measured "
     "in that run; print the table, optionally save a record (--json, --save) and CSV.\n\n"
-    "How: CUDA events around replays of a captured CUDA graph (eager where capture is impossible), "
-    "warm-up, samples until the median's relative 95% CI half-width is under --target or --budget "
-    "runs out; cold mode (default) flushes the L2 with a 2x-L2 buffer or rotates input copies; hot "
-    "mode reuses the same inputs. Every implementation's outputs on the timed inputs are checked "
-    "against the reference first. Speedup = baseline median / our median. Figures above 100% of a "
-    "measured ceiling are flagged as measurement errors.\n\n"
+    "How: CUDA events around replays of a captured CUDA graph (eager where capture is impossible). "
+    "Every implementation's outputs on the timed inputs are checked against the reference first; "
+    "then ours and the baselines of a case (ours twice with --repeat) are timed in interleaved "
+    "rounds (A B C | B C A | ...), so drift of the GPU's clocks and temperature hits all alike. A "
+    "figure is the median of its samples; its noise (±) is the larger of that median's 95% CI and "
+    "the 95% CI of its rounds' medians (the round-to-round variation). Rounds stop (at least 5) when "
+    "every noise is under --target, or the --budget per implementation is spent (the record says "
+    "which: stop_reason). Cold mode (default) flushes the L2 with a 2x-L2 buffer or rotates input "
+    "copies; hot mode reuses the same inputs. Speedup = baseline median / our median. Figures above "
+    "100% of a measured ceiling are flagged as measurement errors.\n\n"
     "Without a GPU, the torch backend runs on the CPU timed with perf_counter: a degraded smoke run, "
     "labelled as such (no ceilings, no device baselines). --backend cuda without a GPU exits 2.\n\n"
     "--compare OLD.json: after the run, judge each case faster / slower / same against the measured "
@@ -128,16 +132,21 @@ def bench_cmd(
                                 help="cuda (our kernels, needs a GPU), torch (the torch backend), auto (cuda "
                                      "where a GPU exists, else torch on the CPU, host-timed)."),
     baseline: Optional[List[str]] = typer.Option(None, "--baseline", help="Only these baselines (repeatable): "
-                                                 "torch, torch_compile, sdpa, cpu_heap."),
+                                                 "torch, torch_compile, sdpa, cpu_heap; verify_attn bf16_paged: "
+                                                 "torch_bf16, torch_compile_bf16, torch_fp32, torch_compile_fp32 "
+                                                 "(not run unless named), sdpa."),
     no_baselines: bool = typer.Option(False, "--no-baselines", help="Time only our implementation."),
-    budget: Optional[float] = typer.Option(None, "--budget", help="Seconds of samples per implementation \\[0.5; --quick 0.1]."),
-    target: Optional[float] = typer.Option(None, "--target", help="Stop when the median's relative 95% CI "
-                                                                  "half-width is below this \\[0.01; --quick 0.05]."),
-    repeat: bool = typer.Option(False, "--repeat", help="Time our kernel again after the baselines; report "
-                                                       "whether the two medians agree within the noise."),
+    budget: Optional[float] = typer.Option(None, "--budget", help="Seconds of samples per implementation: a "
+                                                                  "case's rounds stop after budget x its implementations "
+                                                                  "\\[0.5; --quick 0.1]."),
+    target: Optional[float] = typer.Option(None, "--target", help="Stop the rounds when every implementation's "
+                                                                  "relative noise is below this \\[0.01; --quick 0.05]."),
+    repeat: bool = typer.Option(False, "--repeat", help="Time our kernel a second time in the same interleaved "
+                                                       "rounds; report whether the two medians agree within the noise."),
     no_sanity: bool = typer.Option(False, "--no-sanity", help="Skip the empty-kernel and copy sanity cases."),
-    time_limit: Optional[float] = typer.Option(None, "--time-limit", help="Seconds for the whole run; later cases "
-                                                                         "are listed as not run (exit still 0 if all ran passed)."),
+    time_limit: Optional[float] = typer.Option(None, "--time-limit", help="Seconds for the whole run, checked before "
+                                                                         "each case and baseline: later ones are listed as "
+                                                                         "not run / skipped (exit still 0 if all ran passed)."),
     json_path: Optional[str] = typer.Option(None, "--json", help="Write the record here ('-' = stdout); "
                                                                  "rewritten after every case while running."),
     save: bool = typer.Option(False, "--save", help="Also write the record to results/bench-<UTC time>.json."),
@@ -341,7 +350,9 @@ def _header(record) -> list[str]:
                      "a smoke test of the tool, not kernel performance[/]")
     timing = record.settings.get("timing", {})
     lines.append(f"timer: {record.settings.get('timer')}; modes: {', '.join(record.settings.get('modes', []))}; "
-                 f"budget {timing.get('budget_s')} s, target ±{100 * float(timing.get('target', 0)):.1f}%")
+                 f"budget {timing.get('budget_s')} s per implementation, target ±{100 * float(timing.get('target', 0)):.1f}%"
+                 + (f"; implementations interleaved in rounds (at least {timing['min_rounds']}), ± = the larger of "
+                    "the median's CI and the round-to-round CI" if timing.get("min_rounds") else ""))
     c = record.ceilings
     if c is not None:
         lines.append(f"ceilings measured in this run: HBM read {c.hbm_read_gbps:,.0f} GB/s, copy {c.hbm_copy_gbps:,.0f} "
@@ -351,7 +362,7 @@ def _header(record) -> list[str]:
 
 
 def sanity_table(rows) -> Table:
-    table = Table(title="sanity cases (each timed twice)", title_justify="left")
+    table = Table(title="sanity cases (each timed twice, interleaved)", title_justify="left")
     for name in ("case", "impl", "how", "time", "±", "again", "agree", "GB/s", "% HBM", "note"):
         table.add_column(name, justify="left" if name in ("case", "impl", "how", "note") else "right")
     for r in rows:
@@ -429,6 +440,8 @@ def bench_view(record, *, verbose: bool = False, quiet: bool = False) -> None:
 
 
 def _footer(record, *, plain: bool) -> None:
+    from kdtr.bench import TIME_LIMIT_SKIP
+
     from . import render
 
     emit = print if plain else (lambda text: render.out.print(text, markup=False, highlight=False))
@@ -445,17 +458,28 @@ def _footer(record, *, plain: bool) -> None:
         if r.skip:
             reasons.setdefault((r.impl, r.skip), []).append(r.case)
     for (impl, why), cases in reasons.items():
-        emit(f"skipped {impl} in {len(cases)} case(s): {why}")
+        emit(f"skipped {impl} in {len(cases)} case(s): {why}"
+             + (f": {', '.join(cases)}" if why == TIME_LIMIT_SKIP else ""))
     repeats = [r for r in record.rows if r.repeat_agrees is not None]
     if repeats:
         disagree = [r for r in repeats if not r.repeat_agrees]
+        worst = max(repeats, key=lambda r: abs(r.repeat.median / r.timing.median - 1))
         emit(f"repeat: {len(repeats) - len(disagree)} of {len(repeats)} second timings agree with the first "
-             "within the reported noise" + (": not " + ", ".join(r.case for r in disagree) if disagree else ""))
+             "within the reported noise" + (": not " + ", ".join(
+                 f"{r.case} ({100 * (r.repeat.median / r.timing.median - 1):+.1f}%, ±{100 * r.timing.rel_ci:.1f}% "
+                 f"and ±{100 * r.repeat.rel_ci:.1f}%)" for r in disagree) if disagree else "")
+             + f"; largest difference {100 * (worst.repeat.median / worst.timing.median - 1):+.2f}% ({worst.case})")
+    stops = {}
+    for r in record.rows:
+        if r.primary and r.timing is not None:
+            stops[r.timing.stop_reason] = stops.get(r.timing.stop_reason, 0) + 1
+    if stops:
+        emit("rounds stopped: " + ", ".join(f"{n} {why}" for why, n in sorted(stops.items(), key=lambda kv: -kv[1]))
+             + " (converged: every noise under the target; budget: the time budget ran out)")
     for message in record.errors:
         emit(f"error: {message}")
     if record.not_run:
-        emit(f"not run (time limit): {len(record.not_run)} case(s): {', '.join(record.not_run[:6])}"
-             + (" ..." if len(record.not_run) > 6 else ""))
+        emit(f"not run (time limit): {len(record.not_run)} case(s): {', '.join(record.not_run)}")
     primary = [r for r in record.rows if r.primary]
     timed = sum(r.timing is not None for r in primary)
     failed = sum(r.check_passed is False for r in primary)

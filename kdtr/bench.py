@@ -8,9 +8,16 @@ How a figure is made (perf.md, "Measuring"):
   kernels; a graph node ~0.6 us). What cannot be captured is timed eagerly, k calls between events.
   A short spin kernel is queued before each sample's start event, so the host's enqueueing of the
   timed work never shows up as device idle time inside the interval.
-- Warm-up first; then samples in batches until the median's relative 95% confidence half-width
-  (distribution-free, from order statistics) is under `target`, or the time budget or the sample
-  cap runs out. Each Timing says which (`stop_reason`) and keeps its raw samples.
+- Each implementation of a case is checked, warmed, captured and calibrated first (`prepare`);
+  then all of them, ours included (twice with --repeat), are timed in interleaved rounds
+  (`interleave`: A B C A' | B C A' A | ...): a turn of samples each per round, the order rotated,
+  so drift of the GPU's clocks, power and temperature over the case hits every implementation
+  alike. A figure is the median of its samples; its noise (`rel_ci`) is the larger of that
+  median's 95% CI (distribution-free, order statistics) and the 95% CI of its rounds' medians
+  (Student t): how much the figure moves between rounds, which one timing's samples cannot show.
+- Rounds stop, after `min_rounds`, when every implementation's noise is under `target`, or the
+  time budget (`budget_s` per implementation), the sample or round cap, or the run's time limit
+  runs out. Each Timing says which (`stop_reason`) and keeps its raw samples and round medians.
 - Modes, named in every Timing: `hot` (the same inputs again and again: L2 may hold them);
   `cold-rotate` (k calls over enough copies of the inputs and outputs to cover twice the L2);
   `cold-flush` (a buffer twice the L2 size, allocated once, is written before every sample, one
@@ -55,7 +62,6 @@ EVENT_RESOLUTION_MS = 0.0005      # CUDA events resolve about half a microsecond
 BLOCK_CYCLES = 50_000             # spin kernel before each sample (~25 us at 2 GHz)
 MAX_ROTATE_SETS = 2048            # cold mode: more input sets than this -> flush instead
 SLOW_CALL_MS = 10.0               # calls slower than this are calibrated from one run
-MIN_SAMPLES_HARD = 3              # even a slow call gets this many samples
 QUICK_CASES_PER_SUITE = 2         # --quick: the first cases of each suite (suites list small ones first)
 FLAG_LIMIT = 1.0                  # a figure above 100% of its ceiling is a measurement error
 COMPUTE_UNITS = ("bf16_mma", "fp32_fma")
@@ -78,7 +84,7 @@ def median_ci(samples: Sequence[float]) -> tuple[float, float]:
 
 
 def relative_spread(samples: Sequence[float]) -> float:
-    """Half-width of the median's 95% CI over the median: the noise of a reported median."""
+    """Half-width of the median's 95% CI over the median: the sampling noise of a median."""
     if len(samples) < 2:
         return math.inf
     lo, hi = median_ci(samples)
@@ -88,19 +94,49 @@ def relative_spread(samples: Sequence[float]) -> float:
     return (hi - lo) / 2 / median
 
 
+# two-sided 95% Student t quantiles for 1..10 degrees of freedom; beyond, the Cornish-Fisher series
+_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
+
+
+def t95(df: int) -> float:
+    """The two-sided 95% quantile of Student's t with `df` degrees of freedom (error < 1e-3)."""
+    if df < 1:
+        return math.inf
+    if df <= len(_T95):
+        return _T95[df - 1]
+    z = Z95
+    return z + (z ** 3 + z) / (4 * df) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * df ** 2)
+
+
+def between_rounds(round_medians: Sequence[float], center: float) -> float | None:
+    """The 95% CI half-width of the mean of the rounds' medians (Student t over the rounds), over
+    `center`: how far a figure moves from one round to the next (clock, power and thermal drift,
+    what ran just before), which no single round's samples can show. None below two rounds."""
+    r = len(round_medians)
+    if r < 2:
+        return None
+    if center <= 0:
+        return math.inf
+    spread = float(np.std(np.asarray(round_medians, dtype=np.float64), ddof=1))
+    return t95(r - 1) * spread / math.sqrt(r) / center
+
+
 @dataclass(frozen=True)
 class TimingOptions:
-    budget_s: float = 0.5          # wall-clock budget of one implementation's samples
-    target: float = 0.01           # stop once the median's relative CI half-width is below this
-    min_samples: int = 10
+    budget_s: float = 0.5          # wall-clock seconds of samples per implementation (a case: this x its implementations)
+    target: float = 0.01           # stop once every implementation's reported noise is below this
+    min_samples: int = 10          # per implementation, before "converged" may stop the rounds
     max_samples: int = 400
     warmup_s: float = 0.1          # the GPU's clocks drop while the host works between timings
     sample_ms: float = 0.5         # aim for samples at least this long (k calls per sample)
     max_calls: int = 1000          # k at most
-    # The least noise a median reports. Sampling alone gave +-0.1% for many kernels, yet the same
-    # kernel timed twice in one H200 run (results/bench-20261129-121548-h200.json, --repeat) moved
-    # by up to 0.75% (clock and power state between the two timings): a median is known no better.
-    noise_floor: float = 0.005
+    rounds: int = 8                # a turn lasts budget_s / rounds (at least one sample)
+    min_rounds: int = 5            # every implementation takes part in at least this many rounds
+    max_rounds: int = 64
+    # The least noise a median reports; 0: the measured noise alone. (Before the rounds, a floor of
+    # 0.5% stood in for the drift between two timings that one timing's samples cannot see; the
+    # spread between interleaved rounds now measures that drift.)
+    noise_floor: float = 0.0
 
     def check(self) -> None:
         if not (self.budget_s > 0 and self.target > 0 and self.warmup_s >= 0 and self.sample_ms > 0
@@ -108,10 +144,14 @@ class TimingOptions:
             raise UsageError("timing budget, target and sample length must be > 0, the noise floor in [0, 1)")
         if not 1 <= self.min_samples <= self.max_samples or self.max_calls < 1:
             raise UsageError("need 1 <= min_samples <= max_samples and max_calls >= 1")
+        if not 2 <= self.min_rounds <= self.max_rounds or self.rounds < 1:
+            raise UsageError("need 2 <= min_rounds <= max_rounds and rounds >= 1 (the noise comes from "
+                             "the spread between rounds)")
 
 
 QUICK_TIMING = TimingOptions(budget_s=0.1, target=0.05, min_samples=5, max_samples=100, warmup_s=0.01,
-                             sample_ms=0.2, max_calls=200)
+                             sample_ms=0.2, max_calls=200, rounds=4, min_rounds=3)
+STOP_REASONS = ("converged", "budget", "max_samples", "max_rounds", "time_limit")
 
 
 @dataclass(frozen=True)
@@ -123,25 +163,35 @@ class Timing:
     p10: float
     p90: float
     rel_std: float                 # standard deviation / mean
-    rel_ci: float                  # median's 95% CI half-width / median: the reported noise
+    rel_ci: float                  # the reported noise: the larger of rel_ci_samples and rel_ci_rounds
     n: int
-    stop_reason: str               # converged | budget | max_samples
+    stop_reason: str               # converged | budget | max_samples | max_rounds | time_limit
     mode: str                      # hot | cold-rotate | cold-flush | host
     method: str                    # graph | eager | host
     calls_per_sample: int = 1
     note: str = ""
+    rounds: int = 0                # interleaved rounds the samples came from (0: a record from before rounds)
+    round_medians: tuple[float, ...] = ()
+    rel_ci_samples: float | None = None   # the median's order-statistic CI over all samples / median
+    rel_ci_rounds: float | None = None    # Student-t CI of the rounds' medians / median (None: < 2 rounds)
 
     @staticmethod
     def from_plain(d: Mapping[str, Any]) -> "Timing":
-        return Timing(**{**_fields(Timing, d), "samples_ms": tuple(_num(x) for x in d.get("samples_ms", ())),
-                         **{k: _num(d[k]) for k in ("median", "p10", "p90", "rel_std", "rel_ci")}})
+        values = _fields(Timing, d)
+        values["samples_ms"] = tuple(_num(x) for x in d.get("samples_ms", ()))
+        values["round_medians"] = tuple(_num(x) for x in d.get("round_medians", ()))
+        for k in ("median", "p10", "p90", "rel_std", "rel_ci", "rel_ci_samples", "rel_ci_rounds"):
+            if values.get(k) is not None:
+                values[k] = _num(values[k])
+        return Timing(**values)
 
 
 def summarize(samples: Sequence[float], *, stop_reason: str, mode: str, method: str,
               calls_per_sample: int = 1, note: str = "", resolution_ms: float = 0.0,
-              noise_floor: float = 0.0) -> Timing:
-    """The summary of per-call samples; the reported noise is never below the timer's resolution
-    (`resolution_ms` per sample of `calls_per_sample` calls) nor below `noise_floor`."""
+              noise_floor: float = 0.0, round_medians: Sequence[float] = ()) -> Timing:
+    """The summary of per-call samples (all rounds pooled). The reported noise is the larger of the
+    pooled median's order-statistic CI and the between-rounds CI (`between_rounds`), never below the
+    timer's resolution (`resolution_ms` per sample of `calls_per_sample` calls) nor `noise_floor`."""
     values = np.asarray(samples, dtype=np.float64)
     if values.size == 0:
         raise ValueError("no samples")
@@ -149,11 +199,14 @@ def summarize(samples: Sequence[float], *, stop_reason: str, mode: str, method: 
     median = float(np.median(values))
     rel_std = float(values.std(ddof=1) / mean) if values.size > 1 and mean > 0 else 0.0
     p10, p90 = (float(v) for v in np.percentile(values, [10, 90]))
-    noise = max(relative_spread(values.tolist()), noise_floor)
+    within = relative_spread(values.tolist())
+    rounds = between_rounds(round_medians, median)
+    noise = max(within, rounds or 0.0, noise_floor)
     if resolution_ms > 0 and median > 0:
         noise = max(noise, resolution_ms / (calls_per_sample * median))
     return Timing(tuple(float(v) for v in values), median, p10, p90, rel_std, noise, int(values.size),
-                  stop_reason, mode, method, calls_per_sample, note)
+                  stop_reason, mode, method, calls_per_sample, note, len(round_medians),
+                  tuple(float(v) for v in round_medians), within, rounds)
 
 
 def agree(a: Timing, b: Timing) -> bool:
@@ -161,32 +214,107 @@ def agree(a: Timing, b: Timing) -> bool:
     return abs(a.median - b.median) <= a.median * a.rel_ci + b.median * b.rel_ci
 
 
-def collect(sampler: Callable[[int], list[float]], options: TimingOptions,
-            clock: Callable[[], float] = time.perf_counter,
-            per_sample_s: float | None = None) -> tuple[list[float], str]:
-    """Samples from `sampler(n)` (n more samples per call) until the median's relative spread is
-    under `options.target` (with at least min_samples), max_samples are taken, or the time budget
-    is spent; returns the samples and which of "converged", "max_samples", "budget" stopped it.
-    `per_sample_s` (an estimate of one sample's wall time) keeps the first batch inside the budget."""
+@dataclass(frozen=True)
+class Sampler:
+    """One implementation made ready to time (warmed, captured, calibrated): `take(n)` runs n samples
+    and returns each one's milliseconds per call. What the rounds of `interleave` hold per slot."""
+
+    take: Callable[[int], list[float]]
+    per_sample_s: float                # wall seconds of one sample, to size turns
+    mode: str                          # hot | cold-rotate | cold-flush | host
+    method: str                        # graph | eager | host
+    calls_per_sample: int = 1
+    note: str = ""
+    resolution_ms: float = 0.0
+
+
+def interleave(samplers: Sequence[Sampler], options: TimingOptions, *,
+               clock: Callable[[], float] = time.perf_counter, deadline: float | None = None,
+               progress: Callable[[int], None] | None = None) -> list[Timing | Exception]:
+    """Time several implementations in interleaved rounds: each round gives every one a turn of
+    samples (a turn lasts about budget_s / rounds, at least one sample), the order rotated by one
+    each round, so clock, power and thermal drift over the rounds hits all of them alike and no
+    one always follows the same neighbour. Each figure's noise is the larger of its pooled
+    median's CI and the spread between its rounds' medians (`summarize`).
+
+    Rounds go on until, with at least min_rounds done: every implementation has min_samples and a
+    noise under `target` ("converged"); or the budget (budget_s x implementations, wall time of the
+    rounds) is spent ("budget"); or one has max_samples ("max_samples"); or max_rounds ("max_rounds");
+    or `deadline` (on `clock`) has passed ("time_limit"). The stop reason is every timing's.
+
+    A sampler that raises drops out of the rounds; its slot returns the exception."""
+    m = len(samplers)
+    results: list[Timing | Exception | None] = [None] * m
+    if m == 0:
+        return []
+    turn_s = options.budget_s / options.rounds
+    cap = max(1, options.max_samples // options.rounds)
+    batch = [max(1, min(cap, int(turn_s / s.per_sample_s + 1e-9) if s.per_sample_s > 0 else cap)) for s in samplers]
+    rounds: list[list[list[float]]] = [[] for _ in samplers]
+    live = list(range(m))
+
+    def take(i: int, n: int) -> list[float] | None:
+        try:
+            return samplers[i].take(n)
+        except KeyboardInterrupt:
+            raise
+        except Exception as err:  # noqa: BLE001 - this implementation drops out, the others go on
+            results[i] = err
+            live.remove(i)
+            return None
+
+    def timing(i: int, reason: str) -> Timing:
+        s = samplers[i]
+        pooled = [v for turn in rounds[i] for v in turn]
+        return summarize(pooled, stop_reason=reason, mode=s.mode, method=s.method,
+                         calls_per_sample=s.calls_per_sample, note=s.note, resolution_ms=s.resolution_ms,
+                         noise_floor=options.noise_floor, round_medians=[float(np.median(t)) for t in rounds[i]])
+
     start = clock()
-    samples: list[float] = []
-    want = options.min_samples
-    if per_sample_s and per_sample_s > 0:
-        want = max(min(MIN_SAMPLES_HARD, options.min_samples),
-                   min(options.min_samples, int(options.budget_s / per_sample_s)))
-    while True:
-        samples.extend(sampler(want))
-        n = len(samples)
-        spent = clock() - start
-        if n >= options.min_samples and relative_spread(samples) <= options.target:
-            return samples, "converged"
-        if n >= options.max_samples:
-            return samples, "max_samples"
-        if spent >= options.budget_s:
-            return samples, "budget"
-        per_sample = spent / n
-        fits = int((options.budget_s - spent) / per_sample) if per_sample > 0 else n
-        want = max(1, min(n, options.max_samples - n, fits))
+    r = 0
+    collecting = gc.isenabled()
+    gc.disable()                    # as timeit does: no collector pause inside a sample
+    try:
+        while live:
+            for j in range(m):
+                i = (r + j) % m
+                if i not in live:
+                    continue
+                got = take(i, batch[i])
+                if got is not None:
+                    rounds[i].append(got)
+            r += 1
+            if progress is not None:
+                progress(r)
+            if r < options.min_rounds or not live:
+                continue
+            reason = None
+            if all(sum(map(len, rounds[i])) >= options.min_samples and timing(i, "").rel_ci <= options.target
+                   for i in live):
+                reason = "converged"
+            elif any(sum(map(len, rounds[i])) >= options.max_samples for i in live):
+                reason = "max_samples"
+            elif r >= options.max_rounds:
+                reason = "max_rounds"
+            elif clock() - start >= options.budget_s * m:
+                reason = "budget"
+            elif deadline is not None and clock() > deadline:
+                reason = "time_limit"
+            if reason is not None:
+                for i in live:
+                    results[i] = timing(i, reason)
+                break
+    finally:
+        if collecting:
+            gc.enable()
+    return [res if res is not None else RuntimeError("no samples") for res in results]
+
+
+def _one(samplers: Sequence[Sampler], options: TimingOptions, **kw: Any) -> Timing:
+    [result] = interleave(samplers, options, **kw)
+    if isinstance(result, Exception):
+        raise result
+    return result
 
 
 # -- timers ---------------------------------------------------------------------------------------
@@ -210,7 +338,7 @@ class HostTimer:
         self.sync = sync
         self.clock = clock
 
-    def measure(self, calls: Sequence[Callable[[], Any]], *, options: TimingOptions, **_: Any) -> Timing:
+    def prepare(self, calls: Sequence[Callable[[], Any]], *, options: TimingOptions, **_: Any) -> Sampler:
         call = calls[0]
         _warm([call], options.warmup_s, self.sync)
 
@@ -221,10 +349,13 @@ class HostTimer:
             return (self.clock() - t0) * 1e3
 
         estimate_ms = once()
-        samples, reason = collect(lambda n: [once() for _ in range(n)], options, self.clock,
-                                  per_sample_s=estimate_ms / 1e3)
-        return summarize(samples, stop_reason=reason, mode="host", method="host",
-                         noise_floor=options.noise_floor)
+        if estimate_ms < SLOW_CALL_MS * 10:         # one slow first call (a hiccup) must not size the turns
+            estimate_ms = float(np.median([estimate_ms, once(), once()]))
+        return Sampler(lambda n: [once() for _ in range(n)], estimate_ms / 1e3, "host", "host")
+
+    def measure(self, calls: Sequence[Callable[[], Any]], *, options: TimingOptions, **kw: Any) -> Timing:
+        """One implementation alone, in rounds of its own (`interleave` with one slot)."""
+        return _one([self.prepare(calls, options=options, **kw)], options, clock=self.clock)
 
 
 class DeviceTimer:
@@ -290,10 +421,11 @@ class DeviceTimer:
         torch.cuda.synchronize()
         return graph
 
-    def measure(self, calls: Sequence[Callable[[], Any]], *, options: TimingOptions, mode: str = "hot",
-                graph: bool = True, clock: Callable[[], float] = time.perf_counter) -> Timing:
-        """Time `calls` (one callable, or several over distinct input sets to rotate through in cold
-        mode). `mode` is "hot" or "cold"; `graph` tries CUDA-graph capture, else eager."""
+    def prepare(self, calls: Sequence[Callable[[], Any]], *, options: TimingOptions, mode: str = "hot",
+                graph: bool = True) -> Sampler:
+        """Make `calls` ready to time (one callable, or several over distinct input sets to rotate
+        through in cold mode): warm-up, capture, k calls per sample. `mode` is "hot" or "cold";
+        `graph` tries CUDA-graph capture, else eager."""
         import torch
 
         rotate = len(calls) > 1
@@ -348,11 +480,13 @@ class DeviceTimer:
                 pairs.append((start, end))
             pairs[-1][1].synchronize()
             return [s.elapsed_time(e) / k for s, e in pairs]
-        per_sample_s = (per_call * k + 0.03) / 1e3
-        samples, reason = collect(sampler, options, clock, per_sample_s=per_sample_s)
-        return summarize(samples, stop_reason=reason, mode=label, method=method, calls_per_sample=k,
-                         note="; ".join(notes), resolution_ms=EVENT_RESOLUTION_MS,
-                         noise_floor=options.noise_floor)
+        return Sampler(sampler, (per_call * k + 0.03) / 1e3, label, method, k, "; ".join(notes),
+                       EVENT_RESOLUTION_MS)
+
+    def measure(self, calls: Sequence[Callable[[], Any]], *, options: TimingOptions, mode: str = "hot",
+                graph: bool = True, clock: Callable[[], float] = time.perf_counter) -> Timing:
+        """One implementation alone, in rounds of its own (`interleave` with one slot)."""
+        return _one([self.prepare(calls, options=options, mode=mode, graph=graph)], options, clock=clock)
 
 
 def _first_line(err: BaseException) -> str:
@@ -460,10 +594,11 @@ class BenchRow:
     skip: str | None = None              # why it was not timed
     speedups: dict[str, float] = field(default_factory=dict)    # baseline -> its median / ours
     compute_unit: str = "bf16_mma"
-    repeat: Timing | None = None         # a second timing of the same calls later in the run
+    repeat: Timing | None = None         # a second timing of the same calls, interleaved with the first
     repeat_agrees: bool | None = None
     params: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
+    setup_s: float | None = None         # wall seconds of its check, compile, capture and calibration
 
     @property
     def key(self) -> tuple:
@@ -476,7 +611,7 @@ class BenchRow:
         values = _fields(BenchRow, d)
         for name in ("timing", "repeat"):
             values[name] = Timing.from_plain(d[name]) if d.get(name) else None
-        for name in ("flops", "bytes", "tflops", "gbps", "pct_compute", "pct_bandwidth"):
+        for name in ("flops", "bytes", "tflops", "gbps", "pct_compute", "pct_bandwidth", "setup_s"):
             if values.get(name) is not None:
                 values[name] = _num(values[name])
         values["speedups"] = {k: _num(v) for k, v in (d.get("speedups") or {}).items()}
@@ -493,6 +628,7 @@ class BenchRecord:
     errors: tuple[str, ...] = ()
     not_run: tuple[str, ...] = ()        # cases left out by the run's time limit
     complete: bool = True
+    case_seconds: dict[str, float] = field(default_factory=dict)   # "op/variant case" -> wall seconds
     kind: str = RECORD_KIND
     bench_format: int = BENCH_FORMAT
 
@@ -512,7 +648,8 @@ class BenchRecord:
             sanity=tuple(BenchRow.from_plain(r) for r in d.get("sanity") or ()),
             rows=tuple(BenchRow.from_plain(r) for r in d.get("rows") or ()),
             errors=tuple(d.get("errors") or ()), not_run=tuple(d.get("not_run") or ()),
-            complete=bool(d.get("complete", True)))
+            complete=bool(d.get("complete", True)),
+            case_seconds={str(k): _num(v) for k, v in (d.get("case_seconds") or {}).items()})
 
 
 def _num(value: Any) -> Any:
@@ -676,11 +813,14 @@ class BenchSettings:
     backend: str = "auto"                 # auto | cuda | torch
     mode: str = "cold"                    # hot | cold | both (a run without GPU is always host)
     timing: TimingOptions = TimingOptions()
-    baselines: tuple[str, ...] | None = None    # None: every baseline the op offers
+    baselines: tuple[str, ...] | None = None    # None: the op's default baselines (Baseline.default)
     quick: bool = False
-    repeat: bool = False                  # time our kernel a second time after the baselines
+    repeat: bool = False                  # time our kernel a second time, interleaved with the first
     sanity: bool = True                   # empty-kernel and copy sanity cases
-    time_limit_s: float | None = None     # for the whole run; cases past it are listed as not run
+    # For the whole run, checked before each case and each baseline's setup: cases past it are
+    # listed as not run, baselines as skipped; a case already in its rounds stops once it has
+    # min_rounds (so one case may run over by its minimum rounds).
+    time_limit_s: float | None = None
 
 
 Progress = Callable[[str, int, int], None]        # (what is running, cases done, cases in all)
@@ -817,38 +957,69 @@ class _CaseRunner:
     def _row(self, impl: str, mode: str, primary: bool, **kw: Any) -> BenchRow:
         return BenchRow(impl=impl, mode=mode, primary=primary, **self.base, **kw)
 
+    def _wanted(self, name: str, baseline) -> bool:
+        if name == self.env.primary or (baseline.backend is not None and baseline.backend == self.env.primary):
+            return False                # the implementation under test is not its own baseline
+        if self.settings.baselines is None:
+            return baseline.default
+        return name in self.settings.baselines
+
     def _mode(self, mode: str) -> list[BenchRow]:
-        rows = []
-        primary = self._primary(mode)
-        rows.append(primary[0])
+        """Check and prepare every implementation, then time them all in interleaved rounds (ours a
+        second time among them with --repeat) and build the rows."""
+        ours, ours_sampler, after = self._primary(mode)
+        entries: list[tuple[BenchRow, Sampler | None]] = [(ours, ours_sampler)]
         for name, baseline in self.baselines.items():
-            if name == self.env.primary:
-                continue
-            if self.settings.baselines is not None and name not in self.settings.baselines:
-                continue
-            rows.append(self._baseline(name, baseline, mode))
-        if primary[1] is not None:              # repeat our timing after the baselines ran
-            row, calls = primary
-            self.progress(f"{self.item.name}: {row.impl} again")
-            try:
-                repeat = self._measure(calls, mode, graph=row.impl == "cuda")
-                rows[0] = replace(row, repeat=repeat, repeat_agrees=agree(row.timing, repeat))
-            except Exception as err:  # noqa: BLE001
-                rows[0] = replace(row, check=f"{row.check}; repeat failed: {type(err).__name__}: {_first_line(err)}")
+            if self._wanted(name, baseline):
+                entries.append(self._baseline(name, baseline, mode))
+        slots = [i for i, (_, sampler) in enumerate(entries) if sampler is not None]
+        samplers = [entries[i][1] for i in slots]
+        repeat = ours_sampler is not None and self.settings.repeat
+        if repeat:
+            samplers.append(ours_sampler)
+        names = ", ".join([entries[i][0].impl for i in slots] + ([f"{ours.impl} again"] if repeat else []))
+        self.progress(f"{self.item.name}: rounds ({mode}): {names}")
+        results = interleave(samplers, self.settings.timing, deadline=self.deadline,
+                             progress=lambda r: self.progress(f"{self.item.name}: round {r} ({mode})"))
+        rows = [row for row, _ in entries]
+        for slot, result in zip(slots, results):
+            rows[slot] = self._timed(rows[slot], result)
+        if ours_sampler is not None and rows[0].timing is not None:
+            rows[0] = after(rows[0])
+            if repeat:
+                second = results[-1]
+                if isinstance(second, Exception):
+                    rows[0] = replace(rows[0], check=f"{rows[0].check}; repeat failed: {type(second).__name__}: "
+                                                     f"{_first_line(second)}")
+                else:
+                    rows[0] = replace(rows[0], repeat=second, repeat_agrees=agree(rows[0].timing, second))
+        del entries, samplers, ours_sampler, after
         self.env.cleanup()
         return rows
 
-    def _measure(self, calls, mode: str, graph: bool, timer=None) -> Timing:
+    def _timed(self, row: BenchRow, result: Timing | Exception) -> BenchRow:
+        if not isinstance(result, Exception):
+            return replace(row, timing=result)
+        why = f"{type(result).__name__}: {_first_line(result)}"
+        if _is_oom(result):
+            return replace(row, skip=f"out of memory while timing: {_first_line(result)}")
+        return replace(row, check=f"{row.check}; timing failed: {why}")
+
+    def _prepare(self, calls, mode: str, graph: bool, timer=None) -> Sampler:
         timer = timer or self.env.timer
-        return timer.measure(calls, options=self.settings.timing, mode="cold" if mode == "cold" else "hot",
+        return timer.prepare(calls, options=self.settings.timing, mode="cold" if mode == "cold" else "hot",
                              graph=graph)
 
-    def _primary(self, mode: str) -> tuple[BenchRow, Any]:
-        """Our implementation (run_cuda, or run_torch for the torch backend): check, then time."""
+    def _primary(self, mode: str) -> tuple[BenchRow, Sampler | None, Callable[[BenchRow], BenchRow]]:
+        """Our implementation (run_cuda, or run_torch for the torch backend): check, then prepare its
+        timing. Returns its row (not yet timed), its sampler (None: it is not timed) and what checks
+        the timed calls' outputs once the rounds are done."""
         op, item, env = self.op, self.item, self.env
         impl = env.primary
         self.progress(f"{item.name}: {impl} ({mode})")
+        started = time.perf_counter()
         specs = op.output_specs(item.variant, self.inputs, self.params)
+        unchanged = lambda row: row  # noqa: E731
 
         def make_call(inputs):
             from .backends import poisoned
@@ -864,16 +1035,17 @@ class _CaseRunner:
             env.sync()
         except NotImplementedError:
             method = "run_cuda" if impl == "cuda" else "run_torch"
-            return self._row(impl, mode, True, timing=None, skip=f"{op.name}/{item.variant} has no {method} yet"), None
+            return (self._row(impl, mode, True, timing=None, skip=f"{op.name}/{item.variant} has no {method} yet"),
+                    None, unchanged)
         except Exception as err:  # noqa: BLE001 - the case fails with the reason; others go on
             env.cleanup()
-            return self._row(impl, mode, True, timing=None, check_passed=False,
-                             check=f"failed: {type(err).__name__}: {_first_line(err)}"), None
+            return (self._row(impl, mode, True, timing=None, check_passed=False,
+                              check=f"failed: {type(err).__name__}: {_first_line(err)}"), None, unchanged)
         got = {n: _to_numpy(t) for n, t in (outputs if outputs is not None else result).items()}
         del result
         passed, note = check_outputs(op, got, self.expected, self.tolerances, require_all=True)
         if not passed:
-            return self._row(impl, mode, True, timing=None, check_passed=False, check=note), None
+            return self._row(impl, mode, True, timing=None, check_passed=False, check=note), None, unchanged
         calls, sets = [call], [outputs]
         if impl == "cuda" and mode == "cold":
             set_bytes = sum(t.nbytes for t in self.device_inputs.values()) + sum(t.nbytes for t in outputs.values())
@@ -883,25 +1055,34 @@ class _CaseRunner:
                 calls.append(extra_call)
                 sets.append(extra_outputs)
         try:
-            timing = self._measure(calls, mode, graph=impl == "cuda",
-                                   timer=env.timer if env.gpu else env.host_timer)
+            sampler = self._prepare(calls, mode, graph=impl == "cuda", timer=env.timer if env.gpu else env.host_timer)
         except Exception as err:  # noqa: BLE001
             env.cleanup()
-            return self._row(impl, mode, True, timing=None, check_passed=True,
-                             check=f"{note}; timing failed: {type(err).__name__}: {_first_line(err)}"), None
-        if outputs is not None:                  # the timed calls wrote every set: still the checked bytes?
-            for written in sets:
-                after = {n: _to_numpy(t) for n, t in written.items()}
-                if not all(_bitwise_equal(after[n], got[n]) for n in got):
-                    ok, why = check_outputs(op, after, self.expected, self.tolerances, require_all=True)
-                    note += "; outputs of the timed calls differ bitwise from the checked call" + \
-                        ("" if ok else f" and fail: {why}")
-                    passed = passed and ok
-                    break
-        row = self._row(impl, mode, True, timing=timing if passed else None, check_passed=passed, check=note)
-        return row, (calls if self.settings.repeat and passed else None)
+            return (self._row(impl, mode, True, timing=None, check_passed=True,
+                              check=f"{note}; timing failed: {type(err).__name__}: {_first_line(err)}"),
+                    None, unchanged)
+        row = self._row(impl, mode, True, timing=None, check_passed=True, check=note,
+                        setup_s=round(time.perf_counter() - started, 3))
 
-    def _baseline(self, name: str, baseline, mode: str) -> BenchRow:
+        def after(row: BenchRow) -> BenchRow:
+            """The timed calls wrote every set: still the checked bytes?"""
+            if outputs is None:
+                return row
+            for written in sets:
+                now = {n: _to_numpy(t) for n, t in written.items()}
+                if not all(_bitwise_equal(now[n], got[n]) for n in got):
+                    ok, why = check_outputs(op, now, self.expected, self.tolerances, require_all=True)
+                    row = replace(row, check=row.check + "; outputs of the timed calls differ bitwise from the "
+                                  "checked call" + ("" if ok else f" and fail: {why}"))
+                    if not ok:
+                        row = replace(row, timing=None, repeat=None, repeat_agrees=None, check_passed=False)
+                    break
+            return row
+        return row, sampler, after
+
+    def _baseline(self, name: str, baseline, mode: str) -> tuple[BenchRow, Sampler | None]:
+        """A baseline's row (not yet timed) and its sampler (None: skipped, failed or wrong): its
+        outputs on the case's inputs are checked against the reference before it may be timed."""
         env, item = self.env, self.item
         skip = baseline.skip
         if skip is None and self.settings.quick and baseline.slow_setup:
@@ -909,11 +1090,12 @@ class _CaseRunner:
         if skip is None and baseline.clock == "device" and not env.gpu:
             skip = "needs a GPU (this run has none)"
         if skip is None and self.late():
-            skip = "the run's time limit was reached"
+            skip = TIME_LIMIT_SKIP
         row_mode = mode            # the group speedups are quoted in; timing.mode says "host" for host clocks
         if skip is not None:
-            return self._row(name, row_mode, False, timing=None, skip=skip)
+            return self._row(name, row_mode, False, timing=None, skip=skip), None
         self.progress(f"{item.name}: {name} ({mode})")
+        started = time.perf_counter()
         try:
             call = baseline.prepare(item.variant, self.device_inputs, self.params)
             got = call()
@@ -922,26 +1104,28 @@ class _CaseRunner:
         except Exception as err:  # noqa: BLE001
             env.cleanup()
             if _is_oom(err):
-                return self._row(name, row_mode, False, timing=None, skip=f"out of memory: {_first_line(err)}")
+                return self._row(name, row_mode, False, timing=None, skip=f"out of memory: {_first_line(err)}"), None
             return self._row(name, row_mode, False, timing=None, check_passed=False,
-                             check=f"failed: {type(err).__name__}: {_first_line(err)}")
+                             check=f"failed: {type(err).__name__}: {_first_line(err)}"), None
         passed, note = check_outputs(self.op, got, self.expected, self.baseline_tolerances, require_all=False)
         del got
         if not passed:
-            return self._row(name, row_mode, False, timing=None, check_passed=False, check=note)
+            return self._row(name, row_mode, False, timing=None, check_passed=False, check=note), None
         try:
             timer = env.host_timer if baseline.clock == "host" else env.timer
-            timing = self._measure([call], mode, graph=False, timer=timer)
+            sampler = self._prepare([call], mode, graph=False, timer=timer)
         except Exception as err:  # noqa: BLE001
             env.cleanup()
             if _is_oom(err):
                 return self._row(name, row_mode, False, timing=None, check_passed=True, check=note,
-                                 skip=f"out of memory while timing: {_first_line(err)}")
+                                 skip=f"out of memory while timing: {_first_line(err)}"), None
             return self._row(name, row_mode, False, timing=None, check_passed=True,
-                             check=f"{note}; timing failed: {type(err).__name__}: {_first_line(err)}")
-        finally:
-            del call
-        return self._row(name, row_mode, False, timing=timing, check_passed=True, check=note)
+                             check=f"{note}; timing failed: {type(err).__name__}: {_first_line(err)}"), None
+        return (self._row(name, row_mode, False, timing=None, check_passed=True, check=note,
+                          setup_s=round(time.perf_counter() - started, 3)), sampler)
+
+
+TIME_LIMIT_SKIP = "the run's time limit was reached"
 
 
 def rotation_sets(set_bytes: int, flush_bytes: int) -> int:
@@ -987,8 +1171,8 @@ def _empty_kernel():
 def sanity_rows(env: _Env, settings: BenchSettings) -> list[BenchRow]:
     """Known answers for the engine: an empty kernel per graph node (~0.6 us) and per eager launch
     (~5.7 us), and device copies (<= 100% of the measured bandwidth in cold mode; an 8 MiB copy in
-    hot mode is served by the L2 and must come out flagged). Each is timed twice; `repeat_agrees`
-    says whether the two medians agree within their noise."""
+    hot mode is served by the L2 and must come out flagged). Each is timed twice, the two timings
+    interleaved in rounds; `repeat_agrees` says whether the two medians agree within their noise."""
     import torch
 
     rows = []
@@ -996,8 +1180,11 @@ def sanity_rows(env: _Env, settings: BenchSettings) -> list[BenchRow]:
     empty, impl, why = _empty_kernel()
 
     def row(case, impl, mode, calls, graph, nbytes=0.0, note=None, cold=False):
-        first = env.timer.measure(calls, options=options, mode="cold" if cold else "hot", graph=graph)
-        second = env.timer.measure(calls, options=options, mode="cold" if cold else "hot", graph=graph)
+        sampler = env.timer.prepare(calls, options=options, mode="cold" if cold else "hot", graph=graph)
+        first, second = interleave([sampler, sampler], options)
+        for timing in (first, second):
+            if isinstance(timing, Exception):
+                raise timing
         r = BenchRow(case=case, op="sanity", variant="", config={"bytes": int(nbytes)} if nbytes else {},
                      impl=impl, mode=mode, primary=True, timing=first, flops=0.0, bytes=float(nbytes),
                      check=note, compute_unit="bf16_mma", repeat=second, repeat_agrees=agree(first, second))
@@ -1080,14 +1267,16 @@ def run_bench(items: Sequence[BenchItem], settings: BenchSettings = BenchSetting
     errors: list[str] = []
     not_run: list[str] = []
     sanity: list[BenchRow] = []
+    case_seconds: dict[str, float] = {}
 
     def record(complete: bool) -> BenchRecord:
         meta_now = dict(meta, seconds=round(time.perf_counter() - started, 3))
         if complete and env.gpu:
             meta_now["clocks_after"] = gpu_clocks()
+        cut = any(r.skip == TIME_LIMIT_SKIP for r in rows)
         return BenchRecord(meta_now, settings_dict(settings, env.primary, env.modes, env.gpu), env.ceilings,
                            tuple(sanity), tuple(rows), tuple(errors), tuple(not_run),
-                           complete=complete and not not_run)
+                           complete=complete and not not_run and not cut, case_seconds=dict(case_seconds))
 
     import torch
 
@@ -1113,6 +1302,7 @@ def run_bench(items: Sequence[BenchItem], settings: BenchSettings = BenchSetting
                 done += 1
                 continue
             runner = _CaseRunner(env, settings, item, lambda what: report(what, done, total), deadline)
+            case_started = time.perf_counter()
             try:
                 rows.extend(runner.run())
             except KeyboardInterrupt:
@@ -1123,6 +1313,7 @@ def run_bench(items: Sequence[BenchItem], settings: BenchSettings = BenchSetting
             finally:
                 del runner
                 env.cleanup()
+                case_seconds[f"{item.op}/{item.variant} {item.name}"] = round(time.perf_counter() - case_started, 3)
             done += 1
             report(f"{item.op} {item.name}", done, total)
             if on_partial is not None:
@@ -1235,7 +1426,8 @@ def compare_records(old: BenchRecord, new: BenchRecord, threshold: float = 0.10)
 CSV_HEADER = ["case", "op", "variant", "config", "impl", "primary", "mode", "timing_mode", "method",
               "calls_per_sample", "median_us", "p10_us", "p90_us", "rel_std", "rel_ci", "n", "stop_reason",
               "flops", "bytes", "tflops", "gbps", "pct_compute", "pct_bandwidth", "compute_unit", "flagged",
-              "check_passed", "skip", "repeat_median_us", "repeat_agrees"]
+              "check_passed", "skip", "repeat_median_us", "repeat_agrees", "rounds", "rel_ci_samples",
+              "rel_ci_rounds", "repeat_rel_ci", "setup_s"]
 
 
 def csv_table(record: BenchRecord) -> tuple[list[str], list[list[Any]]]:
@@ -1257,7 +1449,9 @@ def csv_table(record: BenchRecord) -> tuple[list[str], list[list[Any]]]:
                       t.stop_reason if t else "", r.flops, r.bytes, _blank(r.tflops), _blank(r.gbps),
                       _blank(r.pct_compute), _blank(r.pct_bandwidth), r.compute_unit, r.flagged,
                       _blank(r.check_passed), r.skip or "", us(r.repeat.median) if r.repeat else "",
-                      _blank(r.repeat_agrees)]
+                      _blank(r.repeat_agrees), t.rounds if t else "", _blank(t.rel_ci_samples) if t else "",
+                      _blank(t.rel_ci_rounds) if t else "", r.repeat.rel_ci if r.repeat else "",
+                      _blank(r.setup_s)]
                      + [_blank(r.speedups.get(b)) for b in baselines])
     return header, lines
 
@@ -1286,7 +1480,8 @@ def merge_records(records: Sequence[BenchRecord]) -> BenchRecord:
     return replace(first, meta=meta, rows=tuple(row for r in records for row in r.rows),
                    errors=tuple(e for r in records for e in r.errors),
                    not_run=tuple(n for r in records for n in r.not_run),
-                   complete=all(r.complete for r in records))
+                   complete=all(r.complete for r in records),
+                   case_seconds={k: v for r in records for k, v in r.case_seconds.items()})
 
 
 def write_record(path: str | Path, record: BenchRecord) -> None:

@@ -112,7 +112,9 @@ class Baseline:
     compilation) happens once, outside the timing. `clock` says how a call is timed: "device" (CUDA
     events around device work) or "host" (perf_counter, for work done on the CPU; the call then
     includes its own device<->host copies). `skip` is why it does not run for this case; `slow_setup`
-    baselines (compilers) are skipped by `kdtree bench --quick`.
+    baselines (compilers) are skipped by `kdtree bench --quick`. `default=False` baselines run only
+    when `--baseline` names them. `backend` names the backend a baseline is ("torch": run_torch); it
+    is left out when that backend is the implementation under test.
     """
 
     prepare: Callable[[str, Mapping[str, Any], Mapping[str, Any]], Callable[[], Mapping[str, Any]]]
@@ -120,6 +122,8 @@ class Baseline:
     skip: str | None = None
     slow_setup: bool = False
     doc: str = ""
+    default: bool = True
+    backend: str | None = None
 
 
 class Op:
@@ -202,7 +206,7 @@ class Op:
                   params: Mapping[str, Any]) -> dict[str, Baseline]:
         """What `kdtree bench` times beside our kernel (name -> Baseline); `inputs` are the case's
         numpy arrays, for size estimates. By default: the torch backend, run eagerly."""
-        return {"torch": Baseline(self._torch_runner, doc="the torch backend (run_torch), eager")}
+        return {"torch": Baseline(self._torch_runner, doc="the torch backend (run_torch), eager", backend="torch")}
 
     def _torch_runner(self, variant: str, inputs: Mapping[str, Any], params: Mapping[str, Any]):
         return functools.partial(self.run_torch, variant, inputs, params)
