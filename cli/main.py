@@ -110,6 +110,10 @@ def verify_cmd(
     pattern: Optional[str] = PatternOpt,
     shard: Optional[str] = ShardOpt,
     devices: Optional[str] = DevicesOpt,
+    kernel: List[str] = typer.Option([], "--kernel", help="Force this CUDA kernel (repeatable; `kdtree doctor` "
+                                     "and the errors list the names) for the cases whose op and variant have "
+                                     "it, e.g. a fallback the launch would not pick on this GPU; other cases "
+                                     "run the launch's own choice. The table's config shows the kernel."),
     sanitize: Optional[str] = typer.Option(None, "--sanitize", help="Run the cuda backend under compute-sanitizer "
                                            "(memcheck, racecheck, synccheck or initcheck); any report fails its case."),
     quiet: bool = QuietOpt,
@@ -119,7 +123,7 @@ def verify_cmd(
 ):
     """Run each bundle's case on a backend and compare every output with the golden."""
     from kdtr import backends, parallel, report, spec
-    from kdtr.verify import Options, crashed, find_bundles, shard_key, verify_file
+    from kdtr.verify import Options, check_kernels, crashed, find_bundles, shard_key, verify_file
 
     for name, value in (("--atol", atol), ("--rtol", rtol)):
         if value is not None and not value >= 0:
@@ -127,14 +131,20 @@ def verify_cmd(
     shard_spec = parallel.Shard.parse(shard) if shard else None
     files = [f for f in find_bundles(paths or [Path("goldens")]) if spec.name_matches(f.stem, pattern)]
     files = parallel.shard_items(files, shard_key, shard_spec)
+    resolved = backends.resolve_backend("cuda" if sanitize else backend)
+    forced = check_kernels(kernel, resolved)
+    if resolved == "cuda" and files and not devices:
+        from kdtr.device import require_gpu
+
+        require_gpu()                      # one line and exit 2 up front, not one per bundle
     if sanitize:
-        _sanitized_verify(sanitize, files, atol, rtol, trials, quiet, json_path)
+        _sanitized_verify(sanitize, files, atol, rtol, trials, forced, quiet, json_path)
     if not files:
         raise KdtreeError("no bundles to verify" + (f" match -k {pattern!r}" if pattern else
                                                      " in this shard" if shard_spec else
                                                      " (run `kdtree gen-refs` first?)"))
-    options = Options(backend=backends.resolve_backend(backend), atol=atol, rtol=rtol, trials=trials,
-                      determinism=determinism)
+    options = Options(backend=resolved, atol=atol, rtol=rtol, trials=trials, determinism=determinism,
+                      kernels=forced)
     device_list = parallel.parse_devices(devices, _gpu_count())
     if device_list:
         groups = parallel.balance(files, lambda f: f.stat().st_size, len(device_list))
@@ -204,11 +214,11 @@ def build_cmd(
                                             "resources": m.resources} for m in modules]})
 
 
-def _sanitized_verify(tool, files, atol, rtol, trials, quiet, json_path) -> None:
+def _sanitized_verify(tool, files, atol, rtol, trials, kernels, quiet, json_path) -> None:
     """verify under compute-sanitizer in a child process; exits with the combined verdict."""
     from kdtr import report, sanitize
 
-    args = [str(f) for f in files] + [f"--trials={trials}"]
+    args = [str(f) for f in files] + [f"--trials={trials}"] + [f"--kernel={k}" for k in kernels]
     args += [f"--atol={atol}"] if atol is not None else []
     args += [f"--rtol={rtol}"] if rtol is not None else []
     result = sanitize.SanitizeResult(tool)

@@ -51,8 +51,9 @@ def upload(inputs: Mapping[str, np.ndarray], device: str) -> dict[str, Any]:
 
 
 def run(backend: str, op: Op, variant: str, inputs: Mapping[str, np.ndarray],
-        params: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    """Outputs of `op` on `inputs` as numpy arrays, computed by `backend` (already resolved)."""
+        params: Mapping[str, Any], kernel: str | None = None) -> dict[str, np.ndarray]:
+    """Outputs of `op` on `inputs` as numpy arrays, computed by `backend` (already resolved);
+    `kernel` forces one of the op's CUDA kernels (cuda backend only)."""
     if backend == "numpy":
         return op.reference(variant, inputs, params)
     if backend == "torch":
@@ -70,7 +71,10 @@ def run(backend: str, op: Op, variant: str, inputs: Mapping[str, np.ndarray],
         device_inputs = upload(inputs, "cuda")
         outputs = {name: poisoned(kind, shape, "cuda")
                    for name, (kind, shape) in op.output_specs(variant, inputs, params).items()}
-        op.run_cuda(variant, device_inputs, params, outputs)
+        if kernel is None:
+            op.run_cuda(variant, device_inputs, params, outputs)
+        else:
+            op.run_cuda(variant, device_inputs, params, outputs, kernel=kernel)
         try:
             torch.cuda.synchronize()
         except RuntimeError as err:

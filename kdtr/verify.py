@@ -52,6 +52,26 @@ class Options:
     rtol: float | None = None
     trials: int = 0                   # fresh-input re-runs per case
     determinism: bool = False         # run twice, compare bitwise
+    kernels: tuple[str, ...] = ()     # CUDA kernels to force where a case's op/variant has them
+
+    def kernel_for(self, op: Op, variant: str) -> str | None:
+        """The forced kernel for this op/variant, or None for the launch's own choice."""
+        return next((k for k in self.kernels if k in op.cuda_kernels(variant)), None)
+
+
+def check_kernels(names: Iterable[str], backend: str) -> tuple[str, ...]:
+    """--kernel names, each a kernel some op can force; UsageError naming the known ones."""
+    from .ops import op_names
+
+    names = tuple(dict.fromkeys(names))
+    if names and backend != "cuda":
+        raise UsageError(f"--kernel forces a CUDA kernel; it needs the cuda backend, not {backend}")
+    known = {k: op.name for op in map(get_op, op_names()) for v in op.variants for k in op.cuda_kernels(v)}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise UsageError(f"unknown kernel {', '.join(map(repr, unknown))}; known: "
+                         + ", ".join(f"{k} ({op})" for k, op in known.items()))
+    return names
 
 
 def find_bundles(paths: Iterable[str | Path]) -> list[Path]:
@@ -120,11 +140,14 @@ def check_case(op: Op, variant: str, inputs: Mapping[str, np.ndarray], expected:
     """Run the backend once (twice for the determinism probe) and compare every output."""
     started = time.perf_counter()
     config = op.describe(variant, inputs, params)
+    kernel = options.kernel_for(op, variant)
+    if kernel is not None:
+        config = config | {"kernel": kernel}
     try:
-        got = backends.run(options.backend, op, variant, inputs, params)
+        got = backends.run(options.backend, op, variant, inputs, params, kernel)
         deterministic = None
         if options.determinism:
-            again = backends.run(options.backend, op, variant, inputs, params)
+            again = backends.run(options.backend, op, variant, inputs, params, kernel)
             deterministic = all(np.array_equal(got[k].view(np.uint8), again[k].view(np.uint8))
                                 for k in got)
     except LaunchError as err:   # a kernel that fails to launch or run fails its case (exit 1)

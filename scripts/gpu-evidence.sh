@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Every piece of GPU evidence, on the lent H200, from the repo root (no install: PYTHONPATH=.).
 #   scripts/gpu-evidence.sh OUT_DIR [verify|sanitize|bench|all]...
-# verify:   gen-refs; verify --backend cuda --trials 20 --determinism (record); a second verify
-#           (cache hits); verify --devices all (equals the plain run); the GPU pytest tests;
-#           kdtree e2e on cuda (fp32 + bf16_paged, budgets 8/32/64, 256 tokens, 3 prompts)
+# verify:   gen-refs; verify --backend cuda --trials 20 (record); kdtree e2e on cuda (fp32 + bf16_paged,
+#           budgets 8/32/64; E2E_TOKENS (256) tokens, E2E_PROMPTS (3) prompts)
+# rerun:    with verify: a second verify (cache hits) and verify --devices all (equals the plain run)
+# pytest:   with verify: the GPU pytest tests
 # sanitize: compute-sanitizer memcheck/racecheck/synccheck/initcheck over one bundle per kernel path
 # bench:    the default bench suites, with --repeat (record, CSV, plot)
 # Each step has a time limit; records go to OUT_DIR/records (at most 8 files a part) and a log to OUT_DIR/log.
@@ -23,11 +24,11 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,
 step 120 kd gen-refs -q
 if want verify; then
   step 30  kd doctor --json "$rec/doctor.json"
-  step 300 kd verify --backend cuda --trials 20 --determinism --json "$rec/verify-cuda.json" --junit "$rec/verify-cuda.xml" -q
-  step 60  kd verify --backend cuda -q --json "$rec/verify-cuda-rerun.json"
-  step 90  kd verify --backend cuda -q --devices all --json "$rec/verify-cuda-devices-all.json"
+  step 330 kd verify --backend cuda --trials 20 --json "$rec/verify-cuda.json" --junit "$rec/verify-cuda.xml" -q
+  want rerun && step 60  kd verify --backend cuda -q --json "$rec/verify-cuda-rerun.json"
+  want rerun && step 90  kd verify --backend cuda -q --devices all --json "$rec/verify-cuda-devices-all.json"
   want pytest && step 240 python3 -m pytest -q -m gpu -p no:cacheprovider
-  step 240 kd e2e --backend cuda --tokens 256 --prompts 3 --budget 8 --budget 32 --budget 64 --json "$rec/e2e-cuda.json"
+  step ${E2E_LIMIT:-240} kd e2e --backend cuda --tokens ${E2E_TOKENS:-256} --prompts ${E2E_PROMPTS:-3} --budget 8 --budget 32 --budget 64 --json "$rec/e2e-cuda.json"
 fi
 if want sanitize; then
   rm -rf goldens-sanitize
@@ -42,7 +43,7 @@ if want sanitize; then
   done
 fi
 if want bench; then
-  step 230 kd bench --repeat --budget 0.3 --time-limit 200 --json "$rec/bench.json" --csv "$rec/bench.csv" -q
+  step 480 kd bench --repeat --time-limit 420 --json "$rec/bench.json" --csv "$rec/bench.csv" -q
   step 60  kd report "$rec/bench.json" --plot "$rec/bench.png" -q
 fi
 nvidia-smi --query-gpu=clocks.sm,temperature.gpu --format=csv,noheader

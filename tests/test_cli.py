@@ -168,6 +168,26 @@ def test_cuda_backend_without_gpu_is_exit_2(goldens):
         pytest.skip("a GPU is present: the no-GPU path cannot be exercised here")
     result = invoke("verify", goldens, "--backend", "cuda")
     assert result.exit_code == 2 and "GPU" in result.output
+    assert result.output.count("no CUDA GPU") == 1 and "passed" not in result.output   # once, up front
+
+
+def test_forced_kernel_names_are_checked_before_anything_runs(goldens):
+    result = invoke("verify", goldens, "--backend", "torch", "--kernel", "tb_smem")
+    assert result.exit_code == 2 and "needs the cuda backend" in result.output
+    result = invoke("verify", goldens, "--backend", "cuda", "--kernel", "tb_smem", "--kernel", "nope")
+    assert result.exit_code == 2 and "unknown kernel 'nope'" in result.output and "tb_sorted (tree_build)" in result.output
+
+
+def test_a_forced_kernel_reaches_run_cuda_only_for_ops_that_have_it(monkeypatch):
+    """Options.kernel_for picks the forced name per op/variant, None where the op lacks it."""
+    from kdtr.ops import get_op
+    from kdtr.verify import Options
+
+    options = Options(backend="cuda", kernels=("bf16_mma", "tb_smem"))
+    assert options.kernel_for(get_op("verify_attn"), "bf16_paged") == "bf16_mma"
+    assert options.kernel_for(get_op("verify_attn"), "fp32") is None
+    assert options.kernel_for(get_op("tree_build"), "default") == "tb_smem"
+    assert options.kernel_for(get_op("tree_accept"), "default") is None
 
 
 def test_real_subprocess_streams_and_exit_codes(goldens, tmp_path):

@@ -173,9 +173,14 @@ class Op:
         raise NotImplementedError
 
     def run_cuda(self, variant: str, inputs: Mapping[str, Any], params: Mapping[str, Any],
-                 outputs: Mapping[str, Any]) -> None:
-        """Launch our kernel on torch CUDA tensors, writing into the given (poisoned) outputs."""
+                 outputs: Mapping[str, Any], *, kernel: str | None = None) -> None:
+        """Launch our kernel on torch CUDA tensors, writing into the given (poisoned) outputs;
+        `kernel` forces one of `cuda_kernels(variant)` instead of the launch's own choice."""
         raise NotImplementedError
+
+    def cuda_kernels(self, variant: str) -> tuple[str, ...]:
+        """Names of the kernels `run_cuda(kernel=...)` can force for this variant (empty: one)."""
+        return ()
 
     def output_specs(self, variant: str, inputs: Mapping[str, np.ndarray],
                      params: Mapping[str, Any]) -> dict[str, tuple[str, tuple[int, ...]]]:

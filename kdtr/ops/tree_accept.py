@@ -190,13 +190,15 @@ class TreeAccept(Op):
     def kernel_sources(self, variant):
         return ("tree_accept.cu",)
 
-    def run_cuda(self, variant, inputs, params, outputs):
+    def run_cuda(self, variant, inputs, params, outputs, *, kernel=None):
         """One warp per request, up to 4 per block; node c in lane c % 32, register c / 32 (or in
         shared memory for large trees)."""
         from ctypes import c_int
 
         from ..device import get_kernel
 
+        if kernel is not None:
+            raise ValueError(f"tree_accept has one kernel; cannot force {kernel!r}")
         batch, q = inputs["tokens"].shape
         chunks = -(-q // 32)                                # one cubin per chunk count
         if chunks > self.REGISTER_CHUNKS_MAX:

@@ -309,6 +309,9 @@ class TreeBuild(Op):
     CUDA_KERNELS = ("tb_warp", "tb_smem", "tb_sorted")
     REGISTER_BUDGET_MAX = 512           # register-candidate kernels: 32 lanes x 16 slots >= budget
 
+    def cuda_kernels(self, variant):
+        return tuple(self.CUDA_KERNELS)
+
     def kernel_sources(self, variant):
         return ("tree_build.cu", "tree_build_fast.cu")
 

@@ -323,6 +323,9 @@ class VerifyAttn(Op):
     # others run only when named.
     CUDA_DEFAULTS = ("fp32_ffma", "bf16_mma", "bf16_wgmma")
 
+    def cuda_kernels(self, variant):
+        return tuple(name for name, k in self.CUDA_KERNELS.items() if k.variant == variant)
+
     def kernel_sources(self, variant):
         return tuple(dict.fromkeys(k.source for k in self.CUDA_KERNELS.values() if k.variant == variant))
 
