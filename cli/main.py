@@ -110,8 +110,8 @@ def verify_cmd(
     pattern: Optional[str] = PatternOpt,
     shard: Optional[str] = ShardOpt,
     devices: Optional[str] = DevicesOpt,
-    kernel: List[str] = typer.Option([], "--kernel", help="Force this CUDA kernel (repeatable; `kdtree doctor` "
-                                     "and the errors list the names) for the cases whose op and variant have "
+    kernel: List[str] = typer.Option([], "--kernel", help="Force this CUDA kernel (repeatable; an unknown name "
+                                     "gets the list of known ones) for the cases whose op and variant have "
                                      "it, e.g. a fallback the launch would not pick on this GPU; other cases "
                                      "run the launch's own choice. The table's config shows the kernel."),
     sanitize: Optional[str] = typer.Option(None, "--sanitize", help="Run the cuda backend under compute-sanitizer "
