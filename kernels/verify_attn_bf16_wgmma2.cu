@@ -1,7 +1,8 @@
-// verify_attn, variant bf16_paged, Hopper warpgroup-MMA kernel, version 2 (ops.md §2). Not a default
-// yet: it has not run on a GPU. Same math, tiles, roles and layouts as verify_attn_bf16_wgmma.cu (read
-// that header first); what differs is how shared memory is handed between the two warpgroups.
-// Target: sm_90a only (an empty stub for any other arch, never launched there).
+// verify_attn, variant bf16_paged, Hopper warpgroup-MMA kernel, version 2 (ops.md §2). Not a default:
+// passes the GPU tests and racecheck on an H200, but at 380 TFLOP/s (B=8) it is only ~7% ahead of
+// version 1 (kernels/NOTES.md, "wgmma2 after its first H200 run"). Same math, tiles, roles and layouts
+// as verify_attn_bf16_wgmma.cu (read that header first); what differs is how shared memory is handed
+// between the two warpgroups. Target: sm_90a only (an empty stub for any other arch, never launched).
 //
 // Launch (main): grid = (ceil(Q*H / 64), B, n_splits), block = 256 (two warpgroups), dynamic shared
 //   memory WG2_SMEM_BYTES (223,768 B: opt-in, one block per SM). Same arguments and split rule as
@@ -9,47 +10,58 @@
 //   (grid = B*Q*H, block = 128) finishes.
 //
 // Numerical contract: identical to verify_attn_bf16_wgmma (fp32 scores and row sums, p rounded to
-//   bf16 for P·V, log2-domain softmax, out = bf16_rn(O / l), lse = ln 2 * (m + log2 l)). Skipping the
-//   rescale of O when every alpha of a warp's rows is exactly 1 multiplies by nothing but 1.0: bit
-//   for bit the same result.
+//   bf16 for P·V, log2-domain softmax, out = bf16_rn(O / l), lse = ln 2 * (m + log2 l)). No knob
+//   changes a result bit (WG2_SKIP_RESCALE skips multiplies by exactly 1.0).
 //
 // Changes against version 1 (kernels/NOTES.md, "wgmma2"):
 //   1. P_j lives in the rope block (column block 8, dims 512-575) of K stage j & 1: S_j is its only
 //      reader, so it is free once S_j completed, and it is 64 rows x 128 B like P. P therefore rides
-//      the K ring (its write-after-read is the stage refill's, ordered by the stage-free barrier) and
-//      the 8 KB P buffer and the P-free handshake are gone.
+//      the K ring (its write-after-read is the stage refill's, which WG1 issues only after its own
+//      P·V_j completed) and the 8 KB P buffer and the P-free handshake are gone.
 //   2. alpha is double-buffered by tile parity (sAlpha[2][64]). WG1's read of alpha_j precedes, in its
 //      program order, its arrive on K-full for tile j + 1 (mbarrier), which WG0 waits on before it
 //      writes alpha_{j+2}: every cross-warpgroup hand-off of ordinary shared-memory data goes through
 //      an mbarrier (release arrive, acquire wait), which racecheck tracks.
-//   3. (WG2_ORDER 1, the default) two K tiles in flight: WG0 waits for its own P·V_j right after
-//      issuing it and frees stage j & 1 at once (named barrier SF), before it waits for tile j + 1; WG1
-//      issues the refill with tile j + 2 (its first WG2_PRE chunks per thread) before it waits for
-//      tile j + 1 to land. Version 1 waited for tile j + 1 before it even started tile j + 2's gather,
-//      so at most one tile was ever in flight (kernels/NOTES.md: -29% from the refills).
-//      WG2_ORDER 0 keeps version 1's order (S_{j+1} queued right behind P·V_j, one tile in flight).
-//   4. (WG2_SKIP_RESCALE 1, the default) each warp skips the 128 multiplies of O's rescale when all of
-//      its rows kept their running max (alpha == 1), the common case once a long prefix has been seen.
+//   3. Order (the best one measured; the first design's two-tiles-in-flight order lost 15-20% and is
+//      gone): WG0 waits for its own P·V_j right after issuing it, frees stage j & 1 (named barrier SF),
+//      then waits for tile j + 1; WG1, after its own P·V_j and SF, waits for tile j + 1 to land,
+//      publishes it, and only then issues tile j + 2's gather (one tile in flight while S runs).
+//
+// Knobs for the refill cost (WG_DIAG 3, no refills, measured 606 against 786 us at B=8):
+//   WG2_GATHER 1: the row-fixed gather (gather_rows): each thread owns 4 key rows and one 16-byte
+//     chunk column, so a refill is 36 cp.async at immediate offsets from 4 row pointers (~50 SASS
+//     instructions per thread, no shared-memory slot table, no BAR_LD) instead of ~17 instructions
+//     and a dependent LDS of the slot per cp.async (~600 per thread, issue-latency bound).
+//   WG2_SPLIT 1 (needs WG2_GATHER 1): WG0 refills blocks 0-3 of a stage (only its S and its own P·V
+//     read them) right after issuing S_{j+1}, in the slot it otherwise spends waiting for S; WG1
+//     refills blocks 4-8 (its P·V's V half and P) after its own P·V_j. No cross-warpgroup stage-free
+//     barrier; K-full counts 256 arrivals (WG0 arrives for tiles 0 and 1 without data).
+//   WG2_L2PF 128 / 256: L2 prefetch-size hint on the K gather's cp.async (first touch of a KV row).
+//   WG2_SKIP_RESCALE 1: a warp skips O's rescale when all its alphas are 1 (measured slower: off).
 //
 // Roles: WG0 (math): S = Q K^T (36 wgmma m64n64k16), mask, online softmax, P -> bf16 into the stage's
-//   block 8, alpha into sAlpha[j & 1]; O[:, 0:256) += P V with P from registers. WG1 (loads + right
-//   half): Q once and every K tile by cp.async (page size 1, 16 B chunks); O[:, 256:512) += P V with P
-//   from shared memory.
+//   block 8, alpha into sAlpha[j & 1]; O[:, 0:256) += P V with P from registers (with WG2_SPLIT also
+//   blocks 0-3 of each refill). WG1 (loads + right half): Q once and every K tile by cp.async (page
+//   size 1, 16 B chunks); O[:, 256:512) += P V with P from shared memory.
 // Shared memory (1024-aligned): Q [9][64][128 B]; K ring 2 x [9][64][128 B] (V = blocks 0-7, P_j in
-//   block 8 after S_j); alpha [2][64] f32; l, m [64] f32; slots [2][64] i32; mbarriers.
+//   block 8 after S_j); alpha [2][64] f32; l, m [64] f32; slots [2][64] i32 (unused with
+//   WG2_GATHER); mbarriers.
 // Hand-offs (tile j, stage s = j & 1, T tiles in this block's split):
 //   MB_KFULL[s] (mbarrier, 128 = WG1's threads, each after its cp.async of the tile completed and a
-//     proxy fence): phase k <-> tile 2k + s. WG0 waits parity (j >> 1) & 1 before S_j.
+//     proxy fence; 256 with WG2_SPLIT, WG0's threads arriving the same way right before they wait):
+//     phase k <-> tile 2k + s. WG0 waits parity (j >> 1) & 1 before S_j.
 //   MB_PFULL (mbarrier, 128 = WG0's threads, after P_j and alpha_j are written and proxy-fenced):
 //     phase j. WG1 waits parity j & 1 before its P·V_j.
-//   BAR_SF0 / BAR_SF1 (named, 256: WG0 arrives, WG1 syncs) when j + 2 < T: WG0's P·V_j completed,
-//     stage s may be refilled with tile j + 2. WG1 refills only after its own P·V_j completed too.
-//   BAR_LD (named, WG1's 128 only): slot indices of a refill written before they are read.
+//   BAR_SF0 / BAR_SF1 (named, 256: WG0 arrives, WG1 syncs; not with WG2_SPLIT) when j + 2 < T: WG0's
+//     P·V_j completed, stage s may be refilled with tile j + 2. WG1 refills only after its own P·V_j
+//     completed too.
+//   BAR_LD (named, WG1's 128 only; not with WG2_GATHER): slot indices of a refill written before read.
 //   BAR_FIN (named, 256: WG0 arrives, WG1 syncs): final l and m.
 //   No side runs two phases ahead: WG0 arrives PFULL_{j+1} after waiting KFULL for tile j + 1, which
-//   WG1 arrives after waiting PFULL_j; WG1 arrives KFULL for tile j + 2 after SF of tile j, which WG0
-//   arrives after waiting KFULL for tile j. Every arrive has one matching wait or sync: the
-//   conditions (j + 1 < T, j + 2 < T) are the same on both sides; T = 0 runs no loop iteration.
+//   WG1 arrives after waiting PFULL_j; WG1 arrives KFULL for tile j + 2 after PFULL_{j+1} (iteration
+//   j + 1), which WG0 arrives after waiting KFULL for tiles j and j + 1; WG0 arrives KFULL for a tile
+//   only right before it waits for it. Every arrive has one matching wait or sync: the conditions
+//   (j + 1 < T, j + 2 < T) are the same on both sides; T = 0 runs no loop iteration.
 #include "attn_common.cuh"
 #include "wgmma_sm90.cuh"
 
@@ -71,14 +83,29 @@
 #define LN2_F 0.6931471805599453f
 
 // Compile-time knobs (kernels/NOTES.md says which to sweep). The op's launch sets none.
-#ifndef WG2_ORDER
-#define WG2_ORDER 1           // 1: two tiles in flight (see 3. above); 0: version 1's order
-#endif
-#ifndef WG2_PRE
-#define WG2_PRE 36            // chunks per thread (of 36) of a refill issued before waiting for the
-#endif                        // previous tile (WG2_ORDER 1 only)
 #ifndef WG2_SKIP_RESCALE
-#define WG2_SKIP_RESCALE 1
+#define WG2_SKIP_RESCALE 0    // 1: a warp skips O's rescale when all its alphas are 1 (lost on the H200)
+#endif
+#ifndef WG2_GATHER
+#define WG2_GATHER 0          // 1: row-fixed K gather (see gather_rows), per-thread slots, no BAR_LD
+#endif
+#ifndef WG2_SPLIT
+#define WG2_SPLIT 0           // 1: WG0 refills blocks 0-3 of a stage itself, WG1 blocks 4-8; no BAR_SF
+#endif
+#ifndef WG2_L2PF
+#define WG2_L2PF 0            // 0, 128 or 256: L2 prefetch-size hint on the K gather's cp.async
+#endif
+#if WG2_SPLIT && !WG2_GATHER
+#error "WG2_SPLIT needs WG2_GATHER 1"
+#endif
+#if WG2_L2PF == 0
+#define WG2_CP_ASYNC "cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+#elif WG2_L2PF == 128
+#define WG2_CP_ASYNC "cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n"
+#elif WG2_L2PF == 256
+#define WG2_CP_ASYNC "cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n"
+#else
+#error "WG2_L2PF is 0, 128 or 256"
 #endif
 // Timing diagnostics only (wrong results): 1 = one S wgmma per tile instead of 36, 2 = no P.V
 // wgmma, 3 = no K refills after the first two tiles.
@@ -115,6 +142,29 @@ __device__ __forceinline__ void rescale(float (&o)[N], float al0, float al1) {
     }
 }
 
+// Row-fixed gather (WG2_GATHER 1). Thread wt of a warpgroup owns rows rg + 16 k (k = 0..3, rg = wt >> 3)
+// of a 64-key tile and 16-byte chunk cc = wt & 7 of each of their 128-byte column blocks: a warp
+// instruction reads 4 whole 128-byte lines (4 rows x 8 lanes). Since r & 7 == rg & 7 for all four
+// rows, the swizzled destination of (k, block) is dst + 2048 k + 8192 block with dst = the stage base
+// + rg * 128 + ((cc ^ (rg & 7)) << 4), and the source is src + slot_k * 1152 + 128 block with
+// src = kv_buffer + 16 cc: one cp.async per chunk at immediate offsets from one pointer per row, no
+// index math per chunk. Blocks [B0, B1) of the four rows; rows with 16 k >= nvalid_rg = (valid keys
+// in the tile) - rg, keys past the split end, are zero-filled and read nothing. (No rope-first
+// order: K-full covers the whole tile, and S reads the rope block last.)
+template <int B0, int B1>
+__device__ __forceinline__ void gather_rows(unsigned dst, const unsigned char* src, const int (&slot)[4],
+                                            int nvalid_rg) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        const unsigned char* row = src + (size_t)slot[k] * (ATTN_D * 2);
+        const int sz = 16 * k < nvalid_rg ? 16 : 0;
+#pragma unroll
+        for (int blk = B0; blk < B1; ++blk)
+            asm volatile(WG2_CP_ASYNC :: "r"(dst + k * 2048 + blk * WG_BLOCK), "l"(row + blk * 128), "r"(sz)
+                         : "memory");
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
 verify_attn_bf16_wgmma2(const u16* __restrict__ q, const u16* __restrict__ kv_buffer,
                         const int* __restrict__ kv_indptr, const int* __restrict__ kv_indices,
@@ -132,12 +182,14 @@ verify_attn_bf16_wgmma2(const u16* __restrict__ q, const u16* __restrict__ kv_bu
     float* sAlpha = (float*)(smem + WG_OFF_ALPHA);        // [2][64]
     float* sL = (float*)(smem + WG_OFF_L);
     float* sM = (float*)(smem + WG_OFF_M);
+#if !WG2_GATHER
     int* sSlot = (int*)(smem + WG_OFF_SLOT);              // [2 stages][64 keys]
+#endif
     const unsigned mb_kfull = sbase + WG_OFF_MBAR;        // + 8 * stage
     const unsigned mb_pfull = sbase + WG_OFF_MBAR + 16;
     if (threadIdx.x == 0) {
-        mbar_init(mb_kfull, 128);
-        mbar_init(mb_kfull + 8, 128);
+        mbar_init(mb_kfull, WG2_SPLIT ? 256 : 128);       // WG1 (with WG2_SPLIT WG0 too)
+        mbar_init(mb_kfull + 8, WG2_SPLIT ? 256 : 128);
         mbar_init(mb_pfull, 128);
     }
     __syncthreads();                                      // the barriers exist before any arrive
@@ -167,26 +219,38 @@ verify_attn_bf16_wgmma2(const u16* __restrict__ q, const u16* __restrict__ kv_bu
     float m0 = neg_inf(), m1 = neg_inf();                 // running max (log2 units), WG0
     float l0 = 0.f, l1 = 0.f;                             // this thread's share of the row sums, WG0
 
+    // K gather: slot of key j (0 past the split end: a valid address, zero-filled by the copy)
+    auto slot_of = [&](int j) -> int {
+        if (j >= kend) return 0;
+        return j < P ? kv_indices[ibase + j] : tree_slots[(size_t)b * Q + (j - P)];
+    };
+#if WG2_GATHER
+    const int rg = wt >> 3, cc = wt & 7;                  // gather_rows: rows rg + 16 k, chunk cc
+    const unsigned gdst = sbase + WG_OFF_K + rg * 128 + ((cc ^ (rg & 7)) << 4);
+    const unsigned char* gsrc = (const unsigned char*)kv_buffer + cc * 16;
+    auto slots_of = [&](int key0, int (&sl)[4]) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) sl[k] = slot_of(key0 + rg + 16 * k);
+    };
+#endif
+
     if (wg == 1) {
         // ---------------------------------------------------------------- WG1: loads + right half
-        auto slot_of = [&](int j) -> int {
-            if (j >= kend) return 0;
-            return j < P ? kv_indices[ibase + j] : tree_slots[(size_t)b * Q + (j - P)];
-        };
-        // chunks [i0, i1) of this thread's 36 (64 keys x 72 chunks per tile); keys past kend zero-fill
-        auto load_tile = [&](int stage, int key0, int i0, int i1) {
+#if !WG2_GATHER
+        // chunks of this thread's 36 (64 keys x 72 chunks per tile); keys past kend zero-fill
+        auto load_tile = [&](int stage, int key0) {
             const unsigned dst = sbase + WG_OFF_K + stage * WG_TILE;
             const int* slots = sSlot + stage * 64;
 #pragma unroll 4
-            for (int i = i0; i < i1; ++i) {
+            for (int i = 0; i < 36; ++i) {
                 const int e = i * 128 + wt;
                 const int kk = e / 72, c = e - kk * 72;
                 const bool ok = key0 + kk < kend;
                 const u16* src = kv_buffer + (size_t)slots[kk] * ATTN_D + c * 8;
-                asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
-                             :: "r"(dst + tile_chunk(kk, c)), "l"(src), "r"(ok ? 16 : 0) : "memory");
+                asm volatile(WG2_CP_ASYNC :: "r"(dst + tile_chunk(kk, c)), "l"(src), "r"(ok ? 16 : 0) : "memory");
             }
         };
+#endif
         // after the caller waited for this thread's chunks of the tile in `stage`: make them visible
         auto publish = [&](int stage) {
             fence_proxy_async();
@@ -202,6 +266,16 @@ verify_attn_bf16_wgmma2(const u16* __restrict__ q, const u16* __restrict__ kv_bu
             asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
                          :: "r"(sbase + WG_OFF_Q + tile_chunk(r, c)), "l"(src), "r"(ok ? 16 : 0) : "memory");
         }
+#if WG2_GATHER
+        int sl[4];                                        // this thread's rows of the next tile to load
+        slots_of(kbeg, sl);
+        if (T > 0) gather_rows<0, 9>(gdst, gsrc, sl, kend - kbeg - rg);
+        cp_async_commit();
+        slots_of(kbeg + WG_KEYS, sl);
+        if (T > 1) gather_rows<0, 9>(gdst + WG_TILE, gsrc, sl, kend - kbeg - WG_KEYS - rg);
+        cp_async_commit();
+        slots_of(kbeg + 2 * WG_KEYS, sl);
+#else
         int nslot = 0;
         if (wt < 64) {
             sSlot[wt] = slot_of(kbeg + wt);
@@ -209,10 +283,11 @@ verify_attn_bf16_wgmma2(const u16* __restrict__ q, const u16* __restrict__ kv_bu
             nslot = slot_of(kbeg + 2 * WG_KEYS + wt);
         }
         bar_sync(BAR_LD, 128);
-        if (T > 0) load_tile(0, kbeg, 0, 36);
+        if (T > 0) load_tile(0, kbeg);
         cp_async_commit();
-        if (T > 1) load_tile(1, kbeg + WG_KEYS, 0, 36);
+        if (T > 1) load_tile(1, kbeg + WG_KEYS);
         cp_async_commit();
+#endif
         cp_async_wait<1>();                               // Q and tile 0 landed (this thread's part)
         if (T > 0) publish(0);
 
@@ -229,46 +304,37 @@ verify_attn_bf16_wgmma2(const u16* __restrict__ q, const u16* __restrict__ kv_bu
             for (int ks = 0; ks < 4; ++ks) wgmma_ss_n256_t(o, dP + 2 * ks, dV + 128 * ks, 1);
 #endif
             wgmma_commit();
-#if WG2_ORDER == 0
-            if (j + 1 < T) {                              // tile j+1 landed: hand it to WG0
-                cp_async_wait<0>();
-                publish(s ^ 1);
-            }
-            wgmma_wait<0>();
-            fence_operands(o);
-            if (j + 2 < T) {                              // refill stage s with tile j+2
-                bar_sync(s ? BAR_SF1 : BAR_SF0, 256);
-                if (wt < 64) sSlot[s * 64 + wt] = nslot;
-                bar_sync(BAR_LD, 128);
-#if WG_DIAG != 3
-                load_tile(s, kbeg + (j + 2) * WG_KEYS, 0, 36);
-#endif
-                cp_async_commit();
-                if (wt < 64) nslot = slot_of(kbeg + (j + 3) * WG_KEYS + wt);
-            }
-#else
             wgmma_wait<0>();                              // this warpgroup's P.V_j (and its read of P_j)
             fence_operands(o);
-            if (j + 2 < T) {                              // refill stage s with tile j+2, then publish j+1
-                bar_sync(s ? BAR_SF1 : BAR_SF0, 256);     // WG0's P.V_j completed
-                if (wt < 64) sSlot[s * 64 + wt] = nslot;
-                bar_sync(BAR_LD, 128);
-#if WG_DIAG != 3
-                load_tile(s, kbeg + (j + 2) * WG_KEYS, 0, WG2_PRE);
+            if (j + 1 < T) {                              // publish tile j+1, then refill stage s with j+2
+#if !WG2_SPLIT
+                if (j + 2 < T) {
+                    bar_sync(s ? BAR_SF1 : BAR_SF0, 256); // WG0's P.V_j completed
+#if !WG2_GATHER
+                    if (wt < 64) sSlot[s * 64 + wt] = nslot;
+                    bar_sync(BAR_LD, 128);
 #endif
-                cp_async_commit();
-                cp_async_wait<1>();                       // all but that group: tile j+1 landed
-                publish(s ^ 1);
-#if WG_DIAG != 3
-                load_tile(s, kbeg + (j + 2) * WG_KEYS, WG2_PRE, 36);
+                }
 #endif
-                cp_async_commit();
-                if (wt < 64) nslot = slot_of(kbeg + (j + 3) * WG_KEYS + wt);
-            } else if (j + 1 < T) {
-                cp_async_wait<0>();
+                cp_async_wait<0>();                       // tile j+1 landed (this thread's part)
                 publish(s ^ 1);
+                if (j + 2 < T) {
+                    const int key2 = kbeg + (j + 2) * WG_KEYS;
+#if WG_DIAG != 3
+#if WG2_GATHER
+                    gather_rows<WG2_SPLIT ? 4 : 0, 9>(gdst + s * WG_TILE, gsrc, sl, kend - key2 - rg);
+#else
+                    load_tile(s, key2);
+#endif
+#endif
+                    cp_async_commit();
+#if WG2_GATHER
+                    slots_of(key2 + WG_KEYS, sl);
+#else
+                    if (wt < 64) nslot = slot_of(key2 + WG_KEYS + wt);
+#endif
+                }
             }
-#endif
         }
         cp_async_wait<0>();
         bar_sync(BAR_FIN, 256);
@@ -304,16 +370,12 @@ verify_attn_bf16_wgmma2(const u16* __restrict__ q, const u16* __restrict__ kv_bu
             const int s = j & 1;
             const int key0 = kbeg + j * WG_KEYS;
             if (j == 0) {                                 // inside the loop: no loop-entry copies of
-                mbar_wait(mb_kfull, 0);                   // accumulators land inside a wgmma stage
+#if WG2_SPLIT                                             // accumulators land inside a wgmma stage
+                mbar_arrive(mb_kfull);                    // WG0 has no part of tiles 0 and 1
+#endif
+                mbar_wait(mb_kfull, 0);
                 issue_s(0);
             }
-#if WG2_ORDER == 0
-            else {
-                wgmma_wait<1>();                          // P.V of tile j-1 done: its stage is free
-                keep_alive(pa);                           // its A registers were live until here
-                if (j + 1 < T) bar_arrive(s ? BAR_SF0 : BAR_SF1, 256);
-            }
-#endif
             wgmma_wait<0>();                              // S_j
             fence_operands(sacc);
             fence_operands(o);
@@ -392,14 +454,29 @@ verify_attn_bf16_wgmma2(const u16* __restrict__ q, const u16* __restrict__ kv_bu
 #endif
             wgmma_commit();
             if (j + 1 < T) {
-#if WG2_ORDER != 0
                 wgmma_wait<0>();                          // P.V_j done: stage s is free for tile j+2
                 keep_alive(pa);
                 fence_operands(o);
+#if WG2_SPLIT
+                int sl[4];                                // WG0 refills blocks 0-3 (only it reads them)
+                const int key2 = key0 + 2 * WG_KEYS;
+                if (j + 2 < T) slots_of(key2, sl);        // loads in flight across the wait below
+                cp_async_wait<0>();                       // WG0's part of tile j+1 (none for tile 1)
+                fence_proxy_async();
+                mbar_arrive(mb_kfull + 8 * (s ^ 1));
+#else
                 if (j + 2 < T) bar_arrive(s ? BAR_SF1 : BAR_SF0, 256);
 #endif
                 mbar_wait(mb_kfull + 8 * (s ^ 1), ((j + 1) >> 1) & 1);   // tile j+1 landed
                 issue_s(s ^ 1);
+#if WG2_SPLIT
+                if (j + 2 < T) {                          // issued while S_{j+1} runs
+#if WG_DIAG != 3
+                    gather_rows<0, 4>(gdst + s * WG_TILE, gsrc, sl, kend - key2 - rg);
+#endif
+                    cp_async_commit();
+                }
+#endif
             }
         }
         wgmma_wait<0>();
