@@ -32,6 +32,11 @@ SEEDS = (11, 2024, FRESH_SEED)
 ATTN_SEEDS = (11, FRESH_SEED)
 # Kernels to leave out (comma-separated CUDA_KERNELS names), e.g. one that hung in a smoke run.
 SKIP_KERNELS = {k for k in os.environ.get("KDTREE_SKIP_KERNELS", "").split(",") if k}
+# Compile-time knobs to test a verify_attn kernel with before it becomes its default, e.g.
+# KDTREE_TEST_DEFINES="bf16_wgmma2:WG2_GATHER=1,WG2_SPLIT=1" (kernel:NAME=VALUE,...; ';' between kernels).
+KERNEL_DEFINES = {kernel: dict(pair.split("=", 1) for pair in knobs.split(","))
+                  for kernel, _, knobs in (item.partition(":") for item in
+                                           os.environ.get("KDTREE_TEST_DEFINES", "").split(";") if item)}
 
 gpu = pytest.mark.gpu
 
@@ -398,7 +403,8 @@ def run_attn(variant, inputs, params, kernel, splits=None) -> dict[str, np.ndarr
 
     device_inputs = {name: to_torch(a, "cuda") for name, a in inputs.items()}
     outputs = poisoned_outputs(VERIFY_ATTN, variant, inputs, params)
-    VERIFY_ATTN.run_cuda(variant, device_inputs, params, outputs, kernel=kernel, splits=splits)
+    VERIFY_ATTN.run_cuda(variant, device_inputs, params, outputs, kernel=kernel, splits=splits,
+                         defines=KERNEL_DEFINES.get(kernel))
     torch.cuda.synchronize()
     return {name: to_numpy(t) for name, t in outputs.items()}
 
