@@ -38,10 +38,12 @@
 //   Each group's K buffer is single: the next tile is copied after phase 2 and waited for at once;
 //   the other group hides that wait.
 // End: group 1 publishes O in the freed Q area; group 0 combines and writes out / partials.
-// Predicted, not yet measured (B=1 H=16 Q=17 P=2048, 14 splits -> 117 blocks of 10 tiles, 5 per
-//   group): SASS (sm_90) has ~3,180 instructions per thread per tile, 2,176 of them FFMA (68%;
-//   phase-1 loop 64 of 80, phase-2 loop 128 of 143); issue-bound ~32 us at 1.98 GHz for the main
-//   kernel, ~36-42 us with Q load, merge and launch. kernels/NOTES.md.
+// Predicted 36-42 us (B=1 H=16 Q=17 P=2048, 14 splits -> 117 blocks of 10 tiles, 5 per group) from
+//   an issue count (~3,180 instructions per thread per tile, 2,176 FFMA). Measured on the H200
+//   (kernels/runs/h200-2026-11-29-s2): 65.84 us, no faster than fp32_ffma (64.75); FT_DIAG=1 41.9,
+//   FT_DIAG=2 51.1; 9 splits 88.4, 20 splits 89.9. The issue model was wrong: phase 1 is bound by
+//   shared-memory return bandwidth (4-cycle K loads), the groups stay in phase, the merge is a
+//   chain of L2 round trips. verify_attn_fp32_pair.cu has the analysis and the fixes.
 // FT_DIAG (timing only, wrong results): 1 drops the phase-1 FMAs, 2 the phase-2 FMAs.
 #include "attn_common.cuh"
 
