@@ -311,6 +311,10 @@ class VerifyAttn(Op):
                                 32, 16, 512, 183680),
         "fp32_tiled": CudaKernel("fp32", "verify_attn_fp32_tiled.cu", "verify_attn_fp32_tiled",
                                  "verify_attn_fp32_tiled_merge", 32, 16, 512, 194304),
+        # fp32_tiled with pair-uniform shared loads, staggered groups and a two-round-trip merge
+        # (not a default until it passes on an H200; kernels/NOTES.md, "fp32_pair")
+        "fp32_pair": CudaKernel("fp32", "verify_attn_fp32_pair.cu", "verify_attn_fp32_pair",
+                                "verify_attn_fp32_pair_merge", 32, 16, 512, 194304),
         "bf16_mma": CudaKernel("bf16_paged", "verify_attn_bf16_paged.cu", "verify_attn_bf16_paged",
                                "verify_attn_bf16_merge", 64, 32, 256, 166144),
         "bf16_wgmma": CudaKernel("bf16_paged", "verify_attn_bf16_wgmma.cu", "verify_attn_bf16_wgmma",
