@@ -2,9 +2,10 @@
 //
 // Launch: grid = B (one block per request), block = TB_THREADS (256), dynamic shared memory =
 //   the host's sorted_shared_bytes (tree_build.py), laid out as
-//   * T, the log-probs as doubles, (L + 1) x W with W = Kc + 1, Kc = min(K, Q): T[d-1][r] =
-//     (double)lp[d-1][r] for r < Kc, T[d-1][Kc] = -inf (the sibling of the last usable rank), row
-//     L all -inf (the child of a depth-L node); first, so that its address is a constant;
+//   * T, the log-probs as doubles, (L + 2) x W with W = Kc + 1, Kc = min(K, Q): T[d-1][r] =
+//     (double)lp[d-1][r] for r < Kc, T[d-1][Kc] = -inf (the sibling of the last usable rank), rows
+//     L and L + 1 all -inf (the child of a depth-L node; the row the loop prefetches for that
+//     child's child); first, so that its address is a constant;
 //   * the token ids [L][Kc] (i32), staged by warps 1..7 while warp 0 pops;
 //   * carve()'s layout with staged = 0 (nodes, paths); its candidate arrays (16 B per node) hold
 //     the node records the loop writes.
@@ -18,7 +19,8 @@
 // of (s, d): s + T[d][0]; next sibling of (s, d, r): (s - T[d-1][r]) + T[d-1][r+1], the padding
 // giving -inf where the reference pushes nothing. Order: higher score first (DSETP, so
 // -0.0 == +0.0); exact ties between live candidates go to the smaller rank tuple
-// (cand_less_walk). -inf marks an empty slot and is never popped.
+// (cand_less_walk). -inf marks an empty slot and is never popped (no NaN can occur: finite inputs,
+// and -inf is only ever added to a finite score).
 //
 // Design: warp 0 keeps the candidates SORTED in registers, blocked: lane l holds slots
 // l*TB_NPL .. l*TB_NPL + TB_NPL - 1 (score double + packed u32 each; empty = -inf). After n pops
@@ -26,19 +28,30 @@
 // down), so a fixed capacity C >= budget is exact and anything pushed past C is dropped. Every
 // lane also holds the head H (slot 0) and the runner-up S (slot 1), so the pop's successors
 // (sibling a, child b) are computed redundantly in all lanes, with no shuffle on that chain. One
-// pop merges {a, b} into slots 1..C-1 of the list: with first/second = the better/worse of a, b
-// (child first on an exact tie: its tuple is smaller) and fA[i] / fB[i] = "slot i beats first /
-// second" (slot 0, the popped head, counts as beating both), each slot s takes
-//   fA[s+1] ? old[s+1] : fA[s] ? first : fB[s] ? old[s] : fB[s-1] ? second : old[s-1]
-// (both flags are true on a prefix of the list). A lane needs old[] one slot either side of its
-// block: one shfl_up and one shfl_down (3 words each). The next head fA[1] ? S : first is
-// computed in every lane; the next S is broadcast from the lane holding slot 1 (off the head's
-// chain: it is first needed after the next pop's loads and adds). Successors are NOT assumed to
-// score below their parent: a child may land in slot 0. Ties need the rank tuples: they are
-// detected per lane (==, with the new candidate live) and settled by walking the node records,
-// which every lane writes itself (same values, same addresses: no __syncwarp in the loop).
-// kernels/NOTES.md has the per-pop instruction count, the predicted time and, once run, the
-// measured one. tests/test_tree_build_sorted_sim.py models this loop lane by lane on the CPU.
+// pop merges {a, b} into slots 1..C-1 of the list (sl_merge: five-way select per slot on the flags
+// "beats first / beats second"; a lane needs the list one slot either side of its block, one
+// shfl_up and one shfl_down of 3 words). Successors are NOT assumed to score below their parent:
+// a child may land in slot 0.
+// Version 2 (measured v1: ~385 cycles per pop on the H200; kernels/NOTES.md) takes the
+// long-latency operations off the head's chain:
+//   * no load on the chain: every lane holds the head's three log-probs (own, next rank, child
+//     row) in registers. Each pop loads, besides, the three the next head would need if it is the
+//     child or the sibling (T[rowc + 1], T[rowc + W], T[off + 2]; the other three are already
+//     held), and the runner-up's three right after its broadcast, a whole pop before they can be
+//     needed; the next head's triple is then a select (child / sibling / runner-up);
+//   * no shuffle on the chain: the next pop's window (shfl_up / shfl_down) and the runner-up's
+//     broadcast are issued at the end of each pop and complete under the next pop's additions;
+//   * ties off the chain: the merge runs with plain compares; the tie test (== with a live
+//     candidate, per lane) is one __any_sync after it, and only on a tie anywhere in the warp does
+//     the warp redo the merge with the rank-tuple walks (warp-uniform branch, rare: never on the
+//     bench shape's drafter, tests/test_tree_build_sorted_sim.py);
+//   * the liveness tests are integer tests of the high word (sl_live), not DSETPs;
+//   * the loop is unrolled twice (no register copies for the loop-carried values).
+// Race freedom (compute-sanitizer racecheck): lane 0 alone writes the node records, and the only
+// readers in the loop (the tie walks) run after a __syncwarp() on the warp-uniform tie branch; the
+// records are never rewritten, and the epilogue reads them after __syncthreads().
+// kernels/NOTES.md has the per-pop instruction count, the measured and the predicted times.
+// tests/test_tree_build_sorted_sim.py models this loop lane by lane on the CPU.
 
 #include "tree_build_common.cuh"
 
@@ -57,6 +70,9 @@ __device__ __forceinline__ u32 sl_pack(int off, int parent, int dm1) {
 __device__ __forceinline__ int sl_off(u32 c) { return (int)(c & 0xffffu); }
 __device__ __forceinline__ int sl_parent(u32 c) { return (int)((c >> 16) & 0x3ffu); }
 __device__ __forceinline__ int sl_dm1(u32 c) { return (int)(c >> 26); }
+// s > -inf, as an integer test on the high word (no NaN can occur: -inf is the only double whose
+// high word is 0xfff00000)
+__device__ __forceinline__ bool sl_live(double s) { return __double2hiint(s) != (int)0xfff00000; }
 
 // The popped nodes as the sorted loop writes them: one 16-byte record per node (score, packed
 // candidate; two stores per pop), kept in carve()'s candidate arrays (16 B per node, unused here).
@@ -73,6 +89,37 @@ __device__ __forceinline__ bool sl_tuple_less(const SortedNodes& nodes, u32 a, u
     const int da = sl_dm1(a), db = sl_dm1(b), W = nodes.W;
     return cand_less_walk(nodes, pack_cand(sl_parent(a), sl_off(a) - da * W, da + 1),
                           pack_cand(sl_parent(b), sl_off(b) - db * W, db + 1));
+}
+
+// One pop's merge of {first, second} (first beats second) into the list: fA[k] / fB[k] = "E[k]
+// beats first / second" (exact compares, or `won`'s bits where the scores are equal; slot 0, the
+// popped head, counts as beating both), and slot s = E[j + 1] takes
+//   fA[s+1] ? old[s+1] : fA[s] ? first : fB[s] ? old[s] : fB[s-1] ? second : old[s-1]
+// (both flags are true on a prefix of the list).
+__device__ __forceinline__ void sl_merge(double (&cs)[TB_NPL], u32 (&cd)[TB_NPL],
+                                         const double (&es)[TB_NPL + 2], const u32 (&ed)[TB_NPL + 2],
+                                         double fs, u32 fd, double s2, u32 d2, u32 won,
+                                         bool g0_k0, bool g0_k1) {
+    bool fa[TB_NPL + 2], fb[TB_NPL + 2];
+#pragma unroll
+    for (int k = 0; k < TB_NPL + 2; ++k) {
+        fa[k] = es[k] > fs || ((won >> k) & 1u);
+        fb[k] = es[k] > s2 || ((won >> (TB_NPL + 2 + k)) & 1u);
+    }
+    fa[1] = fa[1] || g0_k1;
+    fb[1] = fb[1] || g0_k1;
+    fb[0] = fb[0] || g0_k0;
+#pragma unroll
+    for (int j = 0; j < TB_NPL; ++j) {
+        double v = fb[j] ? s2 : es[j];
+        u32 c = fb[j] ? d2 : ed[j];
+        v = fb[j + 1] ? es[j + 1] : v;
+        c = fb[j + 1] ? ed[j + 1] : c;
+        v = fa[j + 1] ? fs : v;
+        c = fa[j + 1] ? fd : c;
+        cs[j] = fa[j + 2] ? es[j + 2] : v;
+        cd[j] = fa[j + 2] ? ed[j + 2] : c;
+    }
 }
 
 extern "C" __global__ void __launch_bounds__(TB_THREADS, 1)
@@ -93,7 +140,7 @@ tree_build_sorted(const float* __restrict__ topk_logp, const int* __restrict__ t
     const int tid = threadIdx.x;
     const double NEG_INF = __longlong_as_double((long long)0xfff0000000000000ull);
     double* T = (double*)smem_raw;                        // first: its address is a constant
-    int* ids = (int*)(smem_raw + align_up((size_t)(L + 1) * W * 8, 16));     // [L][Kc]
+    int* ids = (int*)(smem_raw + align_up((size_t)(L + 2) * W * 8, 16));     // [L][Kc]
     TreeSmem s;
     carve((char*)ids + align_up((size_t)L * Kc * 4, 16), L, Kc, Q, 0, s);
     uint4* rec = (uint4*)s.cand_score;                    // 16 * Q bytes: cand_score and cand
@@ -101,7 +148,7 @@ tree_build_sorted(const float* __restrict__ topk_logp, const int* __restrict__ t
 
     const float* g_lp = topk_logp + (size_t)b * L * K;
     const int* g_ids = topk_ids + (size_t)b * L * K;
-    const int t_size = (L + 1) * W;
+    const int t_size = (L + 2) * W;                       // rows L, L + 1: -inf
     for (int e0 = tid; e0 < t_size; e0 += TB_STAGE * TB_THREADS) {   // all loads, then all stores
         double v[TB_STAGE];
 #pragma unroll
@@ -131,18 +178,34 @@ tree_build_sorted(const float* __restrict__ topk_logp, const int* __restrict__ t
         for (int j = 0; j < TB_NPL; ++j) { cs[j] = NEG_INF; cd[j] = 0u; }
         double hs = budget > 0 ? T[0] : NEG_INF;         // head (slot 0), in every lane
         u32 hd = sl_pack(0, 0, 0);
+        double l0 = T[0], l1 = T[1], lc = T[W];           // the head's log-probs: own, next, child row
         double ss = NEG_INF;                              // runner-up (slot 1), in every lane
         u32 sd = 0u;
+        double m0 = l0, m1 = l1, mc = lc;                 // the runner-up's (prefetched a pop ahead)
         if (lane == 0) { cs[0] = hs; cd[0] = hd; }
+        // the list one slot either side of this lane's block, shuffled at the end of each pop
+        double es[TB_NPL + 2];
+        u32 ed[TB_NPL + 2];
+        es[0] = __shfl_up_sync(FULL_MASK, cs[TB_NPL - 1], 1);
+        ed[0] = __shfl_up_sync(FULL_MASK, cd[TB_NPL - 1], 1);
+#pragma unroll
+        for (int j = 0; j < TB_NPL; ++j) { es[j + 1] = cs[j]; ed[j + 1] = cd[j]; }
+        es[TB_NPL + 1] = __shfl_down_sync(FULL_MASK, cs[0], 1);
+        ed[TB_NPL + 1] = __shfl_down_sync(FULL_MASK, cd[0], 1);
         int n = 0;
-        while (n < budget && hs > NEG_INF) {
+#pragma unroll 2
+        while (n < budget && sl_live(hs)) {
             const int node = n + 1;
             const int off = sl_off(hd), dm1 = sl_dm1(hd);
             const int rowc = (dm1 + 1) * W;
-            const double l0 = T[off], l1 = T[off + 1], lc = T[rowc];
-            // the node (every lane writes the same record: its own tie walks read it)
-            reinterpret_cast<double*>(rec + node)[0] = hs;  // two stores: no copies into a quad
-            rec[node].z = hd;
+            // prefetch for the next pop: the log-probs the child or the sibling would need as the
+            // next head (its own, next and child-row ones; the rest are l1 / lc already here)
+            const double c1 = T[rowc + 1], cc = T[rowc + W], b1 = T[off + 2];
+            // the node record: lane 0 writes it; the tie walks read it after a __syncwarp
+            if (lane == 0) {
+                reinterpret_cast<double*>(rec + node)[0] = hs;
+                rec[node].z = hd;
+            }
             n = node;
 
             // successors (a sibling or child past the table's edge reads -inf: nothing pushed;
@@ -154,79 +217,69 @@ tree_build_sorted(const float* __restrict__ topk_logp, const int* __restrict__ t
             const bool cfirst = chi >= sib;               // exact tie: the child's tuple is smaller
             const double fs = cfirst ? chi : sib, s2 = cfirst ? sib : chi;
             const u32 fd = cfirst ? chid : sibd, d2 = cfirst ? sibd : chid;
-            const bool flive = fs > NEG_INF, live2 = s2 > NEG_INF;
+            const double f0 = cfirst ? lc : l1, f1 = cfirst ? c1 : b1, fc = cfirst ? cc : lc;
+            const bool flive = sl_live(fs), live2 = sl_live(s2);
 
-            // the list one slot either side of this lane's block
-            double es[TB_NPL + 2];
-            u32 ed[TB_NPL + 2];
+            // exact ties (== on doubles, so -0.0 == +0.0) with a live candidate need the rank tuples
+            bool eqa = false, eqb = false;
+#pragma unroll
+            for (int k = 0; k < TB_NPL + 2; ++k) {
+                if (k >= 1) eqa = eqa || es[k] == fs;
+                if (k <= TB_NPL) eqb = eqb || es[k] == s2;
+            }
+            const bool eqs = ss == fs;
+            const bool tie = (flive && (eqa || eqs)) || (live2 && eqb);
+            // the merge with plain compares; on an exact tie anywhere in the warp it is redone
+            // with the rank tuples (warp-uniform, rare)
+            bool s_wins = ss > fs;                        // the runner-up beats first: next head
+            sl_merge(cs, cd, es, ed, fs, fd, s2, d2, 0u, g0_k0, g0_k1);
+            if (__any_sync(FULL_MASK, tie)) {
+                __syncwarp();                             // lane 0's records before the walks
+                u32 won = 0u;                             // bit k: E[k] beats first, TB_NPL+2+k: second
+                if (tie) {
+                    u32 ties = 0u;
+#pragma unroll
+                    for (int k = 0; k < TB_NPL + 2; ++k) {
+                        if (k >= 1 && flive && es[k] == fs) ties |= 1u << k;
+                        if (k <= TB_NPL && live2 && es[k] == s2) ties |= 1u << (TB_NPL + 2 + k);
+                    }
+                    if (flive && eqs) ties |= 1u << (2 * TB_NPL + 4);
+                    while (ties) {
+                        const int i = __ffs((int)ties) - 1;
+                        ties &= ties - 1;
+                        const int k = i < TB_NPL + 2 ? i : i - (TB_NPL + 2);
+                        u32 e = sd;
+#pragma unroll
+                        for (int kk = 0; kk < TB_NPL + 2; ++kk) e = (k == kk && i < 2 * TB_NPL + 4) ? ed[kk] : e;
+                        const u32 x = i < TB_NPL + 2 || i == 2 * TB_NPL + 4 ? fd : d2;
+                        if (sl_tuple_less(nodes, e, x)) won |= 1u << i;
+                    }
+                }
+                s_wins = s_wins || ((won >> (2 * TB_NPL + 4)) & 1u);
+                sl_merge(cs, cd, es, ed, fs, fd, s2, d2, won, g0_k0, g0_k1);
+                __syncwarp();
+            }
+            // the next head (slot 0 = fA[1] ? S : first, the same in every lane) with its
+            // log-probs, all in registers: no load on the head's chain
+            hs = s_wins ? ss : fs;
+            hd = s_wins ? sd : fd;
+            l0 = s_wins ? m0 : f0;
+            l1 = s_wins ? m1 : f1;
+            lc = s_wins ? mc : fc;
+            // the next runner-up, broadcast, and its log-probs: first needed a pop from now
+            const int s_lane = TB_NPL == 1 ? 1 : 0;
+            ss = __shfl_sync(FULL_MASK, cs[TB_NPL == 1 ? 0 : 1], s_lane);
+            sd = __shfl_sync(FULL_MASK, cd[TB_NPL == 1 ? 0 : 1], s_lane);
+            m0 = T[sl_off(sd)];
+            m1 = T[sl_off(sd) + 1];
+            mc = T[(sl_dm1(sd) + 1) * W];
+            // the next pop's window: its shuffles run under that pop's additions
             es[0] = __shfl_up_sync(FULL_MASK, cs[TB_NPL - 1], 1);
             ed[0] = __shfl_up_sync(FULL_MASK, cd[TB_NPL - 1], 1);
 #pragma unroll
             for (int j = 0; j < TB_NPL; ++j) { es[j + 1] = cs[j]; ed[j + 1] = cd[j]; }
             es[TB_NPL + 1] = __shfl_down_sync(FULL_MASK, cs[0], 1);
             ed[TB_NPL + 1] = __shfl_down_sync(FULL_MASK, cd[0], 1);
-
-            // fa[k]: E[k] beats first (k = 1..TB_NPL+1); fb[k]: E[k] beats second (k = 0..TB_NPL)
-            bool fa[TB_NPL + 2], fb[TB_NPL + 2];
-            bool eqa = false, eqb = false;
-#pragma unroll
-            for (int k = 0; k < TB_NPL + 2; ++k) {
-                fa[k] = es[k] > fs;
-                fb[k] = es[k] > s2;
-                if (k >= 1) eqa = eqa || es[k] == fs;
-                if (k <= TB_NPL) eqb = eqb || es[k] == s2;
-            }
-            bool s_wins = ss > fs;                        // the runner-up beats first: next head
-            const bool eqs = ss == fs;
-            if ((flive && (eqa || eqs)) || (live2 && eqb)) {
-                // rare: equal scores, decided by the rank tuples (one call site: inlined once)
-                u64 ties = 0ull, won = 0ull;              // bit k: E[k] vs first, TB_NPL+2+k: vs second
-#pragma unroll
-                for (int k = 0; k < TB_NPL + 2; ++k) {
-                    if (k >= 1 && flive && es[k] == fs) ties |= 1ull << k;
-                    if (k <= TB_NPL && live2 && es[k] == s2) ties |= 1ull << (TB_NPL + 2 + k);
-                }
-                if (flive && eqs) ties |= 1ull << (2 * TB_NPL + 4);
-                while (ties) {
-                    const int i = __ffsll((long long)ties) - 1;
-                    ties &= ties - 1;
-                    const int k = i < TB_NPL + 2 ? i : i - (TB_NPL + 2);
-                    u32 e = sd;
-#pragma unroll
-                    for (int kk = 0; kk < TB_NPL + 2; ++kk) e = (k == kk && i < 2 * TB_NPL + 4) ? ed[kk] : e;
-                    const u32 x = i < TB_NPL + 2 || i == 2 * TB_NPL + 4 ? fd : d2;
-                    if (sl_tuple_less(nodes, e, x)) won |= 1ull << i;
-                }
-#pragma unroll
-                for (int k = 0; k < TB_NPL + 2; ++k) {
-                    fa[k] = fa[k] || ((won >> k) & 1ull);
-                    fb[k] = fb[k] || ((won >> (TB_NPL + 2 + k)) & 1ull);
-                }
-                s_wins = s_wins || ((won >> (2 * TB_NPL + 4)) & 1ull);
-            }
-            fa[1] = fa[1] || g0_k1;
-            fb[1] = fb[1] || g0_k1;
-            fb[0] = fb[0] || g0_k0;
-
-            // the merge: slot s = E[j + 1] takes
-            //   fA[s+1] ? old[s+1] : fA[s] ? first : fB[s] ? old[s] : fB[s-1] ? second : old[s-1]
-#pragma unroll
-            for (int j = 0; j < TB_NPL; ++j) {
-                double v = fb[j] ? s2 : es[j];
-                u32 c = fb[j] ? d2 : ed[j];
-                v = fb[j + 1] ? es[j + 1] : v;
-                c = fb[j + 1] ? ed[j + 1] : c;
-                v = fa[j + 1] ? fs : v;
-                c = fa[j + 1] ? fd : c;
-                cs[j] = fa[j + 2] ? es[j + 2] : v;
-                cd[j] = fa[j + 2] ? ed[j + 2] : c;
-            }
-            // the next head (slot 0 = fA[1] ? S : first, the same in every lane) and runner-up
-            hs = s_wins ? ss : fs;
-            hd = s_wins ? sd : fd;
-            const int s_lane = TB_NPL == 1 ? 1 : 0;
-            ss = __shfl_sync(FULL_MASK, cs[TB_NPL == 1 ? 0 : 1], s_lane);
-            sd = __shfl_sync(FULL_MASK, cd[TB_NPL == 1 ? 0 : 1], s_lane);
         }
         if (lane == 0) s_num_nodes = n;
     } else {                                              // warps 1..7, during the pops: token ids

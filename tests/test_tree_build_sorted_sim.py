@@ -64,33 +64,65 @@ def _cand_less_walk(rec, width, a, b) -> bool:
     return da < db
 
 
-def simulate(topk_logp: np.ndarray, budget: int) -> list[tuple[tuple[int, ...], int, float]]:
+def _merge(es, ed, fs, fd, s2, d2, fa, fb, npl):
+    """sl_merge: slot s = E[j + 1] takes
+    fA[s+1] ? old[s+1] : fA[s] ? first : fB[s] ? old[s] : fB[s-1] ? second : old[s-1]."""
+    lane_cs, lane_cd = [], []
+    for j in range(npl):
+        v, c = (s2, d2) if fb[j] else (es[j], ed[j])
+        v, c = (es[j + 1], ed[j + 1]) if fb[j + 1] else (v, c)
+        v, c = (fs, fd) if fa[j + 1] else (v, c)
+        v, c = (es[j + 2], ed[j + 2]) if fa[j + 2] else (v, c)
+        lane_cs.append(v)
+        lane_cd.append(c)
+    return lane_cs, lane_cd
+
+
+def _window(cs, cd, npl):
+    """The E window of every lane (shuffle up / own / shuffle down; out of range reads own)."""
+    out = []
+    for lane in range(LANES):
+        src_up = lane - 1 if lane >= 1 else lane
+        src_dn = lane + 1 if lane + 1 < LANES else lane
+        out.append(([cs[src_up][npl - 1]] + cs[lane][:] + [cs[src_dn][0]],
+                    [cd[src_up][npl - 1]] + cd[lane][:] + [cd[src_dn][0]]))
+    return out
+
+
+def simulate(topk_logp: np.ndarray, budget: int, stats: dict | None = None) -> list[tuple[tuple[int, ...], int, float]]:
     """The kernel's pop order for one request, as build_one reports it."""
     depth_count, k = topk_logp.shape
     q = budget + 1
     kc = min(k, q)
     width = kc + 1
     npl = max(1, -(-budget // 32))
-    table = [NEG_INF] * ((depth_count + 1) * width)
+    table = [NEG_INF] * ((depth_count + 2) * width)     # rows L and L + 1: -inf
     for d in range(depth_count):
         for r in range(kc):
             table[d * width + r] = float(topk_logp[d, r])
     assert (depth_count + 1) * width < 65536
     rec = [None] * (q + 1)
 
+    def triple(c):                  # the log-probs a head needs: own, next, child row (T reads)
+        return table[_off(c)], table[_off(c) + 1], table[(_dm1(c) + 1) * width]
+
     cs = [[NEG_INF] * npl for _ in range(LANES)]
     cd = [[0] * npl for _ in range(LANES)]
     hs = table[0] if budget > 0 else NEG_INF
     hd = _pack(0, 0, 0)
+    l0, l1, lc = table[0], table[1], table[width]
     ss, sd = NEG_INF, 0
+    m0, m1, mc = l0, l1, lc
     cs[0][0], cd[0][0] = hs, hd
+    win = _window(cs, cd, npl)
     n = 0
     while n < budget and hs > NEG_INF:
+        assert (_bits(l0), _bits(l1), _bits(lc)) == tuple(map(_bits, triple(hd))), "prefetched head log-probs"
         node = n + 1
         off, dm1 = _off(hd), _dm1(hd)
         rowc = (dm1 + 1) * width
-        l0, l1, lc = table[off], table[off + 1], table[rowc]
-        rec[node] = (hs, hd)
+        c1, cc, b1 = table[rowc + 1], table[rowc + width], table[off + 2]   # in range: L + 2 rows
+        rec[node] = (hs, hd)                                             # lane 0's store
         n = node
         sib = (hs - l0) + l1
         chi = hs + lc
@@ -99,45 +131,51 @@ def simulate(topk_logp: np.ndarray, budget: int) -> list[tuple[tuple[int, ...], 
         cfirst = chi >= sib
         fs, s2 = (chi, sib) if cfirst else (sib, chi)
         fd, d2 = (chid, sibd) if cfirst else (sibd, chid)
+        f0, f1, fc = (lc, c1, cc) if cfirst else (l1, b1, lc)
         flive, live2 = fs > NEG_INF, s2 > NEG_INF
+        eqs = ss == fs
+        ties = []
+        for lane in range(LANES):
+            es, ed = win[lane]
+            eqa = any(es[kk] == fs for kk in range(1, npl + 2))
+            eqb = any(es[kk] == s2 for kk in range(0, npl + 1))
+            ties.append((flive and (eqa or eqs)) or (live2 and eqb))
+        slow = any(ties)                                                 # __any_sync: warp-uniform
+        if stats is not None:
+            stats["pops"] = stats.get("pops", 0) + 1
+            stats["slow"] = stats.get("slow", 0) + int(slow)
         new_cs, new_cd, new_heads = [], [], set()
         for lane in range(LANES):
-            src_up = lane - 1 if lane >= 1 else lane
-            src_dn = lane + 1 if lane + 1 < LANES else lane
-            es = [cs[src_up][npl - 1]] + cs[lane][:] + [cs[src_dn][0]]
-            ed = [cd[src_up][npl - 1]] + cd[lane][:] + [cd[src_dn][0]]
+            es, ed = win[lane]
             fa = [e > fs for e in es]
             fb = [e > s2 for e in es]
             s_wins = ss > fs
-            for kk in range(npl + 2):
-                if kk >= 1 and flive and es[kk] == fs:
-                    fa[kk] = fa[kk] or _cand_less_walk(rec, width, ed[kk], fd)
-                if kk <= npl and live2 and es[kk] == s2:
-                    fb[kk] = fb[kk] or _cand_less_walk(rec, width, ed[kk], d2)
-            if flive and ss == fs:
-                s_wins = s_wins or _cand_less_walk(rec, width, sd, fd)
+            if slow and ties[lane]:                                      # the redo, after __syncwarp
+                for kk in range(npl + 2):
+                    if kk >= 1 and flive and es[kk] == fs:
+                        fa[kk] = fa[kk] or _cand_less_walk(rec, width, ed[kk], fd)
+                    if kk <= npl and live2 and es[kk] == s2:
+                        fb[kk] = fb[kk] or _cand_less_walk(rec, width, ed[kk], d2)
+                if flive and eqs:
+                    s_wins = s_wins or _cand_less_walk(rec, width, sd, fd)
             if lane == 0:
                 fa[1] = fb[1] = True
             if npl == 1 and lane == 1:
                 fb[0] = True
-            lane_cs, lane_cd = [], []
-            for j in range(npl):
-                v, c = (s2, d2) if fb[j] else (es[j], ed[j])
-                v, c = (es[j + 1], ed[j + 1]) if fb[j + 1] else (v, c)
-                v, c = (fs, fd) if fa[j + 1] else (v, c)
-                v, c = (es[j + 2], ed[j + 2]) if fa[j + 2] else (v, c)
-                lane_cs.append(v)
-                lane_cd.append(c)
+            lane_cs, lane_cd = _merge(es, ed, fs, fd, s2, d2, fa, fb, npl)
             new_cs.append(lane_cs)
             new_cd.append(lane_cd)
-            new_heads.add((_bits(ss if s_wins else fs), sd if s_wins else fd))
+            nxt = (ss, sd, m0, m1, mc) if s_wins else (fs, fd, f0, f1, fc)
+            new_heads.add((_bits(nxt[0]), nxt[1]) + tuple(map(_bits, nxt[2:])))
         assert len(new_heads) == 1, "the head differs between lanes"
         cs, cd = new_cs, new_cd
-        (hbits, hd), = new_heads
-        hs = struct.unpack("<d", struct.pack("<Q", hbits))[0]
+        (hbits, hd, b0, b1_, bc), = new_heads
+        hs, l0, l1, lc = (_unbits(x) for x in (hbits, b0, b1_, bc))
         assert (_bits(hs), hd) == (_bits(cs[0][0]), cd[0][0]), "uniform head != lane 0's slot 0"
         s_lane, s_reg = (1, 0) if npl == 1 else (0, 1)
         ss, sd = cs[s_lane][s_reg], cd[s_lane][s_reg]
+        m0, m1, mc = triple(sd)                                          # in range for any sd
+        win = _window(cs, cd, npl)
 
     out = []
     for i in range(1, n + 1):
@@ -153,6 +191,10 @@ def simulate(topk_logp: np.ndarray, budget: int) -> list[tuple[tuple[int, ...], 
 
 def _bits(x: float) -> int:
     return struct.unpack("<Q", struct.pack("<d", x))[0]
+
+
+def _unbits(b: int) -> float:
+    return struct.unpack("<d", struct.pack("<Q", b))[0]
 
 
 def _check(topk_logp: np.ndarray, budget: int, what: str) -> None:
@@ -211,3 +253,37 @@ def test_sorted_model_rounding_lifts_siblings():
         lp = np.sort(lp, axis=1)[:, ::-1].copy()
         for budget in (3, 20, 64):
             _check(lp, budget, f"mixed trial {trial} budget {budget}")
+
+
+def test_sorted_model_fuzz_edges():
+    """Random shapes: depth 64 (the packed depth wraps for a depth-64 node's child), K < budget,
+    positive log-probs, -0.0 / +0.0, quantised levels; the prefetched log-probs are asserted every
+    pop and every table read stays inside the L + 2 rows."""
+    rng = np.random.default_rng(23)
+    for trial in range(150):
+        depth = int(rng.choice([1, 2, 5, 15, 64]))
+        k = int(rng.integers(1, 12))
+        kind = trial % 3
+        if kind == 0:
+            lp = rng.standard_normal((depth, k)) * float(rng.choice([0.01, 1.0, 5.0])) + float(rng.choice([0.0, 0.5]))
+        elif kind == 1:
+            lp = rng.choice(np.array([0.5, 0.0, -0.0, -0.25, -1.0, -2.0]), size=(depth, k))
+        else:
+            lp = np.round(rng.standard_normal((depth, k)) * 2) / 4
+        lp = np.sort(lp.astype(np.float32), axis=1)[:, ::-1].copy()
+        for budget in (1, 7, 33, 64, 100):
+            _check(lp, budget, f"fuzz trial {trial} budget {budget}")
+
+
+def test_sorted_model_slow_path_is_rare_on_the_production_shape():
+    """The tie redo (warp-uniform) runs only on exact ties: never on the bench shape's random
+    drafter, on most pops of a quantised one."""
+    for params, lo, hi in [(dict(batch=4, depth=15, vocab=32000, budget=64), 0.0, 0.0),
+                           (dict(batch=4, depth=6, vocab=6, budget=64, quantize=1.0, sharpness=0.5), 0.2, 1.0)]:
+        gen = TREE_BUILD.generate(Case("sim", "tree_build", "default", 5, dict(TREE_BUILD._defaults, **params)))
+        stats = {}
+        for b in range(params["batch"]):
+            lp = gen.inputs["topk_logp"][b]
+            assert [(g[0], g[1], _bits(g[2])) for g in simulate(lp, params["budget"], stats)] == \
+                   [(w[0], w[1], _bits(w[2])) for w in build_one(lp, params["budget"])]
+        assert lo <= stats["slow"] / stats["pops"] <= hi, (params, stats)

@@ -34,10 +34,10 @@ def kernel_shared_bytes(budget: int, depth: int) -> int:
 
 def sorted_shared_bytes(budget: int, depth: int, k: int) -> int:
     """Shared memory of tree_build_sorted (tree_build_fast.cu): the log-prob table as doubles,
-    (L + 1) rows of Kc + 1 (an -inf column and an -inf row), the token ids [L][Kc], then carve()'s
-    nodes and paths."""
+    (L + 2) rows of Kc + 1 (an -inf column and two -inf rows: the child row of a depth-L node and
+    the one the loop prefetches past it), the token ids [L][Kc], then carve()'s nodes and paths."""
     kc = min(k, budget + 1)
-    return _up16((depth + 1) * (kc + 1) * 8) + _up16(depth * kc * 4) + kernel_shared_bytes(budget, depth)
+    return _up16((depth + 2) * (kc + 1) * 8) + _up16(depth * kc * 4) + kernel_shared_bytes(budget, depth)
 
 
 def check_kernel_limits(budget: int, depth: int) -> None:
