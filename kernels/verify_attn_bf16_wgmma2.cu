@@ -1,8 +1,17 @@
-// verify_attn, variant bf16_paged, Hopper warpgroup-MMA kernel, version 2 (ops.md §2). Not a default:
-// passes the GPU tests and racecheck on an H200, but at 380 TFLOP/s (B=8) it is only ~7% ahead of
-// version 1 (kernels/NOTES.md, "wgmma2 after its first H200 run"). Same math, tiles, roles and layouts
-// as verify_attn_bf16_wgmma.cu (read that header first); what differs is how shared memory is handed
-// between the two warpgroups. Target: sm_90a only (an empty stub for any other arch, never launched).
+// verify_attn, variant bf16_paged, Hopper warpgroup-MMA kernel, version 2 (ops.md §2); whether the op
+// launches it by default is kdtr/ops/verify_attn.py's CUDA_DEFAULTS. Same math, tiles, roles and
+// layouts as version 1, verify_attn_bf16_wgmma.cu (read that header first); what differs is how shared
+// memory is handed between the two warpgroups and how K tiles are gathered. Target: sm_90a only (an
+// empty stub for any other arch, never launched).
+//
+// Measured on the H200 (--bench, one process; kernels/NOTES.md, "wgmma2 after its first H200 run"):
+//   B=8 H=64 Q=33 P=8192: 599 us (503 TFLOP/s), this code. The knobs it replaced, same run: the old
+//   slot-table gather 780 us; + L2 prefetch hint .L2::256B 600; WG0 refilling half of each stage
+//   (SPLIT) 622, with the hint 622; the old gather with WG2_SKIP_RESCALE 741. An earlier run's
+//   WG_DIAG 3 (no refills at all, old gather) was 606 us: the refill cost is now about gone at B=8.
+//   B=64 H=16 Q=65 P=32768: 10,721 us (~443 TFLOP/s); old gather 13,057, SPLIT 10,928.
+//   The GPU tests and racecheck pass with this code path (then the knob WG2_GATHER=1; with and
+//   without SPLIT). Its SASS is instruction-for-instruction that of the tested build.
 //
 // Launch (main): grid = (ceil(Q*H / 64), B, n_splits), block = 256 (two warpgroups), dynamic shared
 //   memory WG2_SMEM_BYTES (223,768 B: opt-in, one block per SM). Same arguments and split rule as
@@ -26,42 +35,39 @@
 //      gone): WG0 waits for its own P·V_j right after issuing it, frees stage j & 1 (named barrier SF),
 //      then waits for tile j + 1; WG1, after its own P·V_j and SF, waits for tile j + 1 to land,
 //      publishes it, and only then issues tile j + 2's gather (one tile in flight while S runs).
+//   4. Row-fixed gather (gather_rows): each thread of WG1 owns 4 key rows and one 16-byte chunk
+//      column, loads its rows' slots from global one tile ahead, and refills a tile with 36 cp.async at
+//      immediate offsets from 4 row pointers (~50 SASS instructions per thread). It replaced a gather
+//      through a shared slot table (~17 instructions and a dependent LDS per cp.async, ~600 per thread
+//      and tile, issue-latency bound) and that table's barrier.
 //
-// Knobs for the refill cost (WG_DIAG 3, no refills, measured 606 against 786 us at B=8):
-//   WG2_GATHER 1: the row-fixed gather (gather_rows): each thread owns 4 key rows and one 16-byte
-//     chunk column, so a refill is 36 cp.async at immediate offsets from 4 row pointers (~50 SASS
-//     instructions per thread, no shared-memory slot table, no BAR_LD) instead of ~17 instructions
-//     and a dependent LDS of the slot per cp.async (~600 per thread, issue-latency bound).
-//   WG2_SPLIT 1 (needs WG2_GATHER 1): WG0 refills blocks 0-3 of a stage (only its S and its own P·V
-//     read them) right after issuing S_{j+1}, in the slot it otherwise spends waiting for S; WG1
-//     refills blocks 4-8 (its P·V's V half and P) after its own P·V_j. No cross-warpgroup stage-free
-//     barrier; K-full counts 256 arrivals (WG0 arrives for tiles 0 and 1 without data).
-//   WG2_L2PF 128 / 256: L2 prefetch-size hint on the K gather's cp.async (first touch of a KV row).
-//   WG2_SKIP_RESCALE 1: a warp skips O's rescale when all its alphas are 1 (measured slower: off).
+// Knobs (compile-time; the op's launch sets none):
+//   WG2_SKIP_RESCALE 1: a warp skips O's rescale when all its alphas are 1. Measured faster with the
+//     old gather (741 against 780 us at B=8; in the first design's order it cost 4%); with this
+//     gather it is untested (not timed, not through the GPU tests or racecheck). Off by default.
+//   WG_DIAG (timing only, wrong results): 1 = one S wgmma per tile instead of 36, 2 = no P·V wgmma,
+//     3 = no K refills after the first two tiles.
 //
 // Roles: WG0 (math): S = Q K^T (36 wgmma m64n64k16), mask, online softmax, P -> bf16 into the stage's
-//   block 8, alpha into sAlpha[j & 1]; O[:, 0:256) += P V with P from registers (with WG2_SPLIT also
-//   blocks 0-3 of each refill). WG1 (loads + right half): Q once and every K tile by cp.async (page
-//   size 1, 16 B chunks); O[:, 256:512) += P V with P from shared memory.
+//   block 8, alpha into sAlpha[j & 1]; O[:, 0:256) += P V with P from registers. WG1 (loads + right
+//   half): Q once (cp.async, 16 B chunks) and every K tile by the row-fixed gather (page size 1);
+//   O[:, 256:512) += P V with P from shared memory.
 // Shared memory (1024-aligned): Q [9][64][128 B]; K ring 2 x [9][64][128 B] (V = blocks 0-7, P_j in
-//   block 8 after S_j); alpha [2][64] f32; l, m [64] f32; slots [2][64] i32 (unused with
-//   WG2_GATHER); mbarriers.
+//   block 8 after S_j); alpha [2][64] f32; l, m [64] f32; 512 B unused (the removed slot table's
+//   place, kept so that every offset, and so the code, is that of the tested build); mbarriers.
 // Hand-offs (tile j, stage s = j & 1, T tiles in this block's split):
 //   MB_KFULL[s] (mbarrier, 128 = WG1's threads, each after its cp.async of the tile completed and a
-//     proxy fence; 256 with WG2_SPLIT, WG0's threads arriving the same way right before they wait):
-//     phase k <-> tile 2k + s. WG0 waits parity (j >> 1) & 1 before S_j.
+//     proxy fence): phase k <-> tile 2k + s. WG0 waits parity (j >> 1) & 1 before S_j.
 //   MB_PFULL (mbarrier, 128 = WG0's threads, after P_j and alpha_j are written and proxy-fenced):
 //     phase j. WG1 waits parity j & 1 before its P·V_j.
-//   BAR_SF0 / BAR_SF1 (named, 256: WG0 arrives, WG1 syncs; not with WG2_SPLIT) when j + 2 < T: WG0's
-//     P·V_j completed, stage s may be refilled with tile j + 2. WG1 refills only after its own P·V_j
-//     completed too.
-//   BAR_LD (named, WG1's 128 only; not with WG2_GATHER): slot indices of a refill written before read.
+//   BAR_SF0 / BAR_SF1 (named, 256: WG0 arrives, WG1 syncs) when j + 2 < T: WG0's P·V_j completed,
+//     stage s may be refilled with tile j + 2. WG1 refills only after its own P·V_j completed too.
 //   BAR_FIN (named, 256: WG0 arrives, WG1 syncs): final l and m.
 //   No side runs two phases ahead: WG0 arrives PFULL_{j+1} after waiting KFULL for tile j + 1, which
 //   WG1 arrives after waiting PFULL_j; WG1 arrives KFULL for tile j + 2 after PFULL_{j+1} (iteration
-//   j + 1), which WG0 arrives after waiting KFULL for tiles j and j + 1; WG0 arrives KFULL for a tile
-//   only right before it waits for it. Every arrive has one matching wait or sync: the conditions
-//   (j + 1 < T, j + 2 < T) are the same on both sides; T = 0 runs no loop iteration.
+//   j + 1), which WG0 arrives after waiting KFULL for tiles j and j + 1. Every arrive has one matching
+//   wait or sync: the conditions (j + 1 < T, j + 2 < T) are the same on both sides; T = 0 runs no
+//   loop iteration.
 #include "attn_common.cuh"
 #include "wgmma_sm90.cuh"
 
@@ -76,36 +82,14 @@
 #define WG_OFF_ALPHA (3 * WG_TILE)            // [2][64] f32
 #define WG_OFF_L (WG_OFF_ALPHA + 512)
 #define WG_OFF_M (WG_OFF_L + 256)
-#define WG_OFF_SLOT (WG_OFF_M + 256)          // [2][64] i32
-#define WG_OFF_MBAR (WG_OFF_SLOT + 512)       // KFULL[2], PFULL
+#define WG_OFF_MBAR (WG_OFF_M + 256 + 512)    // KFULL[2], PFULL; 512 B unused before it (header)
 #define WG_USED (WG_OFF_MBAR + 24)            // 222,744 B
 #define WG2_SMEM_BYTES (WG_USED + 1024)       // + alignment slack for the 1024 B swizzle atoms
 #define LN2_F 0.6931471805599453f
 
-// Compile-time knobs (kernels/NOTES.md says which to sweep). The op's launch sets none.
+// Compile-time knobs (see the header). The op's launch sets none.
 #ifndef WG2_SKIP_RESCALE
-#define WG2_SKIP_RESCALE 0    // 1: a warp skips O's rescale when all its alphas are 1 (lost on the H200)
-#endif
-#ifndef WG2_GATHER
-#define WG2_GATHER 0          // 1: row-fixed K gather (see gather_rows), per-thread slots, no BAR_LD
-#endif
-#ifndef WG2_SPLIT
-#define WG2_SPLIT 0           // 1: WG0 refills blocks 0-3 of a stage itself, WG1 blocks 4-8; no BAR_SF
-#endif
-#ifndef WG2_L2PF
-#define WG2_L2PF 0            // 0, 128 or 256: L2 prefetch-size hint on the K gather's cp.async
-#endif
-#if WG2_SPLIT && !WG2_GATHER
-#error "WG2_SPLIT needs WG2_GATHER 1"
-#endif
-#if WG2_L2PF == 0
-#define WG2_CP_ASYNC "cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
-#elif WG2_L2PF == 128
-#define WG2_CP_ASYNC "cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n"
-#elif WG2_L2PF == 256
-#define WG2_CP_ASYNC "cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n"
-#else
-#error "WG2_L2PF is 0, 128 or 256"
+#define WG2_SKIP_RESCALE 0    // 1: a warp skips O's rescale when all its alphas are 1 (untested here)
 #endif
 // Timing diagnostics only (wrong results): 1 = one S wgmma per tile instead of 36, 2 = no P.V
 // wgmma, 3 = no K refills after the first two tiles.
@@ -115,7 +99,6 @@
 
 #define BAR_SF0 5       // WG0 done with K stage 0 (its P.V completed): WG0 arrives, WG1 syncs
 #define BAR_SF1 6       // ... stage 1
-#define BAR_LD 7        // WG1 only (128): slot indices in shared memory
 #define BAR_FIN 8       // final l and m: WG0 arrives, WG1 syncs
 
 __device__ __forceinline__ void bar_sync(int id, int count) {
@@ -142,16 +125,15 @@ __device__ __forceinline__ void rescale(float (&o)[N], float al0, float al1) {
     }
 }
 
-// Row-fixed gather (WG2_GATHER 1). Thread wt of a warpgroup owns rows rg + 16 k (k = 0..3, rg = wt >> 3)
+// Row-fixed gather of WG1. Thread wt of a warpgroup owns rows rg + 16 k (k = 0..3, rg = wt >> 3)
 // of a 64-key tile and 16-byte chunk cc = wt & 7 of each of their 128-byte column blocks: a warp
 // instruction reads 4 whole 128-byte lines (4 rows x 8 lanes). Since r & 7 == rg & 7 for all four
 // rows, the swizzled destination of (k, block) is dst + 2048 k + 8192 block with dst = the stage base
 // + rg * 128 + ((cc ^ (rg & 7)) << 4), and the source is src + slot_k * 1152 + 128 block with
 // src = kv_buffer + 16 cc: one cp.async per chunk at immediate offsets from one pointer per row, no
-// index math per chunk. Blocks [B0, B1) of the four rows; rows with 16 k >= nvalid_rg = (valid keys
+// index math per chunk. All 9 blocks of the four rows; rows with 16 k >= nvalid_rg = (valid keys
 // in the tile) - rg, keys past the split end, are zero-filled and read nothing. (No rope-first
 // order: K-full covers the whole tile, and S reads the rope block last.)
-template <int B0, int B1>
 __device__ __forceinline__ void gather_rows(unsigned dst, const unsigned char* src, const int (&slot)[4],
                                             int nvalid_rg) {
 #pragma unroll
@@ -159,9 +141,9 @@ __device__ __forceinline__ void gather_rows(unsigned dst, const unsigned char* s
         const unsigned char* row = src + (size_t)slot[k] * (ATTN_D * 2);
         const int sz = 16 * k < nvalid_rg ? 16 : 0;
 #pragma unroll
-        for (int blk = B0; blk < B1; ++blk)
-            asm volatile(WG2_CP_ASYNC :: "r"(dst + k * 2048 + blk * WG_BLOCK), "l"(row + blk * 128), "r"(sz)
-                         : "memory");
+        for (int blk = 0; blk < WG_NCB; ++blk)
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                         :: "r"(dst + k * 2048 + blk * WG_BLOCK), "l"(row + blk * 128), "r"(sz) : "memory");
     }
 }
 
@@ -182,14 +164,11 @@ verify_attn_bf16_wgmma2(const u16* __restrict__ q, const u16* __restrict__ kv_bu
     float* sAlpha = (float*)(smem + WG_OFF_ALPHA);        // [2][64]
     float* sL = (float*)(smem + WG_OFF_L);
     float* sM = (float*)(smem + WG_OFF_M);
-#if !WG2_GATHER
-    int* sSlot = (int*)(smem + WG_OFF_SLOT);              // [2 stages][64 keys]
-#endif
     const unsigned mb_kfull = sbase + WG_OFF_MBAR;        // + 8 * stage
     const unsigned mb_pfull = sbase + WG_OFF_MBAR + 16;
     if (threadIdx.x == 0) {
-        mbar_init(mb_kfull, WG2_SPLIT ? 256 : 128);       // WG1 (with WG2_SPLIT WG0 too)
-        mbar_init(mb_kfull + 8, WG2_SPLIT ? 256 : 128);
+        mbar_init(mb_kfull, 128);                         // WG1
+        mbar_init(mb_kfull + 8, 128);
         mbar_init(mb_pfull, 128);
     }
     __syncthreads();                                      // the barriers exist before any arrive
@@ -224,7 +203,6 @@ verify_attn_bf16_wgmma2(const u16* __restrict__ q, const u16* __restrict__ kv_bu
         if (j >= kend) return 0;
         return j < P ? kv_indices[ibase + j] : tree_slots[(size_t)b * Q + (j - P)];
     };
-#if WG2_GATHER
     const int rg = wt >> 3, cc = wt & 7;                  // gather_rows: rows rg + 16 k, chunk cc
     const unsigned gdst = sbase + WG_OFF_K + rg * 128 + ((cc ^ (rg & 7)) << 4);
     const unsigned char* gsrc = (const unsigned char*)kv_buffer + cc * 16;
@@ -232,31 +210,15 @@ verify_attn_bf16_wgmma2(const u16* __restrict__ q, const u16* __restrict__ kv_bu
 #pragma unroll
         for (int k = 0; k < 4; ++k) sl[k] = slot_of(key0 + rg + 16 * k);
     };
-#endif
 
     if (wg == 1) {
         // ---------------------------------------------------------------- WG1: loads + right half
-#if !WG2_GATHER
-        // chunks of this thread's 36 (64 keys x 72 chunks per tile); keys past kend zero-fill
-        auto load_tile = [&](int stage, int key0) {
-            const unsigned dst = sbase + WG_OFF_K + stage * WG_TILE;
-            const int* slots = sSlot + stage * 64;
-#pragma unroll 4
-            for (int i = 0; i < 36; ++i) {
-                const int e = i * 128 + wt;
-                const int kk = e / 72, c = e - kk * 72;
-                const bool ok = key0 + kk < kend;
-                const u16* src = kv_buffer + (size_t)slots[kk] * ATTN_D + c * 8;
-                asm volatile(WG2_CP_ASYNC :: "r"(dst + tile_chunk(kk, c)), "l"(src), "r"(ok ? 16 : 0) : "memory");
-            }
-        };
-#endif
         // after the caller waited for this thread's chunks of the tile in `stage`: make them visible
         auto publish = [&](int stage) {
             fence_proxy_async();
             mbar_arrive(mb_kfull + 8 * stage);
         };
-        // prologue: Q, the slots of tiles 0 and 1, tiles 0 and 1
+        // prologue: Q, tiles 0 and 1, this thread's slots of tile 2
 #pragma unroll 4
         for (int i = 0; i < 36; ++i) {
             const int e = i * 128 + wt;
@@ -266,28 +228,14 @@ verify_attn_bf16_wgmma2(const u16* __restrict__ q, const u16* __restrict__ kv_bu
             asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
                          :: "r"(sbase + WG_OFF_Q + tile_chunk(r, c)), "l"(src), "r"(ok ? 16 : 0) : "memory");
         }
-#if WG2_GATHER
         int sl[4];                                        // this thread's rows of the next tile to load
         slots_of(kbeg, sl);
-        if (T > 0) gather_rows<0, 9>(gdst, gsrc, sl, kend - kbeg - rg);
+        if (T > 0) gather_rows(gdst, gsrc, sl, kend - kbeg - rg);
         cp_async_commit();
         slots_of(kbeg + WG_KEYS, sl);
-        if (T > 1) gather_rows<0, 9>(gdst + WG_TILE, gsrc, sl, kend - kbeg - WG_KEYS - rg);
+        if (T > 1) gather_rows(gdst + WG_TILE, gsrc, sl, kend - kbeg - WG_KEYS - rg);
         cp_async_commit();
         slots_of(kbeg + 2 * WG_KEYS, sl);
-#else
-        int nslot = 0;
-        if (wt < 64) {
-            sSlot[wt] = slot_of(kbeg + wt);
-            sSlot[64 + wt] = slot_of(kbeg + WG_KEYS + wt);
-            nslot = slot_of(kbeg + 2 * WG_KEYS + wt);
-        }
-        bar_sync(BAR_LD, 128);
-        if (T > 0) load_tile(0, kbeg);
-        cp_async_commit();
-        if (T > 1) load_tile(1, kbeg + WG_KEYS);
-        cp_async_commit();
-#endif
         cp_async_wait<1>();                               // Q and tile 0 landed (this thread's part)
         if (T > 0) publish(0);
 
@@ -307,32 +255,16 @@ verify_attn_bf16_wgmma2(const u16* __restrict__ q, const u16* __restrict__ kv_bu
             wgmma_wait<0>();                              // this warpgroup's P.V_j (and its read of P_j)
             fence_operands(o);
             if (j + 1 < T) {                              // publish tile j+1, then refill stage s with j+2
-#if !WG2_SPLIT
-                if (j + 2 < T) {
-                    bar_sync(s ? BAR_SF1 : BAR_SF0, 256); // WG0's P.V_j completed
-#if !WG2_GATHER
-                    if (wt < 64) sSlot[s * 64 + wt] = nslot;
-                    bar_sync(BAR_LD, 128);
-#endif
-                }
-#endif
+                if (j + 2 < T) bar_sync(s ? BAR_SF1 : BAR_SF0, 256);   // WG0's P.V_j completed
                 cp_async_wait<0>();                       // tile j+1 landed (this thread's part)
                 publish(s ^ 1);
                 if (j + 2 < T) {
                     const int key2 = kbeg + (j + 2) * WG_KEYS;
 #if WG_DIAG != 3
-#if WG2_GATHER
-                    gather_rows<WG2_SPLIT ? 4 : 0, 9>(gdst + s * WG_TILE, gsrc, sl, kend - key2 - rg);
-#else
-                    load_tile(s, key2);
-#endif
+                    gather_rows(gdst + s * WG_TILE, gsrc, sl, kend - key2 - rg);
 #endif
                     cp_async_commit();
-#if WG2_GATHER
-                    slots_of(key2 + WG_KEYS, sl);
-#else
-                    if (wt < 64) nslot = slot_of(key2 + WG_KEYS + wt);
-#endif
+                    slots_of(key2 + WG_KEYS, sl);         // this thread's rows of tile j+3
                 }
             }
         }
@@ -370,9 +302,6 @@ verify_attn_bf16_wgmma2(const u16* __restrict__ q, const u16* __restrict__ kv_bu
             const int s = j & 1;
             const int key0 = kbeg + j * WG_KEYS;
             if (j == 0) {                                 // inside the loop: no loop-entry copies of
-#if WG2_SPLIT                                             // accumulators land inside a wgmma stage
-                mbar_arrive(mb_kfull);                    // WG0 has no part of tiles 0 and 1
-#endif
                 mbar_wait(mb_kfull, 0);
                 issue_s(0);
             }
@@ -457,26 +386,9 @@ verify_attn_bf16_wgmma2(const u16* __restrict__ q, const u16* __restrict__ kv_bu
                 wgmma_wait<0>();                          // P.V_j done: stage s is free for tile j+2
                 keep_alive(pa);
                 fence_operands(o);
-#if WG2_SPLIT
-                int sl[4];                                // WG0 refills blocks 0-3 (only it reads them)
-                const int key2 = key0 + 2 * WG_KEYS;
-                if (j + 2 < T) slots_of(key2, sl);        // loads in flight across the wait below
-                cp_async_wait<0>();                       // WG0's part of tile j+1 (none for tile 1)
-                fence_proxy_async();
-                mbar_arrive(mb_kfull + 8 * (s ^ 1));
-#else
                 if (j + 2 < T) bar_arrive(s ? BAR_SF1 : BAR_SF0, 256);
-#endif
                 mbar_wait(mb_kfull + 8 * (s ^ 1), ((j + 1) >> 1) & 1);   // tile j+1 landed
                 issue_s(s ^ 1);
-#if WG2_SPLIT
-                if (j + 2 < T) {                          // issued while S_{j+1} runs
-#if WG_DIAG != 3
-                    gather_rows<0, 4>(gdst + s * WG_TILE, gsrc, sl, kend - key2 - rg);
-#endif
-                    cp_async_commit();
-                }
-#endif
             }
         }
         wgmma_wait<0>();

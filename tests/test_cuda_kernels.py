@@ -33,7 +33,7 @@ ATTN_SEEDS = (11, FRESH_SEED)
 # Kernels to leave out (comma-separated CUDA_KERNELS names), e.g. one that hung in a smoke run.
 SKIP_KERNELS = {k for k in os.environ.get("KDTREE_SKIP_KERNELS", "").split(",") if k}
 # Compile-time knobs to test a verify_attn kernel with before it becomes its default, e.g.
-# KDTREE_TEST_DEFINES="bf16_wgmma2:WG2_GATHER=1,WG2_SPLIT=1" (kernel:NAME=VALUE,...; ';' between kernels).
+# KDTREE_TEST_DEFINES="bf16_wgmma2:WG2_SKIP_RESCALE=1" (kernel:NAME=VALUE,...; ';' between kernels).
 KERNEL_DEFINES = {kernel: dict(pair.split("=", 1) for pair in knobs.split(","))
                   for kernel, _, knobs in (item.partition(":") for item in
                                            os.environ.get("KDTREE_TEST_DEFINES", "").split(";") if item)}
@@ -704,14 +704,8 @@ def bench() -> None:
             # part: Q load, combine, partials, merge, launches), timing only
             runs += [("fp32_pair", None, {"FP_STAGGER": 0})]
             runs += [("fp32_pair", None, {"FT_DIAG": d}) for d in (1, 2, 3)]
-        elif batch == 8:   # wgmma2 knobs (kernels/NOTES.md, "wgmma2 after its first H200 run")
-            runs += [("bf16_wgmma2", None, d) for d in (
-                {"WG_DIAG": 3}, {"WG2_SKIP_RESCALE": 1}, {"WG2_GATHER": 1}, {"WG2_GATHER": 1, "WG2_L2PF": 256},
-                {"WG2_GATHER": 1, "WG2_SPLIT": 1}, {"WG2_GATHER": 1, "WG2_SPLIT": 1, "WG2_L2PF": 256})]
-        elif batch == 64:
-            runs += [("bf16_wgmma2", None, d) for d in (
-                {"WG2_GATHER": 1}, {"WG2_GATHER": 1, "WG2_SPLIT": 1},
-                {"WG2_GATHER": 1, "WG2_SPLIT": 1, "WG2_L2PF": 256})]
+        elif batch == 8:   # wgmma2 without K refills (timing only; kernels/NOTES.md, "wgmma2")
+            runs += [("bf16_wgmma2", None, {"WG_DIAG": 3})]
         for name, splits, defines in runs:
             if name in SKIP_KERNELS:
                 continue
