@@ -264,8 +264,10 @@ def get_kernel(source: str | Path, name: str, *, defines: Mapping[str, str | int
         ensure_context(index)
         module = _load_module(compiled, index)
         driver = _driver()
-        function = _call(driver.cuModuleGetFunction, module, name.encode(),
-                         what=f"cuModuleGetFunction({compiled.source.name}, {name})")
+        result, function = driver.cuModuleGetFunction(module, name.encode())
+        if result == driver.CUresult.CUDA_ERROR_NOT_FOUND:      # resources may be absent from the log
+            raise DeviceError(f"{compiled.source.name} has no kernel {name!r}")
+        _check(result, f"cuModuleGetFunction({compiled.source.name}, {name})")
         kernel = Kernel(name=name, module=compiled, device=index, function=function)
         _kernels[key] = kernel
         return kernel

@@ -1,6 +1,6 @@
 // verify_attn, variant bf16_paged: SGLang's target-verify layout, page size 1 (ops.md §2).
 // The portable mma.sync kernel: the launch picks it on GPUs other than sm_90 (there the wgmma kernel,
-// verify_attn_bf16_wgmma.cu, runs). Measured on an H200: 1771 us at B=8 H=64 Q=33 P=8192 (170
+// verify_attn_bf16_wgmma2.cu, runs). Measured on an H200: 1771 us at B=8 H=64 Q=33 P=8192 (170
 // TFLOP/s), 31.2 ms at B=64 H=16 Q=65 P=32768 (152), 13.7 ms at B=1 H=128 Q=65 P=131072 (173).
 //
 // Launch (main): grid = (ceil(Q*H / 64), B, n_splits), block = 256 (8 warps), dynamic shared

@@ -1,8 +1,15 @@
-// verify_attn, variant bf16_paged, Hopper warpgroup-MMA kernel, version 2 (ops.md §2); whether the op
-// launches it by default is kdtr/ops/verify_attn.py's CUDA_DEFAULTS. Same math, tiles, roles and
-// layouts as version 1, verify_attn_bf16_wgmma.cu (read that header first); what differs is how shared
-// memory is handed between the two warpgroups and how K tiles are gathered. Target: sm_90a only (an
-// empty stub for any other arch, never launched).
+// verify_attn, variant bf16_paged, Hopper warpgroup-MMA kernel (FlashMLA-style; ops.md §2), version 2.
+// Target: sm_90a only (wgmma). Built for any other arch (sm_90, sm_120) it is an empty stub that the
+// host never launches there: the host picks it only on an sm_90 device, compiled for sm_90a (the
+// portable mma.sync kernel, verify_attn_bf16_paged.cu, serves other GPUs). Version 1 (git history,
+// removed once this one measured faster at every shape) had the same math, tiles and roles; what
+// differs is how shared memory is handed between the two warpgroups and how K tiles are gathered.
+//
+// A block owns 64 consecutive (token, head) rows of one request and one split of its keys
+// (ceil(kvlen / n_splits) rounded up to 64). Keys, values and the mask as in verify_attn_bf16_paged.cu:
+// prefix keys always visible and their mask columns never read; keys past the split end zero-filled
+// and masked; only the request's own pool slots are read. Rows past the request's rows are computed
+// on zero queries and never stored.
 //
 // Measured on the H200 (--bench, one process; kernels/NOTES.md, "wgmma2 after its first H200 run"):
 //   B=8 H=64 Q=33 P=8192: 599 us (503 TFLOP/s), this code. The knobs it replaced, same run: the old
@@ -14,13 +21,19 @@
 //   without SPLIT). Its SASS is instruction-for-instruction that of the tested build.
 //
 // Launch (main): grid = (ceil(Q*H / 64), B, n_splits), block = 256 (two warpgroups), dynamic shared
-//   memory WG2_SMEM_BYTES (223,768 B: opt-in, one block per SM). Same arguments and split rule as
-//   verify_attn_bf16_wgmma; n_splits > 1 writes partials that verify_attn_bf16_wgmma2_merge
-//   (grid = B*Q*H, block = 128) finishes.
+//   memory WG2_SMEM_BYTES (223,768 B: opt-in, one block per SM).
+//   verify_attn_bf16_wgmma2(q bf16 [B*Q,H,576], kv_buffer bf16 [N,576], kv_indptr i32 [B+1],
+//                           kv_indices i32 [*], tree_slots i32 [B*Q], custom_mask u8 [*],
+//                           mask_indptr i32 [B+1], B, Q, H, sm_scale_log2 (= sm_scale*log2 e),
+//                           n_splits, out bf16 [B*Q,H,512], lse f32 [B*Q,H], ws_o, ws_m, ws_l)
+//   n_splits == 1 writes out/lse; otherwise partials (attn_common.cuh) that
+//   verify_attn_bf16_wgmma2_merge (grid = B*Q*H, block = 128) finishes.
 //
-// Numerical contract: identical to verify_attn_bf16_wgmma (fp32 scores and row sums, p rounded to
-//   bf16 for P·V, log2-domain softmax, out = bf16_rn(O / l), lse = ln 2 * (m + log2 l)). No knob
-//   changes a result bit (WG2_SKIP_RESCALE skips multiplies by exactly 1.0).
+// Numerical contract: bf16 inputs, fp32 accumulation on tensor cores (wgmma m64nNk16 bf16); scores
+//   in the log2 domain: the row max m over the raw fp32 dot products, scaled once,
+//   p = exp2f(fma(s, sm_scale_log2, -m)); the row sum l adds the fp32 p while P·V uses p rounded to
+//   bf16 (as FlashAttention / FlashMLA / SGLang do); out = bf16_rn(O / l), lse = ln 2 * (m + log2 l).
+//   No knob changes a result bit (WG2_SKIP_RESCALE skips multiplies by exactly 1.0).
 //
 // Changes against version 1 (kernels/NOTES.md, "wgmma2"):
 //   1. P_j lives in the rope block (column block 8, dims 512-575) of K stage j & 1: S_j is its only

@@ -1,11 +1,55 @@
-// verify_attn, variant fp32, "pair": verify_attn_fp32_tiled.cu with its measured limiters cut.
-// Same launch, arguments, rows, splits, partials, numerical contract and arithmetic order as
-// verify_attn_fp32_tiled.cu (read its header first); results are bit-identical to it. Entry
-// `fp32_pair` in VerifyAttn.CUDA_KERNELS (not a default). Shared memory FT_SMEM_BYTES = 194,304 B,
-// 128 registers, no spills (sm_90, sm_120; also with every knob below).
+// verify_attn, variant fp32, "pair": MLA absorbed tree-verify attention, contiguous layout (ops.md §2),
+// two 256-thread warp groups per block sharing one Q tile, with pair-uniform shared loads. Entry
+// `fp32_pair` in VerifyAttn.CUDA_KERNELS, not a default: 12% faster than fp32_ffma on an H200 and
+// correct on every GPU test, but compute-sanitizer racecheck reports 4 errors between group 1's
+// publish of O (sRed) and group 0's read of it across the __syncthreads() between them, which no
+// reading of the code has explained (kernels/NOTES.md). Shared memory FT_SMEM_BYTES = 194,304 B,
+// 128 registers, no spills (sm_90, sm_120; also with every knob below). It replaced fp32_tiled (the
+// same design with a plain lane mapping, no faster than fp32_ffma; in git history).
 //
-// Measured (H200, B=1 H=16 Q=17 P=2048, graph replay, warm L2; kernels/runs/h200-2026-11-29-s2):
-// fp32_tiled 65.84 us (14 splits); 9 splits (15 tiles a block) 88.4, 20 splits (2 waves of 7) 89.9;
+// Launch (main): grid = (ceil(Q*H / 32), B, n_splits), block = 512, dynamic shared memory
+//   FT_SMEM_BYTES (194,304 B: opt-in; one block per SM).
+//   verify_attn_fp32_pair(q f32 [B,Q,H,576], kv f32 [B,S,576], prefix_len i32 [B],
+//                          visibility u8 [B,Q,Q], B, Q, H, S, sm_scale, n_splits,
+//                          out f32 [B,Q,H,512], lse f32 [B,Q,H], ws_o, ws_m, ws_l)
+//   The same arguments, rows and splits as verify_attn_fp32.cu: a block owns 32 consecutive
+//   (token, head) rows of one request (request-major i*H + h) and one split of that request's keys
+//   (ceil(kvlen / n_splits) rounded up to 16 keys, kvlen = prefix_len[b] + Q, per request on the
+//   device). With n_splits == 1 the block writes out/lse; otherwise the partials of attn_common.cuh
+//   and verify_attn_fp32_pair_merge (grid = B*Q*H, block = 128: the shared merge_row) finishes.
+//
+// Numerical contract: exact FP32 arithmetic on FFMA (no tensor cores, no TF32, no fast-math):
+//   s_j = sm_scale * (q . k_j) in fp32 (576 products as 8 partial sums of 72, added in slice
+//   order); online softmax with expf per warp group; the two groups' states (m, l, O) are combined
+//   in fp32 with weights expf(m_g - M); out = O / l, lse = M + logf(l), natural log. Prefix keys are
+//   always visible, tree key j iff visibility[b, i, j]. kv rows at or past prefix_len[b] + Q (NaN
+//   padding) and q rows past the request's Q*H are never read: their shared rows are zero-filled by
+//   cp.async with a 0-byte source, and masked keys get p = 0 exactly, so no NaN can leak.
+//   Target: relative L2 <= 1e-6 against a float64 reference.
+//
+// Tiling. The 512 threads are two warp groups (G = tid / 256) with their own named barrier
+// (id 1 + G), K buffer, score partials, P and running (m, l). Both groups share the block's Q tile
+// (32 rows x 576, loaded once) and its key split: group G takes the 16-key tiles G, G + 2, G + 4...
+// While one group waits for its tile or sits in a barrier or the softmax, the other runs FFMAs
+// (the role of "two blocks per SM", without a second copy of Q: two Q copies would not fit).
+// Per 16-key tile, per group (256 threads = 8 warps):
+//   phase 1 (S = Q K^T, 32 x 16): warp w sums dims [72w, 72w + 72) (18 float4 steps); lane owns
+//     rows {g + 8i} x keys {kg + 4j} (g = lane / 4, kg = lane % 4; a 4 x 4 register tile: 8
+//     LDS.128 per 64 FFMA, conflict-free with the 580-float row stride); the 8 partial sums per
+//     score go through shared memory (row stride 20: conflict-free stores).
+//   softmax: thread (row r = t / 8, keys c and c + 8); sums of the 8 partials in slice order; row
+//     max / sum over 8 lanes by shuffles.
+//   phase 2 (O = alpha O + P V, 32 x 512): thread owns rows 8rq.. (8) x columns 4cq.. and
+//     256 + 4cq.. (8), all 16 keys: a 8 x 8 register tile, 4 LDS.128 per 64 FFMA.
+//   Each group's K buffer is single: the next tile is copied after phase 2 and waited for at once;
+//   the other group hides that wait.
+// End: group 1 publishes O in the freed Q area; group 0 combines and writes out / partials.
+// (The lane mappings of phases 1 and 2 above are fp32_tiled's; this kernel's are in Changes 1 and 2.)
+//
+// Measured, this kernel (H200, B=1 H=16 Q=17 P=2048, graph replay, warm L2, same process;
+// kernels/runs/h200-2026-11-29-s2/call3): 57.80 us (fp32_ffma 65.52, fp32_tiled 65.95); FP_STAGGER=0
+// 62.91; FT_DIAG=1 35.85, FT_DIAG=2 44.87, FT_DIAG=3 (no key tiles: the fixed part) 10.04.
+// Measured before it, fp32_tiled: 65.84 us (14 splits); 9 splits (15 tiles a block) 88.4, 20 splits (2 waves of 7) 89.9;
 // FT_DIAG=1 (no phase-1 loop) 41.9, FT_DIAG=2 (no phase-2 loop) 51.1. Reading:
 //   - ~4.5 us per 16-key tile (the slope of the split sweep), ~20 us fixed (its intercept).
 //   - Phase 1 costs 2.4 us a tile, 2x its FFMA time (1.17 us). Shared memory returns one register
@@ -26,7 +70,7 @@
 //   2. Phase 2 lanes: t bit 0 -> row group bit 0, bits 1..6 -> column quad cq, bit 7 -> row group
 //      bit 1: V loads pair-uniform on T ^ 1, P loads on T ^ 2: 8 LDS cycles per key (was 12).
 //   3. FP_STAGGER (default 1): group 1 copies its first tile after the prologue, one copy later
-//      than group 0, so each group's tile wait falls in the other's FMA phases (0: as fp32_tiled).
+//      than group 0, so each group's tile wait falls in the other's FMA phases (0: no stagger).
 //   4. The merge issues every split's m (one round trip), then every split's l and o (one more),
 //      then sums in merge_row's order: same values, 2 round trips a row instead of ~2 per split.
 // FT_DIAG (timing only, wrong results): 1 drops the phase-1 loop, 2 the phase-2 loop, 3 every key

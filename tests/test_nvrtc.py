@@ -79,7 +79,7 @@ def test_nvrtc_version_is_13():
 def test_kernel_files_lists_every_cu():
     names = {p.name for p in nvrtc.kernel_files()}
     assert {"tree_build.cu", "tree_accept.cu", "verify_attn_fp32.cu",
-            "verify_attn_bf16_paged.cu", "verify_attn_bf16_wgmma.cu"} <= names
+            "verify_attn_bf16_paged.cu", "verify_attn_bf16_wgmma2.cu"} <= names
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -107,7 +107,7 @@ SM90A_FILES = [p.name for p in nvrtc.kernel_files() if sm90a_only(p)]
 
 
 def test_the_wgmma_kernel_is_marked_sm90a_only():
-    assert "verify_attn_bf16_wgmma.cu" in SM90A_FILES
+    assert "verify_attn_bf16_wgmma2.cu" in SM90A_FILES
 
 
 @pytest.mark.parametrize("source", SM90A_FILES)
@@ -124,10 +124,10 @@ def test_sm90a_kernels_build_for_sm90a_without_spills_or_serialized_wgmma(source
 
 @pytest.mark.parametrize("defines", [{}, {"WG_DIAG": 1}, {"WG_DIAG": 2}, {"WG_DIAG": 3}])
 def test_wgmma_kernel_real_body_is_large_and_stub_is_small(defines, cache_dir):
-    real = nvrtc.compile_kernel("verify_attn_bf16_wgmma.cu", "sm_90a", defines=defines)
-    stub = nvrtc.compile_kernel("verify_attn_bf16_wgmma.cu", "sm_90", defines=defines)
-    assert real.resource("verify_attn_bf16_wgmma").registers > 128
-    assert stub.resource("verify_attn_bf16_wgmma").registers < 16
+    real = nvrtc.compile_kernel("verify_attn_bf16_wgmma2.cu", "sm_90a", defines=defines)
+    stub = nvrtc.compile_kernel("verify_attn_bf16_wgmma2.cu", "sm_90", defines=defines)
+    assert real.resource("verify_attn_bf16_wgmma2").registers > 128
+    assert stub.resource("verify_attn_bf16_wgmma2").registers < 16
 
 
 def test_every_kernel_starts_with_its_contract():

@@ -316,11 +316,17 @@ class TreeBuild(Op):
         return ("tree_build.cu", "tree_build_fast.cu")
 
     def kernel_choice(self, variant, inputs, params):
-        """Name of the kernel run_cuda launches (a CUDA_KERNELS entry): a register-candidate warp
-        kernel up to REGISTER_BUDGET_MAX, else the shared-memory heap."""
-        if int(params["budget"]) > self.REGISTER_BUDGET_MAX:
+        """Name of the kernel run_cuda launches (a CUDA_KERNELS entry): the sorted register list up
+        to REGISTER_BUDGET_MAX where its log-prob table fits shared memory (1.8x tb_warp at budget
+        64 on an H200, kernels/NOTES.md), else tb_warp; the shared-memory heap beyond."""
+        from ..device import gpu_available, max_shared_optin
+
+        budget = int(params["budget"])
+        if budget > self.REGISTER_BUDGET_MAX:
             return "tb_smem"
-        return "tb_warp"
+        _, depth, k = inputs["topk_logp"].shape
+        limit = max_shared_optin() if gpu_available() else SHARED_MEMORY_LIMIT
+        return "tb_sorted" if sorted_shared_bytes(budget, depth, k) + 64 <= limit else "tb_warp"
 
     def run_cuda(self, variant, inputs, params, outputs, *, kernel=None):
         """One 256-thread block per request; `kernel` names a CUDA_KERNELS entry (default:
