@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Every piece of GPU evidence, on the lent H200, from the repo root (no install: PYTHONPATH=.).
-#   scripts/gpu-evidence.sh OUT_DIR [verify|sanitize|bench|all]...
-# verify:   gen-refs; verify --backend cuda --trials 20 (record); kdtree e2e on cuda (fp32 + bf16_paged,
-#           budgets 8/32/64; E2E_TOKENS (256) tokens, E2E_PROMPTS (3) prompts)
+#   scripts/gpu-evidence.sh OUT_DIR [verify|e2e|rerun|pytest|sanitize|bench|all]...
+# verify:   gen-refs; verify --backend cuda --trials 20 (record)
+# e2e:      kdtree e2e on cuda (fp32 + bf16_paged, budgets 8/32/64; E2E_TOKENS (256) tokens,
+#           E2E_PROMPTS (3) prompts)
 # rerun:    with verify: a second verify (cache hits) and verify --devices all (equals the plain run)
 # pytest:   with verify: the GPU pytest tests
-# sanitize: compute-sanitizer memcheck/racecheck/synccheck/initcheck over one bundle per kernel path
+# sanitize: compute-sanitizer memcheck/racecheck/synccheck/initcheck over one bundle per kernel path,
+#           the defaults and then the fallbacks forced with --kernel
 # bench:    the default bench suites, with --repeat (record, CSV, plot)
 # Each step has a time limit; records go to OUT_DIR/records (at most 8 files a part) and a log to OUT_DIR/log.
 set -uo pipefail
@@ -28,18 +30,28 @@ if want verify; then
   want rerun && step 60  kd verify --backend cuda -q --json "$rec/verify-cuda-rerun.json"
   want rerun && step 90  kd verify --backend cuda -q --devices all --json "$rec/verify-cuda-devices-all.json"
   want pytest && step 240 python3 -m pytest -q -m gpu -p no:cacheprovider
+fi
+if want e2e; then
   step ${E2E_LIMIT:-240} kd e2e --backend cuda --tokens ${E2E_TOKENS:-256} --prompts ${E2E_PROMPTS:-3} --budget 8 --budget 32 --budget 64 --json "$rec/e2e-cuda.json"
 fi
 if want sanitize; then
-  rm -rf goldens-sanitize
-  for f in tree_build/example_b tree_build/b64_n64_l15 tree_accept/mixed_b64_n64_l15 tree_accept/root_only_q1 \
-           verify_attn/fp32_b2_h8_p0_n8 verify_attn/fp32_b4_h16_p1024_n16_mixed verify_attn/fp32_b2_h16_p2048_n16 \
-           verify_attn/bf16_paged_b2_h8_p0_n8 verify_attn/bf16_paged_b4_h16_p1024_n16_mixed \
-           verify_attn/bf16_paged_b1_h16_p8192_n32 verify_attn/bf16_paged_b2_h16_p512_n64; do
+  # one bundle per kernel path: the defaults here (tb_sorted, tb_smem at budget 1024, tree_accept's
+  # register and shared-memory walks, fp32_ffma, bf16_wgmma2), then the fallbacks forced (--kernel)
+  rm -rf goldens-sanitize goldens-fallback
+  for f in tree_build/example_b tree_build/b64_n64_l15 tree_build/b2_n1024_l24 tree_accept/mixed_b64_n64_l15 \
+           tree_accept/root_only_q1 tree_accept/full_b2_n512 verify_attn/fp32_b2_h8_p0_n8 \
+           verify_attn/fp32_b4_h16_p1024_n16_mixed verify_attn/bf16_paged_b2_h8_p0_n8 \
+           verify_attn/bf16_paged_b4_h16_p1024_n16_mixed verify_attn/bf16_paged_b2_h16_p512_n64; do
     mkdir -p "goldens-sanitize/$(dirname $f)" && cp "goldens/$f.kdtr" "goldens-sanitize/$f.kdtr"
+  done
+  for f in tree_build/example_b tree_build/b64_n64_l15 verify_attn/bf16_paged_b2_h8_p0_n8 \
+           verify_attn/bf16_paged_b4_h16_p1024_n16_mixed; do
+    mkdir -p "goldens-fallback/$(dirname $f)" && cp "goldens/$f.kdtr" "goldens-fallback/$f.kdtr"
   done
   for tool in memcheck racecheck synccheck initcheck; do
     step 85 kd verify goldens-sanitize --sanitize "$tool" -q --json "$rec/sanitize-$tool.json"
+    step 60 kd verify goldens-fallback --sanitize "$tool" --kernel tb_warp --kernel bf16_mma -q \
+        --json "$rec/sanitize-$tool-fallbacks.json"
   done
 fi
 if want bench; then
