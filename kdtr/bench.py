@@ -226,6 +226,10 @@ class Sampler:
     calls_per_sample: int = 1
     note: str = ""
     resolution_ms: float = 0.0
+    # What the timed calls read and write (the calls, holding their input and output tensors). A
+    # captured graph holds raw addresses: were these freed while the sampler lives, the allocator
+    # would hand their memory to the next implementation and the replays would read its data.
+    keepalive: tuple = ()
 
 
 def interleave(samplers: Sequence[Sampler], options: TimingOptions, *,
@@ -481,7 +485,7 @@ class DeviceTimer:
             pairs[-1][1].synchronize()
             return [s.elapsed_time(e) / k for s, e in pairs]
         return Sampler(sampler, (per_call * k + 0.03) / 1e3, label, method, k, "; ".join(notes),
-                       EVENT_RESOLUTION_MS)
+                       EVENT_RESOLUTION_MS, keepalive=tuple(calls))
 
     def measure(self, calls: Sequence[Callable[[], Any]], *, options: TimingOptions, mode: str = "hot",
                 graph: bool = True, clock: Callable[[], float] = time.perf_counter) -> Timing:
@@ -986,7 +990,7 @@ class _CaseRunner:
             rows[slot] = self._timed(rows[slot], result)
         if ours_sampler is not None and rows[0].timing is not None:
             rows[0] = after(rows[0])
-            if repeat:
+            if repeat and rows[0].timing is not None:      # None: the timed calls' outputs failed
                 second = results[-1]
                 if isinstance(second, Exception):
                     rows[0] = replace(rows[0], check=f"{rows[0].check}; repeat failed: {type(second).__name__}: "
@@ -1296,7 +1300,8 @@ def run_bench(items: Sequence[BenchItem], settings: BenchSettings = BenchSetting
                     errors.append(f"sanity cases: {type(err).__name__}: {_first_line(err)}")
                     env.cleanup()
             done += 1
-        for item in items:
+        lost = None
+        for index, item in enumerate(items):
             if deadline is not None and time.perf_counter() > deadline:
                 not_run.append(f"{item.op}/{item.variant} {item.name}")
                 done += 1
@@ -1312,13 +1317,21 @@ def run_bench(items: Sequence[BenchItem], settings: BenchSettings = BenchSetting
                               f"{type(err).__name__}: {_first_line(err)}")
             finally:
                 del runner
-                env.cleanup()
                 case_seconds[f"{item.op}/{item.variant} {item.name}"] = round(time.perf_counter() - case_started, 3)
+                try:
+                    env.cleanup()
+                except Exception as err:  # noqa: BLE001 - e.g. a kernel's illegal address, reported late
+                    lost = f"{type(err).__name__}: {_first_line(err)}"
+            if lost:                      # a sticky device error: nothing after it can be trusted
+                errors.append(f"the device failed after {item.op}/{item.variant} {item.name} ({item.source}): "
+                              f"{lost}; the remaining cases were not run")
+                not_run.extend(f"{i.op}/{i.variant} {i.name}" for i in items[index + 1:])
+                break
             done += 1
             report(f"{item.op} {item.name}", done, total)
             if on_partial is not None:
                 on_partial(record(complete=False))
-        if env.gpu:
+        if env.gpu and not lost:
             env.timer.release()
     return record(complete=True)
 

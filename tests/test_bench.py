@@ -911,3 +911,29 @@ def test_committed_h200_records_still_load_and_render(tmp_path):
         assert result.exit_code == 0, result.output
         assert "ceilings measured in this run" in result.output
         assert invoke("bench", "--compare", path, path, "--quiet").exit_code == 0
+
+
+def test_a_device_error_at_cleanup_stops_the_run_with_a_record_not_a_traceback(suites, tmp_path, monkeypatch):
+    """A kernel's illegal address surfaces late (at the next synchronizing call, e.g. empty_cache
+    after a case): the run stops there, names the case and every case not run, writes its record
+    and exits 1 (seen on the H200 when a captured graph's inputs had been freed)."""
+    from kdtr import bench
+    from kdtr.device import gpu_available
+
+    if gpu_available():
+        pytest.skip("CPU run")
+    cleanups = []
+
+    def cleanup(self):
+        cleanups.append(1)
+        if len(cleanups) == 2:              # the second cleanup: within or right after the first case
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+    monkeypatch.setattr(bench._Env, "cleanup", cleanup)
+    out = tmp_path / "lost.json"
+    result = invoke("bench", suites, *FAST, "-k", "ta_*", "--json", out)
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    data = json.loads(out.read_text())
+    assert not data["complete"]
+    assert any("the device failed after" in e and "illegal memory access" in e for e in data["errors"])
+    assert data["not_run"], data
