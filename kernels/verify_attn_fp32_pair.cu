@@ -1,11 +1,14 @@
 // verify_attn, variant fp32, "pair": MLA absorbed tree-verify attention, contiguous layout (ops.md §2),
 // two 256-thread warp groups per block sharing one Q tile, with pair-uniform shared loads. Entry
-// `fp32_pair` in VerifyAttn.CUDA_KERNELS, not a default: 12% faster than fp32_ffma on an H200 and
-// correct on every GPU test, but compute-sanitizer racecheck reports 4 errors between group 1's
-// publish of O (sRed) and group 0's read of it across the __syncthreads() between them, which no
-// reading of the code has explained (kernels/NOTES.md). Shared memory FT_SMEM_BYTES = 194,304 B,
-// 128 registers, no spills (sm_90, sm_120; also with every knob below). It replaced fp32_tiled (the
-// same design with a plain lane mapping, no faster than fp32_ffma; in git history).
+// `fp32_pair` in VerifyAttn.CUDA_KERNELS, not a default: correct on every GPU test, and 4% faster than
+// fp32_ffma as built (62.9 against 65.5 us; 12% with FP_STAGGER=1, 57.8 us). With FP_STAGGER=1,
+// compute-sanitizer racecheck reports 3-4 errors between group 1's publish of O (sRed) and group 0's
+// read of it across the __syncthreads() between them; with FP_STAGGER=0 it reports none. The stagger
+// adds one named barrier that only group 1 runs (an odd count of bar.sync 2); no reading of the code
+// has found a real race there (kernels/NOTES.md), so the knob stays off until one is understood.
+// Shared memory FT_SMEM_BYTES = 194,304 B, 128 registers, no spills (sm_90, sm_120; every knob). It
+// replaced fp32_tiled (the same design with a plain lane mapping, no faster than fp32_ffma; in git
+// history).
 //
 // Launch (main): grid = (ceil(Q*H / 32), B, n_splits), block = 512, dynamic shared memory
 //   FT_SMEM_BYTES (194,304 B: opt-in; one block per SM).
@@ -69,7 +72,8 @@
 //      (8 rows x 16 B at the 580-float stride cover the 32 banks; partial stores unchanged).
 //   2. Phase 2 lanes: t bit 0 -> row group bit 0, bits 1..6 -> column quad cq, bit 7 -> row group
 //      bit 1: V loads pair-uniform on T ^ 1, P loads on T ^ 2: 8 LDS cycles per key (was 12).
-//   3. FP_STAGGER (default 1): group 1 copies its first tile after the prologue, one copy later
+//   3. FP_STAGGER (default 0; 1 measured 57.8 us against 62.9 but racecheck reports it, below): group 1
+//      copies its first tile after the prologue, one copy later
 //      than group 0, so each group's tile wait falls in the other's FMA phases (0: no stagger).
 //   4. The merge issues every split's m (one round trip), then every split's l and o (one more),
 //      then sums in merge_row's order: same values, 2 round trips a row instead of ~2 per split.
@@ -95,7 +99,7 @@
 #define FT_DIAG 0
 #endif
 #ifndef FP_STAGGER
-#define FP_STAGGER 1                             // group 1 loads its first tile after the prologue
+#define FP_STAGGER 0                             // 1: group 1 loads its first tile after the prologue
 #endif
 #define FP_MAXZ 16                               // splits merged with every load in flight (more: merge_row)
 
