@@ -9,10 +9,11 @@ How a figure is made (perf.md, "Measuring"):
   A short spin kernel is queued before each sample's start event, so the host's enqueueing of the
   timed work never shows up as device idle time inside the interval.
 - Each implementation of a case is checked, warmed, captured and calibrated first (`prepare`);
-  then all of them, ours included (twice with --repeat), are timed in interleaved rounds
-  (`interleave`: A B C A' | B C A' A | ...): a turn of samples each per round, the order rotated,
-  so drift of the GPU's clocks, power and temperature over the case hits every implementation
-  alike. A figure is the median of its samples; its noise (`rel_ci`) is the larger of that
+  then all of them, ours included (twice with --repeat), are timed in interleaved turns
+  (`interleave`): a turn is a batch of samples (one round of that implementation), the turns follow
+  cycles in which every implementation runs right after every other exactly once
+  (`balanced_turns`), so drift of the GPU's clocks, power and temperature over the case, and
+  whatever one implementation leaves behind for the next, hit every implementation alike. A figure is the median of its samples; its noise (`rel_ci`) is the larger of that
   median's 95% CI (distribution-free, order statistics) and the 95% CI of its rounds' medians
   (Student t): how much the figure moves between rounds, which one timing's samples cannot show.
 - Rounds stop, after `min_rounds`, when every implementation's noise is under `target`, or the
@@ -232,19 +233,39 @@ class Sampler:
     keepalive: tuple = ()
 
 
+def balanced_turns(m: int) -> list[int]:
+    """One cycle of turns in which every implementation runs right after every other exactly once,
+    also across the cycle's end (an Eulerian circuit of the complete directed graph on m vertices):
+    m(m - 1) turns, m - 1 per implementation ([0] for m = 1). A rotated order would keep each one's
+    predecessor fixed, so whatever a heavy baseline leaves behind (clocks, power, caches) would always
+    land on the same neighbour: on the H200 the repeat of our kernel, which always ran right after
+    the same baseline, came out 4-6% off its first timing in the two heaviest cases."""
+    if m == 1:
+        return [0]
+    unused = {v: [u for u in range(m) if u != v] for v in range(m)}
+    stack, circuit = [0], []
+    while stack:                                   # Hierholzer
+        if unused[stack[-1]]:
+            stack.append(unused[stack[-1]].pop())
+        else:
+            circuit.append(stack.pop())
+    return circuit[::-1][:-1]                      # it ends where it began: drop the repeat
+
+
 def interleave(samplers: Sequence[Sampler], options: TimingOptions, *,
                clock: Callable[[], float] = time.perf_counter, deadline: float | None = None,
                progress: Callable[[int], None] | None = None) -> list[Timing | Exception]:
-    """Time several implementations in interleaved rounds: each round gives every one a turn of
-    samples (a turn lasts about budget_s / rounds, at least one sample), the order rotated by one
-    each round, so clock, power and thermal drift over the rounds hits all of them alike and no
-    one always follows the same neighbour. Each figure's noise is the larger of its pooled
-    median's CI and the spread between its rounds' medians (`summarize`).
+    """Time several implementations in interleaved turns: the turns follow cycles of
+    `balanced_turns`, so clock, power and thermal drift hits all of them alike and every one runs
+    right after every other equally often; a turn is a batch of samples (about budget_s / rounds, at
+    least one sample) and one round of its implementation. Each figure's noise is the larger of its
+    pooled median's CI and the spread between its rounds' medians (`summarize`).
 
-    Rounds go on until, with at least min_rounds done: every implementation has min_samples and a
-    noise under `target` ("converged"); or the budget (budget_s x implementations, wall time of the
-    rounds) is spent ("budget"); or one has max_samples ("max_samples"); or max_rounds ("max_rounds");
-    or `deadline` (on `clock`) has passed ("time_limit"). The stop reason is every timing's.
+    After each cycle, once every implementation has min_rounds rounds, they stop when: every
+    implementation has min_samples and a noise under `target` ("converged"); or the budget (budget_s
+    x implementations, wall time of the turns) is spent ("budget"); or one has max_samples
+    ("max_samples"); or max_rounds ("max_rounds"); or `deadline` (on `clock`) has passed
+    ("time_limit"). The stop reason is every timing's.
 
     A sampler that raises drops out of the rounds; its slot returns the exception."""
     m = len(samplers)
@@ -256,6 +277,7 @@ def interleave(samplers: Sequence[Sampler], options: TimingOptions, *,
     batch = [max(1, min(cap, int(turn_s / s.per_sample_s + 1e-9) if s.per_sample_s > 0 else cap)) for s in samplers]
     rounds: list[list[list[float]]] = [[] for _ in samplers]
     live = list(range(m))
+    cycle = balanced_turns(m)
 
     def take(i: int, n: int) -> list[float] | None:
         try:
@@ -280,8 +302,7 @@ def interleave(samplers: Sequence[Sampler], options: TimingOptions, *,
     gc.disable()                    # as timeit does: no collector pause inside a sample
     try:
         while live:
-            for j in range(m):
-                i = (r + j) % m
+            for i in cycle:
                 if i not in live:
                     continue
                 got = take(i, batch[i])
@@ -290,7 +311,7 @@ def interleave(samplers: Sequence[Sampler], options: TimingOptions, *,
             r += 1
             if progress is not None:
                 progress(r)
-            if r < options.min_rounds or not live:
+            if not live or min(len(rounds[i]) for i in live) < options.min_rounds:
                 continue
             reason = None
             if all(sum(map(len, rounds[i])) >= options.min_samples and timing(i, "").rel_ci <= options.target
@@ -298,7 +319,7 @@ def interleave(samplers: Sequence[Sampler], options: TimingOptions, *,
                 reason = "converged"
             elif any(sum(map(len, rounds[i])) >= options.max_samples for i in live):
                 reason = "max_samples"
-            elif r >= options.max_rounds:
+            elif max(len(rounds[i]) for i in live) >= options.max_rounds:
                 reason = "max_rounds"
             elif clock() - start >= options.budget_s * m:
                 reason = "budget"
