@@ -71,10 +71,7 @@ def run(backend: str, op: Op, variant: str, inputs: Mapping[str, np.ndarray],
         device_inputs = upload(inputs, "cuda")
         outputs = {name: poisoned(kind, shape, "cuda")
                    for name, (kind, shape) in op.output_specs(variant, inputs, params).items()}
-        if kernel is None:
-            op.run_cuda(variant, device_inputs, params, outputs)
-        else:
-            op.run_cuda(variant, device_inputs, params, outputs, kernel=kernel)
+        op.run_cuda(variant, device_inputs, params, outputs, kernel=kernel)
         try:
             torch.cuda.synchronize()
         except RuntimeError as err:

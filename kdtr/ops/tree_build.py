@@ -310,7 +310,7 @@ class TreeBuild(Op):
     REGISTER_BUDGET_MAX = 512           # register-candidate kernels: 32 lanes x 16 slots >= budget
 
     def cuda_kernels(self, variant):
-        return tuple(self.CUDA_KERNELS)
+        return self.CUDA_KERNELS
 
     def kernel_sources(self, variant):
         return ("tree_build.cu", "tree_build_fast.cu")
@@ -351,17 +351,18 @@ class TreeBuild(Op):
         args_out = [outputs[n] for n in ("tokens", "parents", "depths", "positions", "ranks",
                                          "scores", "visibility", "num_nodes")]
         slots = max(1, math.ceil(budget / 32))
+        limit = max_shared_optin()
         if name == "tb_sorted":      # 32 x per_lane >= budget slots; the log-prob table must fit
             smem = sorted_shared_bytes(budget, depth, k)
-            if smem + 64 > max_shared_optin():    # + the static s_num_nodes
+            if smem + 64 > limit:                 # + the static s_num_nodes
                 raise ValueError(f"tb_sorted needs {smem} B of shared memory at budget {budget}, depth "
-                                 f"{depth}, K {k}; the device has {max_shared_optin()} B")
+                                 f"{depth}, K {k}; the device has {limit} B")
             kernel_fn = get_kernel("tree_build_fast.cu", "tree_build_sorted", defines={"TB_NPL": slots})
             kernel_fn.launch(batch, 256, args + args_out, shared_mem=smem)
             return
         smem = kernel_shared_bytes(budget, depth)
         staged_bytes = 2 * _up16(depth * min(k, q) * 4)          # the log-probs, when they fit
-        staged = smem + staged_bytes + 64 <= max_shared_optin()
+        staged = smem + staged_bytes + 64 <= limit
         smem += staged_bytes if staged else 0
         args += [c_int(int(staged))] + args_out
         if name == "tb_warp":        # capacity 32 x per_lane >= budget (slots in use <= budget): 1..16

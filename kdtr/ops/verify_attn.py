@@ -258,26 +258,11 @@ class VerifyAttn(Op):
             visibility = inputs["visibility"].bool()
         else:
             indptr = inputs["kv_indptr"].long()
-            batch = indptr.numel() - 1
-            q_len = inputs["tree_slots"].numel() // batch
-            heads = inputs["q"].shape[1]
-            q = inputs["q"].view(batch, q_len, heads, ROW).float()
-            prefix_len = indptr[1:] - indptr[:-1]
-            width = int(prefix_len.max())
-            indices = inputs["kv_indices"].long()
-            pos = indptr[:-1, None] + torch.arange(width, device=q.device)[None]
-            slots = indices[pos.clamp(max=indices.numel() - 1)] if width else pos
-            keys_prefix = inputs["kv_buffer"][slots].float()
-            keys_tree = inputs["kv_buffer"][inputs["tree_slots"].long().view(batch, q_len)].float()
-            rows = torch.arange(q_len, device=q.device)
-            mask_pos = (inputs["mask_indptr"].long()[:-1, None, None]
-                        + rows[None, :, None] * (prefix_len + q_len)[:, None, None]
-                        + prefix_len[:, None, None] + rows[None, None, :])
-            visibility = inputs["custom_mask"][mask_pos].bool()
-        prefix_cols = torch.arange(width, device=q.device)[None] < prefix_len[:, None]   # [B, width]
-        # rows past a request's prefix are another request's or NaN: zero them, then mask them
-        keys = torch.cat([torch.where(prefix_cols[:, :, None], keys_prefix, 0.0), keys_tree], dim=1)
-        allowed = torch.cat([prefix_cols[:, None, :].expand(-1, q_len, -1), visibility], dim=2)
+            width = int((indptr[1:] - indptr[:-1]).max())
+            q, keys_prefix, keys_tree, prefix_len, visibility = _paged_gather(inputs, width)
+            q, keys_prefix, keys_tree = q.float(), keys_prefix.float(), keys_tree.float()
+            batch, q_len, heads, _ = q.shape
+        keys, allowed = _keys_and_allowed(keys_prefix, keys_tree, prefix_len, visibility)
         scores = torch.bmm(q.reshape(batch, q_len * heads, ROW), keys.transpose(1, 2))
         scores = scores.view(batch, q_len, heads, -1) * float(params["sm_scale"])
         scores = scores.masked_fill(~allowed[:, :, None, :], -torch.inf)
@@ -309,8 +294,8 @@ class VerifyAttn(Op):
     CUDA_KERNELS = {
         "fp32_ffma": CudaKernel("fp32", "verify_attn_fp32.cu", "verify_attn_fp32", "verify_attn_fp32_merge",
                                 32, 16, 512, 183680),
-        # two warp groups sharing Q, pair-uniform shared loads: 12% faster than fp32_ffma, not a
-        # default while racecheck reports errors in it (kernels/NOTES.md, "fp32_pair")
+        # two warp groups sharing Q, pair-uniform shared loads: 4% faster than fp32_ffma as built
+        # (FP_STAGGER off), not a default (kernels/NOTES.md, "fp32_pair")
         "fp32_pair": CudaKernel("fp32", "verify_attn_fp32_pair.cu", "verify_attn_fp32_pair",
                                 "verify_attn_fp32_pair_merge", 32, 16, 512, 194304),
         "bf16_mma": CudaKernel("bf16_paged", "verify_attn_bf16_paged.cu", "verify_attn_bf16_paged",
@@ -660,6 +645,44 @@ def _device_free_bytes() -> int | None:
         return None
 
 
+def _paged_gather(inputs, width: int):
+    """bf16_paged's inputs in contiguous form, dtypes as stored: q [B, Q, H, 576], each request's
+    first `width` prefix rows [B, width, 576] (rows past its own prefix belong to another request or
+    are NaN padding: `_keys_and_allowed` zeroes and masks them), its tree rows [B, Q, 576], its prefix
+    length [B] and the tree part of its mask [B, Q, Q] (bool)."""
+    import torch
+
+    indptr = inputs["kv_indptr"].long()
+    batch = indptr.numel() - 1
+    q_len = inputs["tree_slots"].numel() // batch
+    q = inputs["q"].view(batch, q_len, inputs["q"].shape[1], ROW)
+    device = q.device
+    prefix_len = indptr[1:] - indptr[:-1]
+    indices = inputs["kv_indices"].long()
+    pos = indptr[:-1, None] + torch.arange(width, device=device)[None]
+    slots = indices[pos.clamp(max=indices.numel() - 1)] if width else pos
+    keys_prefix = inputs["kv_buffer"][slots]
+    keys_tree = inputs["kv_buffer"][inputs["tree_slots"].long().view(batch, q_len)]
+    rows = torch.arange(q_len, device=device)
+    mask_pos = (inputs["mask_indptr"].long()[:-1, None, None]
+                + rows[None, :, None] * (prefix_len + q_len)[:, None, None]
+                + prefix_len[:, None, None] + rows[None, None, :])
+    return q, keys_prefix, keys_tree, prefix_len, inputs["custom_mask"][mask_pos].bool()
+
+
+def _keys_and_allowed(keys_prefix, keys_tree, prefix_len, visibility):
+    """Every request's keys in one row block, [B, W + Q, 576] (prefix rows past its own prefix
+    zeroed), and what each of its tree rows may see, [B, Q, W + Q]: its prefix and its tree mask."""
+    import torch
+
+    width, q_len = keys_prefix.shape[1], keys_tree.shape[1]
+    prefix_cols = torch.arange(width, device=keys_tree.device)[None] < prefix_len[:, None]   # [B, W]
+    # rows past a request's prefix are another request's or NaN: zero them, then mask them
+    keys = torch.cat([torch.where(prefix_cols[:, :, None], keys_prefix, 0.0), keys_tree], dim=1)
+    allowed = torch.cat([prefix_cols[:, None, :].expand(-1, q_len, -1), visibility], dim=2)
+    return keys, allowed
+
+
 def attend_torch_bf16(inputs, width: int, sm_scale: float):
     """bf16_paged as a user writes it in bf16 torch: gather the paged bf16 keys, scores = bf16 GEMM
     with fp32 accumulation and fp32 output (torch.bmm(..., out_dtype=torch.float32) on CUDA), masked
@@ -676,30 +699,10 @@ def attend_torch_bf16(inputs, width: int, sm_scale: float):
     values are exact in fp32, sums in fp32)."""
     import torch
 
-    indptr = inputs["kv_indptr"].long()
-    batch = indptr.numel() - 1
-    q_len = inputs["tree_slots"].numel() // batch
-    heads = inputs["q"].shape[1]
-    device = inputs["q"].device
-    q = inputs["q"].view(batch, q_len * heads, ROW)                                     # bf16
-    prefix_len = indptr[1:] - indptr[:-1]
-    buffer = inputs["kv_buffer"]
-    if width:
-        indices = inputs["kv_indices"].long()
-        pos = indptr[:-1, None] + torch.arange(width, device=device)[None]
-        keys_prefix = buffer[indices[pos.clamp(max=indices.numel() - 1)]]
-    else:
-        keys_prefix = buffer.new_zeros((batch, 0, ROW))
-    keys_tree = buffer[inputs["tree_slots"].long().view(batch, q_len)]
-    prefix_cols = torch.arange(width, device=device)[None] < prefix_len[:, None]        # [B, W]
-    # rows past a request's prefix are another request's or NaN: zero them, then mask them
-    keys = torch.cat([torch.where(prefix_cols[:, :, None], keys_prefix, 0), keys_tree], dim=1)
-    rows = torch.arange(q_len, device=device)
-    mask_pos = (inputs["mask_indptr"].long()[:-1, None, None]
-                + rows[None, :, None] * (prefix_len + q_len)[:, None, None]
-                + prefix_len[:, None, None] + rows[None, None, :])
-    visibility = inputs["custom_mask"][mask_pos].bool()
-    allowed = torch.cat([prefix_cols[:, None, :].expand(-1, q_len, -1), visibility], dim=2)
+    q, keys_prefix, keys_tree, prefix_len, visibility = _paged_gather(inputs, width)      # bf16 as stored
+    batch, q_len, heads, _ = q.shape
+    keys, allowed = _keys_and_allowed(keys_prefix, keys_tree, prefix_len, visibility)
+    q = q.view(batch, q_len * heads, ROW)
     scores = _score_gemm()(q, keys).view(batch, q_len, heads, -1) * sm_scale
     scores = scores.masked_fill(~allowed[:, :, None, :], -torch.inf)
     lse = torch.logsumexp(scores, dim=-1)
