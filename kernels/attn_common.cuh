@@ -86,3 +86,20 @@ __device__ __forceinline__ void merge_row(const float* __restrict__ ws_o, const 
     store((size_t)row * ATTN_DV + col, acc[0] / l, acc[1] / l, acc[2] / l, acc[3] / l);
     if (threadIdx.x == 0) lse[row] = M + logf(l);
 }
+
+// Stores of merge_row's normalised output: bf16 (round to nearest even), 4 values per call.
+struct StoreBF16 {
+    u16* out;
+    __device__ void operator()(size_t at, float a, float b, float c, float d) const {
+        *(uint2*)(out + at) = make_uint2(pack_bf16x2(a, b), pack_bf16x2(c, d));
+    }
+};
+
+// A kernel's split-KV merge entry: grid = B*Q*H rows, block = MERGE_THREADS (128).
+#define ATTN_MERGE_ENTRY(name, out_t, Store)                                                         \
+    extern "C" __global__ void __launch_bounds__(MERGE_THREADS)                                       \
+    name(const float* __restrict__ ws_o, const float* __restrict__ ws_m,                               \
+         const float* __restrict__ ws_l, int n_splits, int rows, out_t* __restrict__ out,              \
+         float* __restrict__ lse) {                                                                    \
+        merge_row(ws_o, ws_m, ws_l, n_splits, rows, lse, Store{out});                                  \
+    }

@@ -268,17 +268,4 @@ verify_attn_bf16_paged(const u16* __restrict__ q, const u16* __restrict__ kv_buf
     }
 }
 
-struct StoreBF16 {
-    u16* out;
-    __device__ void operator()(size_t at, float a, float b, float c, float d) const {
-        *(uint2*)(out + at) = make_uint2(pack_bf16x2(a, b), pack_bf16x2(c, d));
-    }
-};
-
-// grid = B*Q*H rows, block = MERGE_THREADS (128)
-extern "C" __global__ void __launch_bounds__(MERGE_THREADS)
-verify_attn_bf16_merge(const float* __restrict__ ws_o, const float* __restrict__ ws_m,
-                       const float* __restrict__ ws_l, int n_splits, int rows,
-                       u16* __restrict__ out, float* __restrict__ lse) {
-    merge_row(ws_o, ws_m, ws_l, n_splits, rows, lse, StoreBF16{out});
-}
+ATTN_MERGE_ENTRY(verify_attn_bf16_merge, u16, StoreBF16)

@@ -449,17 +449,4 @@ verify_attn_bf16_wgmma2(const u16* __restrict__ q, const u16* __restrict__ kv_bu
 #endif
 }
 
-struct StoreBF16W2 {
-    u16* out;
-    __device__ void operator()(size_t at, float a, float b, float c, float d) const {
-        *(uint2*)(out + at) = make_uint2(pack_bf16x2(a, b), pack_bf16x2(c, d));
-    }
-};
-
-// grid = B*Q*H rows, block = MERGE_THREADS (128)
-extern "C" __global__ void __launch_bounds__(MERGE_THREADS)
-verify_attn_bf16_wgmma2_merge(const float* __restrict__ ws_o, const float* __restrict__ ws_m,
-                              const float* __restrict__ ws_l, int n_splits, int rows,
-                              u16* __restrict__ out, float* __restrict__ lse) {
-    merge_row(ws_o, ws_m, ws_l, n_splits, rows, lse, StoreBF16W2{out});
-}
+ATTN_MERGE_ENTRY(verify_attn_bf16_wgmma2_merge, u16, StoreBF16)
