@@ -21,6 +21,11 @@ DEFAULT_SHARED_LIMIT = 48 * 1024      # dynamic shared memory a kernel gets with
 _lock = threading.RLock()          # re-entrant: get_kernel calls ensure_context under it
 _kernels: dict[tuple, "Kernel"] = {}
 _modules: dict[tuple, Any] = {}
+# Per-device constants, asked of the driver once: launches ask for them every time (an eager launch
+# is host-bound, so a driver round trip per launch is not free)
+_archs: dict[int, str] = {}
+_attributes: dict[tuple[str, int], int] = {}
+_streams: dict[int, Any] = {}
 
 
 def _driver():
@@ -87,17 +92,25 @@ def require_gpu() -> None:
 
 def device_arch(device: int | None = None) -> str:
     """`sm_XY` of the current (or given) device, e.g. sm_90 on an H200."""
-    require_gpu()
-    import torch
+    index = _device_index(device)
+    arch = _archs.get(index)
+    if arch is None:
+        require_gpu()
+        import torch
 
-    major, minor = torch.cuda.get_device_capability(device)
-    return f"sm_{major}{minor}"
+        major, minor = torch.cuda.get_device_capability(index)
+        arch = _archs[index] = f"sm_{major}{minor}"
+    return arch
 
 
 def _device_index(device: int | None = None) -> int:
     import torch
 
-    return torch.cuda.current_device() if device is None else int(device)
+    if device is not None:
+        return int(device)
+    if not _archs:                    # nothing asked of a device yet: a missing GPU says so first
+        require_gpu()
+    return torch.cuda.current_device()
 
 
 _contexts: dict[int, Any] = {}
@@ -129,22 +142,26 @@ def ensure_context(device: int | None = None):
     return ctx
 
 
-def _device_attribute(attr_name: str, device: int) -> int:
-    driver = _driver()
-    attr = getattr(driver.CUdevice_attribute, attr_name)
-    dev = _call(driver.cuDeviceGet, device, what=f"cuDeviceGet({device})")
-    return int(_call(driver.cuDeviceGetAttribute, attr, dev, what=f"cuDeviceGetAttribute({attr_name})"))
+def _device_attribute(attr_name: str, device: int | None) -> int:
+    index = _device_index(device)
+    value = _attributes.get((attr_name, index))
+    if value is None:
+        ensure_context(index)
+        driver = _driver()
+        attr = getattr(driver.CUdevice_attribute, attr_name)
+        dev = _call(driver.cuDeviceGet, index, what=f"cuDeviceGet({index})")
+        value = int(_call(driver.cuDeviceGetAttribute, attr, dev, what=f"cuDeviceGetAttribute({attr_name})"))
+        _attributes[(attr_name, index)] = value
+    return value
 
 
 def max_shared_optin(device: int | None = None) -> int:
     """The largest dynamic shared memory one block may opt in to (227 KB on Hopper)."""
-    ensure_context(device)
-    return _device_attribute("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", _device_index(device))
+    return _device_attribute("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", device)
 
 
 def multiprocessor_count(device: int | None = None) -> int:
-    ensure_context(device)
-    return _device_attribute("CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT", _device_index(device))
+    return _device_attribute("CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT", device)
 
 
 # -- kernels ---------------------------------------------------------------------------------------
@@ -210,7 +227,10 @@ class Kernel:
         handle = stream.cuda_stream if hasattr(stream, "cuda_stream") else int(stream)
         values, pointers = self._marshal(args)
         driver = _driver()
-        _check(driver.cuLaunchKernel(self.function, *g, *b, int(shared_mem), driver.CUstream(handle),
+        cu_stream = _streams.get(handle)
+        if cu_stream is None:
+            cu_stream = _streams[handle] = driver.CUstream(handle)
+        _check(driver.cuLaunchKernel(self.function, *g, *b, int(shared_mem), cu_stream,
                                      ctypes.addressof(pointers), 0),
                f"cuLaunchKernel({self.name}, grid={g}, block={b}, shared={shared_mem})", error=LaunchError)
         del values                                        # kept alive until the launch returned
