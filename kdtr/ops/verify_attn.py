@@ -277,7 +277,8 @@ class VerifyAttn(Op):
     # CUDA binding (kernels/verify_attn_*.cu). One entry per kernel: the variant it serves, source,
     # entry, merge entry, (token, head) rows and keys per tile, threads, dynamic shared memory (the
     # .cu's *_SMEM_BYTES), arch suffix ("a": sm_90a-only code, run only on an sm_90 device), the
-    # fewest key tiles per split, and whether a full grid is re-split to even out its last wave.
+    # fewest key tiles per split, whether a full grid is re-split to even out its last wave, and
+    # (optional) `sizing`: defines -> (rows per tile, shared bytes), for a kernel whose tile is a knob.
     class CudaKernel(NamedTuple):
         variant: str
         source: str
@@ -290,6 +291,7 @@ class VerifyAttn(Op):
         arch_feature: str = ""
         split_min_tiles: int = 4
         rebalance: bool = False
+        sizing: object = None
 
     CUDA_KERNELS = {
         "fp32_ffma": CudaKernel("fp32", "verify_attn_fp32.cu", "verify_attn_fp32", "verify_attn_fp32_merge",
@@ -298,6 +300,12 @@ class VerifyAttn(Op):
         # (FP_STAGGER off), not a default (kernels/NOTES.md, "fp32_pair")
         "fp32_pair": CudaKernel("fp32", "verify_attn_fp32_pair.cu", "verify_attn_fp32_pair",
                                 "verify_attn_fp32_pair_merge", 32, 16, 512, 194304),
+        # two register-tiled GEMMs per 64-key tile, one exact softmax between them, 68-row tiles x
+        # 64-key splits (132 blocks at B=1 H=16 Q=17 P=2048); not yet run on a GPU (kernels/NOTES.md,
+        # "fp32_gemm"). Knobs FK_ROWS / FK_RING resize it through `sizing`.
+        "fp32_gemm": CudaKernel("fp32", "verify_attn_fp32_gemm.cu", "verify_attn_fp32_gemm",
+                                "verify_attn_fp32_gemm_merge", 68, 64, 512, 210048, split_min_tiles=1,
+                                sizing=lambda defines: fp32_gemm_sizing(defines)),
         "bf16_mma": CudaKernel("bf16_paged", "verify_attn_bf16_paged.cu", "verify_attn_bf16_paged",
                                "verify_attn_bf16_merge", 64, 32, 256, 166144),
         "bf16_wgmma2": CudaKernel("bf16_paged", "verify_attn_bf16_wgmma2.cu", "verify_attn_bf16_wgmma2",
@@ -364,7 +372,8 @@ class VerifyAttn(Op):
             q_len, heads = inputs["tree_slots"].numel() // batch, inputs["q"].shape[1]
             kv_bound = inputs["kv_indices"].numel() + q_len       # >= every request's P_b + Q
         rows = batch * q_len * heads
-        tiles = math.ceil(q_len * heads / k.rows)
+        tile_rows, smem = k.sizing(defines or {}) if k.sizing else (k.rows, k.smem)
+        tiles = math.ceil(q_len * heads / tile_rows)
         if splits is None:
             splits = self._splits(k, tiles * batch, kv_bound, multiprocessor_count())
         arch = device_arch() + k.arch_feature if k.arch_feature else None
@@ -388,7 +397,7 @@ class VerifyAttn(Op):
             args += [c_int(batch), c_int(q_len), c_int(heads),
                      c_float(float(params["sm_scale"]) * math.log2(math.e)), c_int(splits)]
         main.launch((tiles, batch, splits), k.threads, args + [outputs["out"], outputs["lse"], *workspace],
-                    shared_mem=k.smem)
+                    shared_mem=smem)
         if merger is not None:
             merger.launch(rows, 128, [*workspace, c_int(splits), c_int(rows), outputs["out"], outputs["lse"]])
 
@@ -630,6 +639,21 @@ class VerifyAttn(Op):
         if variant == "fp32":
             return {"out": out, "lse": lse}
         return {"out": out.view(batch * q_len, heads, LATENT), "lse": lse.view(batch * q_len, heads)}
+
+
+def fp32_gemm_sizing(defines) -> tuple[int, int]:
+    """(rows per block, dynamic shared bytes) of kernels/verify_attn_fp32_gemm.cu for its knobs
+    FK_ROWS (default 68, a multiple of 4) and FK_RING (default 3): the .cu's FK_SMEM_BYTES, written
+    out again here (the kernel traps when launched with less than it needs)."""
+    rows, ring = int(defines.get("FK_ROWS", 68)), int(defines.get("FK_RING", 3))
+    if rows < 4 or rows % 4 or not 2 <= ring <= 8:
+        raise ValueError(f"fp32_gemm: FK_ROWS must be a positive multiple of 4 and FK_RING in [2, 8], "
+                         f"got {rows}, {ring}")
+    keys, stride = 64, 68                                      # FK_KEYS; FK_STR = FK_PS = 64 + 4
+    stage = (rows + keys) * stride
+    partials = 8 * 4 * (rows // 4 * keys + 16)
+    floats = max(ring * stage, partials) + rows * stride + ring * 8 * LATENT + 4 * ((rows + 3) // 4 * 4)
+    return rows, 4 * floats
 
 
 SDPA_MEMORY_FRACTION = 0.85             # of free device memory SDPA's estimated need may take

@@ -1,0 +1,431 @@
+// verify_attn, variant fp32, "gemm": MLA absorbed tree-verify attention, contiguous layout (ops.md §2),
+// as two small register-tiled GEMMs per 64-key tile with one exact softmax between them (no online
+// rescale inside a tile). Entry `fp32_gemm` in VerifyAttn.CUDA_KERNELS, not a default (written
+// without a GPU; prediction and arithmetic in kernels/NOTES.md, "fp32_gemm").
+//
+// Launch (main): grid = (ceil(Q*H / FK_ROWS), B, n_splits), block = 512, dynamic shared memory
+//   FK_SMEM_BYTES (210,048 B with the defaults: opt-in; one block per SM). The kernel traps if it is
+//   launched with less (it reads %dynamic_smem_size), so a knob/host mismatch cannot corrupt memory.
+//   verify_attn_fp32_gemm(q f32 [B,Q,H,576], kv f32 [B,S,576], prefix_len i32 [B],
+//                         visibility u8 [B,Q,Q], B, Q, H, S, sm_scale, n_splits,
+//                         out f32 [B,Q,H,512], lse f32 [B,Q,H], ws_o, ws_m, ws_l)
+//   A block owns FK_ROWS (68) consecutive (token, head) rows of one request (request-major i*H + h)
+//   and one split of that request's keys: chunk = ceil(kvlen / n_splits) rounded up to 8 keys,
+//   kvlen = prefix_len[b] + Q, per request on the device; split z has keys [z*chunk, min(kvlen,
+//   (z+1)*chunk)) (possibly empty for short requests: it writes m = -inf, l = 0). The split is walked
+//   in tiles of 64 keys. With n_splits == 1 the block writes out/lse; otherwise the partials of
+//   attn_common.cuh (ws_o [n_splits][rows][512], ws_m, ws_l) and verify_attn_fp32_gemm_merge
+//   (grid = B*Q*H, block = 128) finishes. The host (VerifyAttn._splits, split_min_tiles = 1, 64 keys)
+//   picks 33 splits at B=1 H=16 Q=17 P=2048: 4 row tiles x 33 = 132 blocks, 32 of 64 keys, one of 17.
+//
+// Numerical contract: exact FP32 arithmetic on FFMA (no tensor cores, no TF32, no fast-math):
+//   s_j = sm_scale * (q . k_j): dims d with (d % 64) / 8 == g form partial g (g = 0..7, 72 dims each,
+//   one fmaf chain in ascending d), the 8 partials added in g order. Per 64-key tile one softmax:
+//   m_new = max(m_old, max_j s_j), p_j = expf(s_j - m_new), alpha = expf(m_old - m_new),
+//   l = alpha l + sum p (warp-shuffle tree), O_tile = sum_j p_j v_j (one fmaf chain in ascending j),
+//   O = alpha O + O_tile (only for splits of several tiles; O lives in the output / partial row in
+//   global memory between tiles, read back by the thread that wrote it). out = O / l,
+//   lse = m + logf(l), natural log. Prefix keys are always visible, tree key j iff
+//   visibility[b, i, j]. kv rows at or past prefix_len[b] + Q (NaN padding) and q rows past the
+//   request's Q*H are never read: cp.async with a 0-byte source zero-fills their shared rows, and
+//   masked keys get p = 0 exactly, so no NaN can leak. Target: relative L2 <= 1e-6 against float64.
+//
+// Shared memory (floats; defaults FK_ROWS = 68, FK_RING = 3):
+//   X    max(FK_RING stages of pass A, the pass-A partials)                         35,328
+//        pass-A stage: Q[68 rows][68] then K[64 keys][68] (64 dims + 4 pad: conflict-free loads)
+//        partials [8 dim groups][4 row quarters][17 rows * 64 + 16] (+16: halves in other banks)
+//   P    [68 rows][68] softmax weights of the tile (row stride 68: the 2 rows a warp reads differ
+//        by 17 rows = 4 banks)                                                        4,624
+//   V    FK_RING stages of [8 keys][512]                                            12,288
+//   m, l, alpha, visibility row offset [68] each (padded to a multiple of 4)           272
+//   total 52,512 floats = 210,048 B.
+//
+// One 64-key tile is a stream of 17 chunks, copied by cp.async FK_RING - 1 chunks ahead with one
+// __syncthreads per chunk (the ring of each kind has FK_RING slots; chunks of consecutive tiles
+// continue the same stream, so the next tile's Q/K stages load during this tile's pass B):
+//   chunks 0..8  (pass A): stage s = Q and K dims [64s, 64s + 64). Warp w: row half rg = w & 1
+//     (rows 34rg..34rg+33), dim group dg = w >> 1 (stage dims 8dg..8dg+7, 2 float4 steps). Lane:
+//     key quad kq = lane & 15 -> keys kq + 16j (j < 4), h = lane >> 4 -> rows 34rg + 17h + r
+//     (r < 17): 68 accumulators. Per float4 step a warp issues 4 K LDS.128 (16 distinct addresses,
+//     2 return cycles each), 17 Q LDS.128 (2 distinct addresses, 1 cycle each) and 272 FFMA:
+//     25 load-return cycles per 68 SM FFMA cycles (37%). Then the 8 dim-group partials go through X.
+//   softmax: warp w takes rows w, w + 16, ...; lane keys 2 lane, 2 lane + 1; warp shuffles.
+//   chunks 9..16 (pass B): 8 keys of V = kv dims [0, 512). Warp w: rows as in pass A, column group
+//     cg = w >> 1 (64 columns); lane: columns 64cg + 4kq.. (4), rows 34rg + 17h + r: 68
+//     accumulators. Per 4 keys: 4 V LDS.128 (16 distinct, 2 cycles), 17 P LDS.128 (2 distinct,
+//     1 cycle), 272 FFMA: again 25 per 68 (37%).
+//
+// Knobs (compile-time defines; the host reads FK_ROWS from `defines` to size the grid and the shared
+// memory, see VerifyAttn.CUDA_KERNELS["fp32_gemm"]):
+//   FK_ROWS (68): rows per block, a multiple of 4 (17 rows per lane at 68); 64 gives 5 row tiles.
+//   FK_RING (3): cp.async ring depth (chunks in flight + 1); 4 needs 226.5 KB (fits 227 KB).
+//   Keys per split: the host's `splits` argument (33 -> one 64-key tile a block; 17 -> two tiles).
+// FK_DIAG (timing only, wrong results): 1 drops the pass-A FMAs, 2 the pass-B FMAs, 3 every key
+//   tile (the fixed part: partial writes, merge, launches).
+#include "attn_common.cuh"
+
+#ifndef FK_ROWS
+#define FK_ROWS 68
+#endif
+#ifndef FK_RING
+#define FK_RING 3
+#endif
+#ifndef FK_DIAG
+#define FK_DIAG 0
+#endif
+#define FK_A (FK_ROWS / 4)                       // rows per lane
+#define FK_THREADS 512
+#define FK_KEYS 64                               // keys per tile: 16 lanes x 4
+#define FK_DCH 64                                // dims per pass-A stage
+#define FK_NA (ATTN_D / FK_DCH)                  // 9 pass-A chunks
+#define FK_VK 8                                  // keys per pass-B chunk
+#define FK_NV (FK_KEYS / FK_VK)                  // 8 pass-B chunks
+#define FK_CHUNKS (FK_NA + FK_NV)                // 17 chunks a tile
+#define FK_STR (FK_DCH + 4)                      // pass-A stage row stride
+#define FK_STAGE_FLOATS ((FK_ROWS + FK_KEYS) * FK_STR)
+#define FK_HS (FK_A * FK_KEYS + 16)              // partial block of one row quarter
+#define FK_PG (4 * FK_HS)                        // partials of one dim group
+#define FK_PART_FLOATS (8 * FK_PG)
+#define FK_RING_FLOATS (FK_RING * FK_STAGE_FLOATS)
+#define FK_X_FLOATS (FK_RING_FLOATS > FK_PART_FLOATS ? FK_RING_FLOATS : FK_PART_FLOATS)
+#define FK_PS (FK_KEYS + 4)                      // P row stride
+#define FK_V_FLOATS (FK_RING * FK_VK * ATTN_DV)
+#define FK_STAT (((FK_ROWS + 3) / 4) * 4)
+#define FK_SMEM_FLOATS (FK_X_FLOATS + FK_ROWS * FK_PS + FK_V_FLOATS + 4 * FK_STAT)
+#define FK_SMEM_BYTES (FK_SMEM_FLOATS * 4)
+#define FK_MAXZ 16                               // merge: splits loaded per batch
+
+#if FK_ROWS % 4 != 0 || FK_ROWS < 4
+#error "FK_ROWS must be a positive multiple of 4"
+#endif
+#if FK_KEYS % 32 != 0 || FK_VK % 4 != 0
+#error "the copy loops assume 32 | FK_KEYS and 4 | FK_VK"
+#endif
+#if defined(FK_EXPECT_SMEM) && FK_EXPECT_SMEM != FK_SMEM_BYTES
+#error "FK_SMEM_BYTES differs from the host's fp32_gemm_sizing (kdtr/ops/verify_attn.py)"
+#endif
+#if FK_RING < 2 || FK_RING > FK_NV
+#error "FK_RING must be in [2, 8]"
+#endif
+
+__device__ __forceinline__ unsigned dynamic_smem_bytes() {
+    unsigned r;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(r));
+    return r;
+}
+
+extern "C" __global__ void __launch_bounds__(FK_THREADS, 1)
+verify_attn_fp32_gemm(const float* __restrict__ q, const float* __restrict__ kv,
+                      const int* __restrict__ prefix_len, const u8* __restrict__ visibility,
+                      int B, int Q, int H, int S, float sm_scale, int n_splits,
+                      float* __restrict__ out, float* __restrict__ lse,
+                      float* __restrict__ ws_o, float* __restrict__ ws_m, float* __restrict__ ws_l) {
+    extern __shared__ __align__(16) float smem_f[];
+    if (dynamic_smem_bytes() < FK_SMEM_BYTES) __trap();         // host and knobs disagree
+    float* sX = smem_f;                                          // pass-A ring / partials
+    float* sP = sX + FK_X_FLOATS;                                // [ROWS][PS]
+    float* sV = sP + FK_ROWS * FK_PS;                            // [RING][8][512]
+    float* sM = sV + FK_V_FLOATS;
+    float* sL = sM + FK_STAT;
+    float* sAlpha = sL + FK_STAT;
+    int* sVis = (int*)(sAlpha + FK_STAT);                        // [ROWS] visibility row offset i*Q
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int rg = warp & 1, grp = warp >> 1;                    // row half; dim group / column group
+    const int kq = lane & 15, hh = lane >> 4;
+    const int rbase = rg * (2 * FK_A) + hh * FK_A;               // this lane's first row
+
+    const int b = blockIdx.y, z = blockIdx.z;
+    const int rows_req = Q * H;
+    const int row0 = blockIdx.x * FK_ROWS;
+    const int nrows = min(FK_ROWS, rows_req - row0);
+    const int P = prefix_len[b];
+    const int kvlen = P + Q;
+    const int chunk = ((kvlen + n_splits - 1) / n_splits + 7) / 8 * 8;
+    const int kbeg = min(z * chunk, kvlen);
+    const int kend = min(kbeg + chunk, kvlen);
+#if FK_DIAG == 3
+    const int ntiles = 0;
+#else
+    const int ntiles = (kend - kbeg + FK_KEYS - 1) / FK_KEYS;
+#endif
+    const int total = ntiles * FK_CHUNKS;
+    const size_t grow0 = (size_t)b * rows_req + row0;
+    const size_t rows_total = (size_t)B * rows_req;
+    const float* qb = q + grow0 * ATTN_D;
+    const float* kvb = kv + (size_t)b * S * ATTN_D;
+    const u8* vis_b = visibility + (size_t)b * Q * Q;
+
+    // copy chunk g of the stream into its ring slot (every thread; commit by the caller). Pass-A
+    // stage: thread copies float4 column tid % 16 of K rows tid / 16 + 32 i (i < 2) and of Q rows
+    // tid / 16 + 32 i (i < ceil(FK_ROWS / 32), the last only where the row exists); pass-B chunk:
+    // float4 column tid % 128 of keys tid / 128 + 4 i (i < 2).
+    const int c16 = tid & 15, r16 = tid >> 4, c128 = tid & 127, r128 = tid >> 7;
+    auto issue = [&](int g) {
+        const int tt = g / FK_CHUNKS, c = g - tt * FK_CHUNKS;
+        const int key0 = kbeg + tt * FK_KEYS;
+        if (c < FK_NA) {
+            float* st = sX + ((tt * FK_NA + c) % FK_RING) * FK_STAGE_FLOATS + r16 * FK_STR + c16 * 4;
+            const int d = c * FK_DCH + c16 * 4;
+#pragma unroll
+            for (int i = 0; i < FK_KEYS / 32; ++i) {
+                const int j = key0 + r16 + 32 * i;
+                const bool ok = j < kend;
+                cp_async16(st + (FK_ROWS + 32 * i) * FK_STR, kvb + (size_t)(ok ? j : 0) * ATTN_D + d, ok);
+            }
+#pragma unroll
+            for (int i = 0; i < (FK_ROWS + 31) / 32; ++i) {
+                const int r = r16 + 32 * i;
+                if (32 * i + 32 <= FK_ROWS || r < FK_ROWS) {
+                    const bool ok = r < nrows;
+                    cp_async16(st + 32 * i * FK_STR, qb + (ok ? r : 0) * ATTN_D + d, ok);
+                }
+            }
+        } else {
+            const int v = tt * FK_NV + (c - FK_NA);
+            float* st = sV + (v % FK_RING) * (FK_VK * ATTN_DV) + r128 * ATTN_DV + c128 * 4;
+            const int kc0 = key0 + (c - FK_NA) * FK_VK + r128;
+#pragma unroll
+            for (int i = 0; i < FK_VK / 4; ++i) {
+                const int j = kc0 + 4 * i;
+                const bool ok = j < kend;
+                cp_async16(st + 4 * i * ATTN_DV, kvb + (size_t)(ok ? j : 0) * ATTN_D + c128 * 4, ok);
+            }
+        }
+    };
+
+    if (tid < FK_ROWS) {
+        sM[tid] = neg_inf(); sL[tid] = 0.f; sAlpha[tid] = 1.f;
+        sVis[tid] = tid < nrows ? (row0 + tid) / H * Q : 0;
+    }
+#pragma unroll 1
+    for (int g = 0; g < FK_RING - 1; ++g) {
+        if (g < total) issue(g);
+        cp_async_commit();
+    }
+    __syncthreads();                                             // stats initialised (ntiles may be 0)
+
+    // stream step g: chunk g landed for every thread, chunk g - 1's slot is free; refill it
+    auto step = [&](int g) {
+        cp_async_wait<FK_RING - 2>();
+        __syncthreads();
+        if (g + FK_RING - 1 < total) issue(g + FK_RING - 1);
+        cp_async_commit();
+    };
+
+#pragma unroll 1
+    for (int tt = 0; tt < ntiles; ++tt) {
+        const int key0 = kbeg + tt * FK_KEYS;
+        float acc[FK_A][4];
+#pragma unroll
+        for (int r = 0; r < FK_A; ++r) { acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = 0.f; }
+
+        // ---- pass A: S = Q K^T (68 x 64), this warp's 8 dims of each 64-dim stage
+#pragma unroll 1
+        for (int c = 0; c < FK_NA; ++c) {
+            step(tt * FK_CHUNKS + c);
+            const float* st = sX + ((tt * FK_NA + c) % FK_RING) * FK_STAGE_FLOATS;
+            const float* qs = st + rbase * FK_STR + grp * 8;
+            const float* ks = st + (FK_ROWS + kq) * FK_STR + grp * 8;
+#if FK_DIAG != 1
+#pragma unroll
+            for (int s = 0; s < 2; ++s) {
+                float4 k4[4];
+#pragma unroll
+                for (int j = 0; j < 4; ++j) k4[j] = *(const float4*)(ks + 16 * j * FK_STR + 4 * s);
+#pragma unroll
+                for (int r = 0; r < FK_A; ++r) {
+                    const float4 qv = *(const float4*)(qs + r * FK_STR + 4 * s);
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) {
+                        acc[r][j] = fmaf(qv.x, k4[j].x, acc[r][j]);
+                        acc[r][j] = fmaf(qv.y, k4[j].y, acc[r][j]);
+                        acc[r][j] = fmaf(qv.z, k4[j].z, acc[r][j]);
+                        acc[r][j] = fmaf(qv.w, k4[j].w, acc[r][j]);
+                    }
+                }
+            }
+#endif
+        }
+        __syncthreads();                                         // every pass-A read of X done
+        {   // partials: [dg][row quarter rg*2+hh][r][key]; halves 16 banks apart
+            float* pp = sX + grp * FK_PG + (rg * 2 + hh) * FK_HS + kq;
+#pragma unroll
+            for (int r = 0; r < FK_A; ++r)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) pp[r * FK_KEYS + 16 * j] = acc[r][j];
+        }
+        __syncthreads();
+
+        // ---- softmax over the tile: warp w rows w, w + 16, ...; lane keys 2 lane, 2 lane + 1
+        {
+            const int j0 = key0 + 2 * lane, j1 = j0 + 1;
+            // an opaque copy of the warp index: keeps ptxas from hoisting every row's shared-memory
+            // addresses out of the tile loop (it did, and spilled them)
+            int wrow = warp;
+            asm volatile("" : "+r"(wrow));
+#pragma unroll
+            for (int rr = 0; rr < (FK_ROWS + 15) / 16; ++rr) {
+                const int row = wrow + 16 * rr;
+                if (row < FK_ROWS) {                                     // warp-uniform
+                    const float* pr = sX + (row / FK_A) * FK_HS + (row % FK_A) * FK_KEYS + 2 * lane;
+                    float d0 = 0.f, d1 = 0.f;
+#pragma unroll
+                    for (int g8 = 0; g8 < 8; ++g8) {
+                        const float2 v = *(const float2*)(pr + g8 * FK_PG);
+                        d0 += v.x; d1 += v.y;
+                    }
+                    bool ok0 = row < nrows && j0 < kend, ok1 = row < nrows && j1 < kend;
+                    const u8* vrow = vis_b + sVis[row] - P;          // vrow[j]: tree key j visible
+                    if (ok0 && j0 >= P) ok0 = vrow[j0] != 0;
+                    if (ok1 && j1 >= P) ok1 = vrow[j1] != 0;
+                    const float s0 = ok0 ? sm_scale * d0 : neg_inf();
+                    const float s1 = ok1 ? sm_scale * d1 : neg_inf();
+                    float mx = fmaxf(s0, s1);
+#pragma unroll
+                    for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+                    const float m_old = sM[row];
+                    const float m_new = fmaxf(m_old, mx);
+                    const float p0 = ok0 ? expf(s0 - m_new) : 0.f;      // ok => m_new finite
+                    const float p1 = ok1 ? expf(s1 - m_new) : 0.f;
+                    const float alpha = (m_new == neg_inf()) ? 1.f : expf(m_old - m_new);
+                    float ps = p0 + p1;
+#pragma unroll
+                    for (int off = 16; off > 0; off >>= 1) ps += __shfl_xor_sync(0xffffffffu, ps, off);
+                    *(float2*)(sP + row * FK_PS + 2 * lane) = make_float2(p0, p1);
+                    __syncwarp();                // every lane read sM[row] before lane 0 writes it
+                    if (lane == 0) {
+                        sM[row] = m_new;
+                        sL[row] = sL[row] * alpha + ps;
+                        sAlpha[row] = alpha;
+                    }
+                }
+            }
+        }
+        // (the first pass-B step's __syncthreads publishes P and the stats)
+
+        // ---- pass B: O_tile = P V (68 x 512), columns 64 grp + 4 kq.., rows rbase + r
+        float o[FK_A][4];
+#pragma unroll
+        for (int r = 0; r < FK_A; ++r) { o[r][0] = o[r][1] = o[r][2] = o[r][3] = 0.f; }
+#pragma unroll 1
+        for (int c = 0; c < FK_NV; ++c) {
+            step(tt * FK_CHUNKS + FK_NA + c);
+            const float* vs = sV + ((tt * FK_NV + c) % FK_RING) * (FK_VK * ATTN_DV) + grp * 64 + 4 * kq;
+            const float* ps = sP + rbase * FK_PS + c * FK_VK;
+#if FK_DIAG != 2
+#pragma unroll
+            for (int s = 0; s < 2; ++s) {
+                float4 v4[4];
+#pragma unroll
+                for (int j = 0; j < 4; ++j) v4[j] = *(const float4*)(vs + (4 * s + j) * ATTN_DV);
+#pragma unroll
+                for (int r = 0; r < FK_A; ++r) {
+                    const float4 p = *(const float4*)(ps + r * FK_PS + 4 * s);
+                    const float pj[4] = {p.x, p.y, p.z, p.w};
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) {
+                        o[r][0] = fmaf(pj[j], v4[j].x, o[r][0]);
+                        o[r][1] = fmaf(pj[j], v4[j].y, o[r][1]);
+                        o[r][2] = fmaf(pj[j], v4[j].z, o[r][2]);
+                        o[r][3] = fmaf(pj[j], v4[j].w, o[r][3]);
+                    }
+                }
+            }
+#endif
+        }
+
+        // ---- O = alpha O_prev + O_tile (O_prev: this thread's own earlier write), normalise at the end
+        {
+            const bool last = tt + 1 == ntiles;
+            const bool direct = n_splits == 1;
+            float* base = (direct ? out : ws_o + (size_t)z * rows_total * ATTN_DV)
+                          + (grow0 + rbase) * ATTN_DV + grp * 64 + 4 * kq;
+#pragma unroll
+            for (int r = 0; r < FK_A; ++r) {
+                const int row = rbase + r;
+                if (row < nrows) {
+                    float* p = base + r * ATTN_DV;
+                    float4 v = make_float4(o[r][0], o[r][1], o[r][2], o[r][3]);
+                    if (tt > 0) {
+                        const float a = sAlpha[row];
+                        const float4 prev = *(const float4*)p;
+                        v = make_float4(fmaf(a, prev.x, v.x), fmaf(a, prev.y, v.y),
+                                        fmaf(a, prev.z, v.z), fmaf(a, prev.w, v.w));
+                    }
+                    if (last && direct) {
+                        const float l = sL[row];
+                        v = make_float4(v.x / l, v.y / l, v.z / l, v.w / l);
+                    }
+                    *(float4*)p = v;
+                }
+            }
+        }
+    }
+
+    if (tid < nrows) {                   // stats: the last tile's softmax ran before >= 8 barriers
+        const float m = sM[tid], l = sL[tid];
+        const size_t grow = grow0 + tid;
+        if (n_splits == 1) {
+            lse[grow] = m + logf(l);
+        } else {
+            ws_m[(size_t)z * rows_total + grow] = m;
+            ws_l[(size_t)z * rows_total + grow] = l;
+        }
+    }
+    cp_async_wait<0>();                  // no copy may outlive the block (all are empty groups here)
+}
+
+struct StoreF32Gemm {
+    float* out;
+    __device__ void operator()(size_t at, float a, float b, float c, float d) const {
+        *(float4*)(out + at) = make_float4(a, b, c, d);
+    }
+};
+
+// grid = B*Q*H rows, block = MERGE_THREADS (128). merge_row's arithmetic in its order (ascending z,
+// empty splits skipped), with the loads of FK_MAXZ splits in flight at once: every m and l first
+// (one round trip, through shared memory), then the o rows in batches of FK_MAXZ (ceil(n / 16) round
+// trips: 3 at 33 splits, against merge_row's ~2 per split).
+extern "C" __global__ void __launch_bounds__(MERGE_THREADS)
+verify_attn_fp32_gemm_merge(const float* __restrict__ ws_o, const float* __restrict__ ws_m,
+                            const float* __restrict__ ws_l, int n_splits, int rows,
+                            float* __restrict__ out, float* __restrict__ lse) {
+    __shared__ float s_m[256], s_l[256];
+    const int row = blockIdx.x;
+    if (row >= rows) return;
+    if (n_splits > 256) {                // more splits than s_m holds: merge_row
+        merge_row(ws_o, ws_m, ws_l, n_splits, rows, lse, StoreF32Gemm{out});
+        return;
+    }
+    for (int z = threadIdx.x; z < n_splits; z += MERGE_THREADS) {
+        s_m[z] = ws_m[(size_t)z * rows + row];
+        s_l[z] = ws_l[(size_t)z * rows + row];
+    }
+    __syncthreads();
+    float M = neg_inf();
+    for (int z = 0; z < n_splits; ++z) M = fmaxf(M, s_m[z]);
+    const int col = threadIdx.x * 4;
+    float l = 0.f;
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int z0 = 0; z0 < n_splits; z0 += FK_MAXZ) {
+        float4 oz[FK_MAXZ];
+#pragma unroll
+        for (int k = 0; k < FK_MAXZ; ++k) {
+            const int zz = z0 + k;
+            const bool ok = zz < n_splits && s_m[zz] != neg_inf();      // the split saw a key
+            oz[k] = ok ? *(const float4*)(ws_o + ((size_t)zz * rows + row) * ATTN_DV + col)
+                       : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+        for (int k = 0; k < FK_MAXZ; ++k) {
+            const int zz = z0 + k;
+            if (zz >= n_splits || s_m[zz] == neg_inf()) continue;
+            const float w = expf(s_m[zz] - M);
+            l += w * s_l[zz];
+            acc[0] += w * oz[k].x; acc[1] += w * oz[k].y; acc[2] += w * oz[k].z; acc[3] += w * oz[k].w;
+        }
+    }
+    *(float4*)(out + (size_t)row * ATTN_DV + col) = make_float4(acc[0] / l, acc[1] / l, acc[2] / l, acc[3] / l);
+    if (threadIdx.x == 0) lse[row] = M + logf(l);
+}

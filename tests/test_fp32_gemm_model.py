@@ -1,0 +1,167 @@
+"""A numpy model of kernels/verify_attn_fp32_gemm.cu's index math and reduction structure, checked
+against VerifyAttn.reference (float64) on CPU: which block owns which rows and keys (per-request
+splits, empty splits, 64-key tiles, the 17-key last split of the timing shape), which dims go into
+which of the 8 partial dot products, the masks, the per-tile softmax with its rescale across tiles,
+the partial layout and the merge. The model computes in float32 at every point where the kernel
+rounds to fp32 (each dim group's partial, their sum, the scaled score, p, l, O, the merge); inside a
+dim group numpy's float32 sum order differs from the kernel's fmaf chain, which moves results by
+float32 roundings only. Also checks the host's shared-memory formula against the .cu (NVRTC)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from kdtr.config import config
+from kdtr.ops.base import Case
+from kdtr.ops.verify_attn import LATENT, OP, ROW, fp32_gemm_sizing
+
+KERNEL = OP.CUDA_KERNELS["fp32_gemm"]
+SMS = 132                                   # H200
+KEYS = 64                                   # FK_KEYS
+GROUP_OF_DIM = (np.arange(ROW) % 64) // 8   # dim d -> dim group (one warp pair) of its partial sum
+
+
+def model_block(qr, keys, allowed, sm_scale, kbeg, kend):
+    """One block: rows qr [R, 576] (f32), keys [kvlen, 576], allowed [R, kvlen] -> (o, m, l),
+    o unnormalised (what ws_o holds), as the kernel walks [kbeg, kend) in 64-key tiles."""
+    rows = qr.shape[0]
+    m = np.full(rows, -np.inf, np.float32)
+    l = np.zeros(rows, np.float32)
+    o = np.zeros((rows, LATENT), np.float32)
+    for key0 in range(kbeg, kend, KEYS):
+        kt = keys[key0:min(key0 + KEYS, kend)]
+        parts = [qr[:, GROUP_OF_DIM == g] @ kt[:, GROUP_OF_DIM == g].T for g in range(8)]
+        dot = np.zeros_like(parts[0])
+        for p in parts:                                      # partials added in group order
+            dot = (dot + p).astype(np.float32)
+        ok = allowed[:, key0:key0 + kt.shape[0]]
+        s = np.where(ok, np.float32(sm_scale) * dot, -np.inf).astype(np.float32)
+        m_new = np.maximum(m, s.max(axis=1))
+        with np.errstate(invalid="ignore"):
+            p = np.where(ok, np.exp(s - m_new[:, None]), 0).astype(np.float32)
+            alpha = np.where(m_new == -np.inf, 1, np.exp(m - m_new)).astype(np.float32)
+        l = (l * alpha + p.sum(axis=1, dtype=np.float32)).astype(np.float32)
+        o = (alpha[:, None] * o + p @ kt[:, :LATENT]).astype(np.float32)
+        m = m_new
+    return o, m, l
+
+
+def model_run(inputs, params, splits=None, rows_per_block=KERNEL.rows):
+    """The whole launch: grid (row tiles, B, splits), then the merge when splits > 1."""
+    q, kv, prefix_len, vis = inputs["q"], inputs["kv"], inputs["prefix_len"], inputs["visibility"]
+    batch, q_len, heads, _ = q.shape
+    rows_req = q_len * heads
+    tiles = math.ceil(rows_req / rows_per_block)
+    if splits is None:
+        splits = OP._splits(KERNEL, tiles * batch, kv.shape[1], SMS)
+    scale = float(params["sm_scale"])
+    out = np.full((batch, rows_req, LATENT), np.nan, np.float32)
+    lse = np.full((batch, rows_req), np.nan, np.float32)
+    owner = np.zeros((batch, rows_req, kv.shape[1]), np.int32)       # blocks that read (row, key)
+    for b in range(batch):
+        plen = int(prefix_len[b])
+        kvlen = plen + q_len
+        keys = kv[b, :kvlen]
+        qb = q[b].reshape(rows_req, ROW)
+        allowed = np.ones((rows_req, kvlen), bool)
+        allowed[:, plen:] = np.repeat(vis[b].astype(bool), heads, axis=0)   # row i*H + h -> token i
+        chunk = (-(-kvlen // splits) + 7) // 8 * 8
+        ws = []
+        for z in range(splits):
+            kbeg = min(z * chunk, kvlen)
+            kend = min(kbeg + chunk, kvlen)
+            parts = []
+            for t in range(tiles):
+                r0, r1 = t * rows_per_block, min(rows_req, (t + 1) * rows_per_block)
+                parts.append(model_block(qb[r0:r1], keys, allowed[r0:r1], scale, kbeg, kend))
+                owner[b, r0:r1, kbeg:kend] += 1
+            ws.append(tuple(np.concatenate(x) for x in zip(*parts)))
+        if splits == 1:
+            o, m, l = ws[0]
+            out[b], lse[b] = o / l[:, None], m + np.log(l)
+            continue
+        big_m = np.max([m for _, m, _ in ws], axis=0)                # merge: ascending z
+        acc = np.zeros((rows_req, LATENT), np.float32)
+        tot = np.zeros(rows_req, np.float32)
+        for o, m, l in ws:
+            seen = m != -np.inf                                      # an empty split is skipped
+            w = np.where(seen, np.exp(np.where(seen, m - big_m, 0)), 0).astype(np.float32)
+            tot = (tot + w * l).astype(np.float32)
+            acc = (acc + w[:, None] * np.where(seen[:, None], o, 0)).astype(np.float32)
+        out[b], lse[b] = acc / tot[:, None], big_m + np.log(tot)
+    for b in range(batch):                 # every real key read exactly once per row, padding never
+        kvlen = int(prefix_len[b]) + q_len
+        assert np.all(owner[b, :, :kvlen] == 1) and not owner[b, :, kvlen:].any()
+    return {"out": out.reshape(batch, q_len, heads, LATENT), "lse": lse.reshape(batch, q_len, heads)}, splits
+
+
+def check(got, want):
+    # The op's own fp32 tolerances (VerifyAttn.tolerances: out elementwise 4e-6 + 1e-4 |r|, rel L2
+    # 1e-6; lse 1e-5 + 1e-6 |r|): the contract the CUDA kernel must meet, so the model's grouping of
+    # the sums (8 dim-group partials, 64-key tiles, split merge) must meet it too.
+    tol = OP.tolerances("fp32")
+    for name in ("out", "lse"):
+        g, w, t = got[name].astype(np.float64), want[name].astype(np.float64), tol[name]
+        assert np.all(np.isfinite(g)), name
+        bad = np.abs(g - w) > t.atol + t.rtol * np.abs(w)
+        assert not bad.any(), (name, np.argwhere(bad)[:3], np.abs(g - w).max())
+        if t.l2 is not None:
+            rel = np.linalg.norm(g - w) / np.linalg.norm(w)
+            assert rel <= t.l2, (name, rel)
+
+
+CASES = [   # (params, forced splits, expected splits from the host's rule)
+    (dict(batch=1, heads=16, prefix=2048, budget=16), None, 33),          # the timing shape
+    (dict(batch=3, heads=8, prefix=300, budget=8, prefix_mode="mixed"), None, None),
+    (dict(batch=2, heads=5, prefix=0, budget=4), None, None),             # no prefix, odd H
+    (dict(batch=1, heads=3, prefix=37, budget=20, sharpness=0.2), None, None),   # prefix < a split
+    (dict(batch=2, heads=5, prefix=700, budget=12, prefix_mode="mixed"), 1, 1),  # 12 tiles, direct
+    (dict(batch=2, heads=5, prefix=700, budget=12, prefix_mode="mixed"), 3, 3),  # multi-tile splits
+    (dict(batch=3, heads=1, prefix=90, budget=6, prefix_mode="mixed"), 13, 13),  # empty splits
+]
+
+
+@pytest.mark.parametrize("params,splits,expect", CASES, ids=[str(i) for i in range(len(CASES))])
+def test_model_matches_reference(params, splits, expect):
+    merged = {p.name: p.default for p in OP.params} | params
+    gen = OP.generate(Case("verify_attn-fp32-s11", OP.name, "fp32", 11, merged))
+    OP.check_inputs("fp32", gen.inputs, gen.params)
+    want = OP.reference("fp32", gen.inputs, gen.params)
+    got, used = model_run(gen.inputs, gen.params, splits)
+    if expect is not None:
+        assert used == expect
+    check(got, want)
+
+
+def test_timing_shape_grid():
+    """B=1 H=16 Q=17 P=2048: 4 row tiles of 68 x 33 splits = 132 blocks, 32 of 64 keys + one of 17."""
+    tiles = math.ceil(17 * 16 / KERNEL.rows)
+    splits = OP._splits(KERNEL, tiles, 2048 + 17, SMS)
+    assert (tiles, splits, tiles * splits) == (4, 33, 132)
+    chunk = (-(-2065 // splits) + 7) // 8 * 8
+    sizes = [min(2065, (z + 1) * chunk) - min(2065, z * chunk) for z in range(splits)]
+    assert chunk == 64 and sizes.count(64) == 32 and sizes[-1] == 17
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    """A private cubin cache for one test (config() is re-read)."""
+    monkeypatch.setenv("KDTREE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("KDTREE_NO_CACHE", raising=False)
+    config.cache_clear()
+    yield tmp_path / "cache"
+    config.cache_clear()
+
+
+@pytest.mark.parametrize("defines", [{}, {"FK_RING": 4}, {"FK_ROWS": 64}, {"FK_ROWS": 32, "FK_RING": 2}])
+def test_host_shared_memory_formula_matches_the_kernel(defines, cache_dir):
+    """fp32_gemm_sizing (host) must equal the .cu's FK_SMEM_BYTES: FK_EXPECT_SMEM makes the .cu
+    #error out when they differ; everything must fit the H200's 227 KB opt-in limit."""
+    from kdtr.nvrtc import compile_kernel
+
+    rows, smem = fp32_gemm_sizing(defines)
+    assert smem <= 232448 and rows == int(defines.get("FK_ROWS", 68))
+    compile_kernel("verify_attn_fp32_gemm.cu", "sm_90", defines={**defines, "FK_EXPECT_SMEM": smem})
