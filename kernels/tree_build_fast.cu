@@ -1,6 +1,7 @@
 // tree_build, sorted-warp variant (tb_sorted): best-first DDTree draft tree (ops.md §1).
 //
-// Launch: grid = B (one block per request), block = TB_THREADS (256), dynamic shared memory =
+// Launch: grid = B (one block per request), block = TB_THREADS (256; warp 0 pops, warps 1..7
+//   stage the token ids meanwhile), dynamic shared memory =
 //   the host's sorted_shared_bytes (tree_build.py), laid out as
 //   * T, the log-probs as doubles, (L + 2) x W with W = Kc + 1, Kc = min(K, Q): T[d-1][r] =
 //     (double)lp[d-1][r] for r < Kc, T[d-1][Kc] = -inf (the sibling of the last usable rank), rows
@@ -19,8 +20,9 @@
 // of (s, d): s + T[d][0]; next sibling of (s, d, r): (s - T[d-1][r]) + T[d-1][r+1], the padding
 // giving -inf where the reference pushes nothing. Order: higher score first (DSETP, so
 // -0.0 == +0.0); exact ties between live candidates go to the smaller rank tuple
-// (cand_less_walk). -inf marks an empty slot and is never popped (no NaN can occur: finite inputs,
-// and -inf is only ever added to a finite score).
+// (cand_less_walk). -inf marks an empty slot and is never popped (no NaN can occur while the heap
+// is not empty: finite inputs, and -inf is only ever added to a finite score; the dead pops after
+// it emptied may compute -inf - -inf, but they record nothing and `alive` stays false for good).
 //
 // Design: warp 0 keeps the candidates SORTED in registers, blocked: lane l holds slots
 // l*TB_NPL .. l*TB_NPL + TB_NPL - 1 (score double + packed u32 each; empty = -inf). After n pops
@@ -32,24 +34,46 @@
 // "beats first / beats second"; a lane needs the list one slot either side of its block, one
 // shfl_up and one shfl_down of 3 words). Successors are NOT assumed to score below their parent:
 // a child may land in slot 0.
-// Version 2 (measured v1: ~385 cycles per pop on the H200; kernels/NOTES.md) takes the
-// long-latency operations off the head's chain:
-//   * no load on the chain: every lane holds the head's three log-probs (own, next rank, child
-//     row) in registers. Each pop loads, besides, the three the next head would need if it is the
+// Version 3 (v1 measured ~385 cycles per pop on the H200, v2 no faster at 15.6 us; kernels/NOTES.md)
+// keeps v2's list, merge and prefetches and takes the ties out of the loop:
+//   * no load on the head's chain: every lane holds the head's three log-probs (own, next rank,
+//     child row) in registers. Each pop loads the three the next head would need if it is the
 //     child or the sibling (T[rowc + 1], T[rowc + W], T[off + 2]; the other three are already
 //     held), and the runner-up's three right after its broadcast, a whole pop before they can be
 //     needed; the next head's triple is then a select (child / sibling / runner-up);
 //   * no shuffle on the chain: the next pop's window (shfl_up / shfl_down) and the runner-up's
 //     broadcast are issued at the end of each pop and complete under the next pop's additions;
-//   * ties off the chain: the merge runs with plain compares; the tie test (== with a live
-//     candidate, per lane) is one __any_sync after it, and only on a tie anywhere in the warp does
-//     the warp redo the merge with the rank-tuple walks (warp-uniform branch, rare: never on the
-//     bench shape's drafter, tests/test_tree_build_sorted_sim.py);
-//   * the liveness tests are integer tests of the high word (sl_live), not DSETPs;
-//   * the loop is unrolled twice (no register copies for the loop-carried values).
-// Race freedom (compute-sanitizer racecheck): lane 0 alone writes the node records, and the only
-// readers in the loop (the tie walks) run after a __syncwarp() on the warp-uniform tie branch; the
-// records are never rewritten, and the epilogue reads them after __syncthreads().
+//   * FAST LOOP, then an EXACT RERUN only if needed (sl_build<false>, sl_build<true>: one loop
+//     templated on the mode). The fast loop merges with plain compares only; its tie test (an
+//     exact == between a live successor and a slot the lane owns, the popped slot 0 left out)
+//     goes into a per-lane sticky flag, off the chain: no vote, no barrier and no branch in the
+//     loop but the loop's own. After it, one __any_sync of the flags: if any lane ever saw a tie,
+//     the whole build is redone from the initial state by the exact loop (v2's: after the plain
+//     merge, an __any_sync of the window's tie test, and on a tie the merge redone with the
+//     rank-tuple walks on that warp-uniform branch). Claim (asserted on every CPU model case,
+//     tests/test_tree_build_sorted_sim.py): a fast run that flagged no tie is exact, since up to
+//     the first tie it is the exact run, and every compare the merge and the runner-up test make
+//     is between a successor and some lane's own slot. The rerun rewrites rec[1..n] and n; the
+//     epilogue reads records 1..n only, so nothing of the abandoned run survives. Never taken on
+//     the bench's drafter; taken on quantised drafters (then the block costs ~2 builds);
+//   * a warp-uniform loop: `budget` trips (a kernel argument) and the warp test made a shuffle
+//     result, so the compiler needs no divergence guards (BRA.DIV) around the shuffles and the
+//     unrolled body (TB_UNROLL pops, default 2) is one basic block; a sticky `alive` ends the
+//     pops at the first -inf head (the heap is then empty): a dead pop writes no record, counts
+//     no node and walks the valid dummy candidate 0, so its table reads stay in the L + 2 rows;
+//   * the liveness tests are integer tests of the high word (sl_live), not DSETPs; the node
+//     record is one 16-byte store.
+// Knobs (compile-time): TB_FORCE_EXACT=1 runs the exact loop only (the GPU tests run it on every
+// shape: KDTREE_TEST_DEFINES="tb_sorted:TB_FORCE_EXACT=1"); TB_PROFILE=1 is a timing diagnostic
+// with WRONG outputs: thread 0 of each block writes into scores[b][0..8] (as doubles, as many as
+// Q holds) the clock64 cycles of staging, fast loop, exact rerun, epilogue and total, the
+// %globaltimer ns of the whole block, the pops, the rerun flag and the ns of the loops
+// (kernels/runs/h200-2026-11-29-s3/tb_profile.py prints cycles per pop and the SM clock).
+// Race freedom (compute-sanitizer racecheck): lane 0 alone writes the node records; the fast loop
+// has no in-loop reader; the exact loop's only readers (the tie walks) run after a __syncwarp()
+// on its warp-uniform tie branch, and read only records that run wrote (a walk climbs from live
+// candidates of that run); the rerun starts after the __any_sync and a __syncwarp; the epilogue
+// reads the records after __syncthreads().
 // kernels/NOTES.md has the per-pop instruction count, the measured and the predicted times.
 // tests/test_tree_build_sorted_sim.py models this loop lane by lane on the CPU.
 
@@ -57,6 +81,15 @@
 
 #ifndef TB_NPL
 #define TB_NPL 2
+#endif
+#ifndef TB_UNROLL
+#define TB_UNROLL 2     // pops per unrolled loop body
+#endif
+#ifndef TB_FORCE_EXACT
+#define TB_FORCE_EXACT 0
+#endif
+#ifndef TB_PROFILE
+#define TB_PROFILE 0
 #endif
 #define TB_STAGE 8      // elements per thread per staging round: their loads are all in flight at once
 
@@ -70,8 +103,8 @@ __device__ __forceinline__ u32 sl_pack(int off, int parent, int dm1) {
 __device__ __forceinline__ int sl_off(u32 c) { return (int)(c & 0xffffu); }
 __device__ __forceinline__ int sl_parent(u32 c) { return (int)((c >> 16) & 0x3ffu); }
 __device__ __forceinline__ int sl_dm1(u32 c) { return (int)(c >> 26); }
-// s > -inf, as an integer test on the high word (no NaN can occur: -inf is the only double whose
-// high word is 0xfff00000)
+// s > -inf, as an integer test on the high word (-inf is the only non-NaN double whose high word
+// is 0xfff00000; a NaN, possible only in the dead pops after the heap emptied, tests live)
 __device__ __forceinline__ bool sl_live(double s) { return __double2hiint(s) != (int)0xfff00000; }
 
 // The popped nodes as the sorted loop writes them: one 16-byte record per node (score, packed
@@ -122,105 +155,105 @@ __device__ __forceinline__ void sl_merge(double (&cs)[TB_NPL], u32 (&cd)[TB_NPL]
     }
 }
 
-extern "C" __global__ void __launch_bounds__(TB_THREADS, 1)
-tree_build_sorted(const float* __restrict__ topk_logp, const int* __restrict__ topk_ids,
-                  const int* __restrict__ root_token, const int* __restrict__ start,
-                  int B, int L, int K, int budget,
-                  int* __restrict__ tokens, int* __restrict__ parents, int* __restrict__ depths,
-                  int* __restrict__ positions, int* __restrict__ ranks, double* __restrict__ scores,
-                  u8* __restrict__ visibility, int* __restrict__ num_nodes) {
-    extern __shared__ __align__(16) char smem_raw[];
-    __shared__ int s_num_nodes;
-    const int b = blockIdx.x;
-    if (b >= B) return;
-    const int Q = budget + 1;
-    const int Kc = K < Q ? K : Q;
-    const int W = Kc + 1;
-    const int stride = L + 1;
-    const int tid = threadIdx.x;
+// The window of a lane: the list one slot either side of its block (shfl_up / own / shfl_down; a
+// lane whose source is out of range reads its own value, as SHFL does).
+__device__ __forceinline__ void sl_window(const double (&cs)[TB_NPL], const u32 (&cd)[TB_NPL],
+                                          double (&es)[TB_NPL + 2], u32 (&ed)[TB_NPL + 2]) {
+    es[0] = __shfl_up_sync(FULL_MASK, cs[TB_NPL - 1], 1);
+    ed[0] = __shfl_up_sync(FULL_MASK, cd[TB_NPL - 1], 1);
+#pragma unroll
+    for (int j = 0; j < TB_NPL; ++j) { es[j + 1] = cs[j]; ed[j + 1] = cd[j]; }
+    es[TB_NPL + 1] = __shfl_down_sync(FULL_MASK, cs[0], 1);
+    ed[TB_NPL + 1] = __shfl_down_sync(FULL_MASK, cd[0], 1);
+}
+
+// The whole pop loop of warp 0, from the initial state (only the head (1,) in the list): writes the
+// node records rec[1..n] (lane 0) and returns n, the same in every lane. Called by the full warp.
+// EXACT = false (the fast loop): the merge with plain compares only; the tie test (an exact ==
+// between a live successor and a list slot other than the popped one) goes into `tie_seen`, per
+// lane, sticky, off the chain: no vote, no barrier, no branch but the loop's. Its records are exact
+// iff no lane ever sets tie_seen (tests/test_tree_build_sorted_sim.py asserts this on every case).
+// EXACT = true (version 2's loop): after the plain merge, one __any_sync of the tie test (window
+// and runner-up), and on a tie anywhere in the warp the merge is redone with the rank-tuple walks
+// after a __syncwarp (lane 0's records before the walks; warp-uniform branch).
+// The loop runs `budget` times with a warp-uniform trip count (no divergent exit, so no BRA.DIV
+// guards around the shuffles): `alive` turns false, for good, at the first -inf head (the list is
+// then all -inf: the heap is empty); a dead pop writes no record, counts no node, and walks the
+// valid dummy candidate 0 (its table reads stay inside the L + 2 rows whatever the list holds).
+template <bool EXACT>
+__device__ __forceinline__ int sl_build(const double* __restrict__ T, int W, int budget, uint4* rec, int lane,
+                                        bool& tie_seen) {
     const double NEG_INF = __longlong_as_double((long long)0xfff0000000000000ull);
-    double* T = (double*)smem_raw;                        // first: its address is a constant
-    int* ids = (int*)(smem_raw + align_up((size_t)(L + 2) * W * 8, 16));     // [L][Kc]
-    TreeSmem s;
-    carve((char*)ids + align_up((size_t)L * Kc * 4, 16), L, Kc, Q, 0, s);
-    uint4* rec = (uint4*)s.cand_score;                    // 16 * Q bytes: cand_score and cand
     const SortedNodes nodes{rec, W};
+    // E[k] = global slot lane * TB_NPL + k - 1: E[0] the left neighbour, E[1..TB_NPL] own,
+    // E[TB_NPL + 1] the right neighbour. Slot 0 (the head being popped) beats everything, and its
+    // value is never read. Lane 0's E[0] and lane 31's E[TB_NPL + 1] are its own slots (shuffles
+    // out of range): lane 0 never reads its E[0] (slot 0 beats first); slot C read as garbage
+    // spoils at most slots >= C - m after m pops, and only slots < budget - m can still be popped
+    // (C >= budget), so no select is spent on them.
+    const bool g0_k1 = lane == 0;                         // E[1] is slot 0
+    const bool g0_k0 = TB_NPL == 1 && lane == 1;          // E[0] is slot 0
+    double cs[TB_NPL];
+    u32 cd[TB_NPL];
+#pragma unroll
+    for (int j = 0; j < TB_NPL; ++j) { cs[j] = NEG_INF; cd[j] = 0u; }
+    double hs = budget > 0 ? T[0] : NEG_INF;             // head (slot 0), in every lane
+    u32 hd = sl_pack(0, 0, 0);
+    double l0 = T[0], l1 = T[1], lc = T[W];               // the head's log-probs: own, next, child row
+    double ss = NEG_INF;                                  // runner-up (slot 1), in every lane
+    u32 sd = 0u;
+    double m0 = l0, m1 = l1, mc = lc;                     // the runner-up's (prefetched a pop ahead)
+    if (lane == 0) { cs[0] = hs; cd[0] = hd; }
+    double es[TB_NPL + 2];                                // the window, shuffled at the end of each pop
+    u32 ed[TB_NPL + 2];
+    sl_window(cs, cd, es, ed);
+    bool alive = true;
+    int n = 0;
+#pragma unroll TB_UNROLL
+    for (int node = 1; node <= budget; ++node) {
+        alive = alive && sl_live(hs);
+        const u32 hq = alive ? hd : 0u;                   // a dead pop walks candidate 0
+        const int off = sl_off(hq), dm1 = sl_dm1(hq);
+        const int rowc = (dm1 + 1) * W;
+        // prefetch for the next pop: the log-probs the child or the sibling would need as the
+        // next head (its own, next and child-row ones; the rest are l1 / lc already here)
+        const double c1 = T[rowc + 1], cc = T[rowc + W], b1 = T[off + 2];
+        // the node record (score, candidate): lane 0 alone writes it, one 16-byte store
+        if (lane == 0 && alive)
+            rec[node] = make_uint4((u32)__double2loint(hs), (u32)__double2hiint(hs), hd, 0u);
+        n = alive ? node : n;
 
-    const float* g_lp = topk_logp + (size_t)b * L * K;
-    const int* g_ids = topk_ids + (size_t)b * L * K;
-    const int t_size = (L + 2) * W;                       // rows L, L + 1: -inf
-    for (int e0 = tid; e0 < t_size; e0 += TB_STAGE * TB_THREADS) {   // all loads, then all stores
-        double v[TB_STAGE];
-#pragma unroll
-        for (int u = 0; u < TB_STAGE; ++u) {
-            const int e = e0 + u * TB_THREADS, d = e / W, r = e - d * W;
-            v[u] = (e < t_size && d < L && r < Kc) ? (double)g_lp[(size_t)d * K + r] : NEG_INF;
-        }
-#pragma unroll
-        for (int u = 0; u < TB_STAGE; ++u)
-            if (e0 + u * TB_THREADS < t_size) T[e0 + u * TB_THREADS] = v[u];
-    }
-    __syncthreads();
+        // successors (a sibling or child past the table's edge reads -inf: nothing pushed;
+        // after the last pop they are merged for nothing)
+        const double sib = (hs - l0) + l1;
+        const double chi = hs + lc;
+        const u32 sibd = hq + 1u;
+        const u32 chid = sl_pack(rowc, node, dm1 + 1);
+        const bool cfirst = chi >= sib;                   // exact tie: the child's tuple is smaller
+        const double fs = cfirst ? chi : sib, s2 = cfirst ? sib : chi;
+        const u32 fd = cfirst ? chid : sibd, d2 = cfirst ? sibd : chid;
+        const double f0 = cfirst ? lc : l1, f1 = cfirst ? c1 : b1, fc = cfirst ? cc : lc;
+        const bool flive = sl_live(fs), live2 = sl_live(s2);
 
-    if (tid < 32) {
-        const int lane = tid;
-        // E[k] = global slot lane * TB_NPL + k - 1: E[0] the left neighbour, E[1..TB_NPL] own,
-        // E[TB_NPL + 1] the right neighbour. Slot 0 (the head being popped) beats everything.
-        // Lane 0's E[0] and lane 31's E[TB_NPL + 1] are its own slots (shuffles out of range):
-        // lane 0 never reads its E[0] (slot 0 beats first); slot C read as garbage spoils at
-        // most slots >= C - m after m pops, and only slots < budget - m can still be popped
-        // (C >= budget), so no select is spent on them.
-        const bool g0_k1 = lane == 0;                     // E[1] is slot 0
-        const bool g0_k0 = TB_NPL == 1 && lane == 1;      // E[0] is slot 0
-        double cs[TB_NPL];
-        u32 cd[TB_NPL];
+        bool s_wins = ss > fs;                            // the runner-up beats first: next head
+        sl_merge(cs, cd, es, ed, fs, fd, s2, d2, 0u, g0_k0, g0_k1);
+        if (!EXACT) {
+            // exact ties (== on doubles, so -0.0 == +0.0) of a live successor with a slot the
+            // lane owns, slot 0 (popped; its flags are forced) left out. Every slot is some
+            // lane's own, and the runner-up is slot 1, so the warp's OR covers every compare
+            // the merge and s_wins make (the neighbours in E[0] / E[TB_NPL + 1] are owned by
+            // the lanes either side).
+            bool eqa = false, eqb = false;
 #pragma unroll
-        for (int j = 0; j < TB_NPL; ++j) { cs[j] = NEG_INF; cd[j] = 0u; }
-        double hs = budget > 0 ? T[0] : NEG_INF;         // head (slot 0), in every lane
-        u32 hd = sl_pack(0, 0, 0);
-        double l0 = T[0], l1 = T[1], lc = T[W];           // the head's log-probs: own, next, child row
-        double ss = NEG_INF;                              // runner-up (slot 1), in every lane
-        u32 sd = 0u;
-        double m0 = l0, m1 = l1, mc = lc;                 // the runner-up's (prefetched a pop ahead)
-        if (lane == 0) { cs[0] = hs; cd[0] = hd; }
-        // the list one slot either side of this lane's block, shuffled at the end of each pop
-        double es[TB_NPL + 2];
-        u32 ed[TB_NPL + 2];
-        es[0] = __shfl_up_sync(FULL_MASK, cs[TB_NPL - 1], 1);
-        ed[0] = __shfl_up_sync(FULL_MASK, cd[TB_NPL - 1], 1);
-#pragma unroll
-        for (int j = 0; j < TB_NPL; ++j) { es[j + 1] = cs[j]; ed[j + 1] = cd[j]; }
-        es[TB_NPL + 1] = __shfl_down_sync(FULL_MASK, cs[0], 1);
-        ed[TB_NPL + 1] = __shfl_down_sync(FULL_MASK, cd[0], 1);
-        int n = 0;
-#pragma unroll 2
-        while (n < budget && sl_live(hs)) {
-            const int node = n + 1;
-            const int off = sl_off(hd), dm1 = sl_dm1(hd);
-            const int rowc = (dm1 + 1) * W;
-            // prefetch for the next pop: the log-probs the child or the sibling would need as the
-            // next head (its own, next and child-row ones; the rest are l1 / lc already here)
-            const double c1 = T[rowc + 1], cc = T[rowc + W], b1 = T[off + 2];
-            // the node record: lane 0 writes it; the tie walks read it after a __syncwarp
-            if (lane == 0) {
-                reinterpret_cast<double*>(rec + node)[0] = hs;
-                rec[node].z = hd;
+            for (int k = 1; k <= TB_NPL; ++k) {
+                const bool own = k != 1 || !g0_k1;
+                eqa = eqa || (own && es[k] == fs);
+                eqb = eqb || (own && es[k] == s2);
             }
-            n = node;
-
-            // successors (a sibling or child past the table's edge reads -inf: nothing pushed;
-            // after the last pop they are merged for nothing)
-            const double sib = (hs - l0) + l1;
-            const double chi = hs + lc;
-            const u32 sibd = hd + 1u;
-            const u32 chid = sl_pack(rowc, node, dm1 + 1);
-            const bool cfirst = chi >= sib;               // exact tie: the child's tuple is smaller
-            const double fs = cfirst ? chi : sib, s2 = cfirst ? sib : chi;
-            const u32 fd = cfirst ? chid : sibd, d2 = cfirst ? sibd : chid;
-            const double f0 = cfirst ? lc : l1, f1 = cfirst ? c1 : b1, fc = cfirst ? cc : lc;
-            const bool flive = sl_live(fs), live2 = sl_live(s2);
-
-            // exact ties (== on doubles, so -0.0 == +0.0) with a live candidate need the rank tuples
+            tie_seen = tie_seen || (alive && ((flive && eqa) || (live2 && eqb)));
+        } else {
+            // the window's ties and the runner-up's, per lane: the merge is redone with the rank
+            // tuples on a tie anywhere in the warp (warp-uniform, rare)
             bool eqa = false, eqb = false;
 #pragma unroll
             for (int k = 0; k < TB_NPL + 2; ++k) {
@@ -228,11 +261,7 @@ tree_build_sorted(const float* __restrict__ topk_logp, const int* __restrict__ t
                 if (k <= TB_NPL) eqb = eqb || es[k] == s2;
             }
             const bool eqs = ss == fs;
-            const bool tie = (flive && (eqa || eqs)) || (live2 && eqb);
-            // the merge with plain compares; on an exact tie anywhere in the warp it is redone
-            // with the rank tuples (warp-uniform, rare)
-            bool s_wins = ss > fs;                        // the runner-up beats first: next head
-            sl_merge(cs, cd, es, ed, fs, fd, s2, d2, 0u, g0_k0, g0_k1);
+            const bool tie = alive && ((flive && (eqa || eqs)) || (live2 && eqb));
             if (__any_sync(FULL_MASK, tie)) {
                 __syncwarp();                             // lane 0's records before the walks
                 u32 won = 0u;                             // bit k: E[k] beats first, TB_NPL+2+k: second
@@ -259,28 +288,109 @@ tree_build_sorted(const float* __restrict__ topk_logp, const int* __restrict__ t
                 sl_merge(cs, cd, es, ed, fs, fd, s2, d2, won, g0_k0, g0_k1);
                 __syncwarp();
             }
-            // the next head (slot 0 = fA[1] ? S : first, the same in every lane) with its
-            // log-probs, all in registers: no load on the head's chain
-            hs = s_wins ? ss : fs;
-            hd = s_wins ? sd : fd;
-            l0 = s_wins ? m0 : f0;
-            l1 = s_wins ? m1 : f1;
-            lc = s_wins ? mc : fc;
-            // the next runner-up, broadcast, and its log-probs: first needed a pop from now
-            const int s_lane = TB_NPL == 1 ? 1 : 0;
-            ss = __shfl_sync(FULL_MASK, cs[TB_NPL == 1 ? 0 : 1], s_lane);
-            sd = __shfl_sync(FULL_MASK, cd[TB_NPL == 1 ? 0 : 1], s_lane);
-            m0 = T[sl_off(sd)];
-            m1 = T[sl_off(sd) + 1];
-            mc = T[(sl_dm1(sd) + 1) * W];
-            // the next pop's window: its shuffles run under that pop's additions
-            es[0] = __shfl_up_sync(FULL_MASK, cs[TB_NPL - 1], 1);
-            ed[0] = __shfl_up_sync(FULL_MASK, cd[TB_NPL - 1], 1);
-#pragma unroll
-            for (int j = 0; j < TB_NPL; ++j) { es[j + 1] = cs[j]; ed[j + 1] = cd[j]; }
-            es[TB_NPL + 1] = __shfl_down_sync(FULL_MASK, cs[0], 1);
-            ed[TB_NPL + 1] = __shfl_down_sync(FULL_MASK, cd[0], 1);
         }
+        // the next head (slot 0 = fA[1] ? S : first, the same in every lane) with its
+        // log-probs, all in registers: no load on the head's chain
+        hs = s_wins ? ss : fs;
+        hd = s_wins ? sd : fd;
+        l0 = s_wins ? m0 : f0;
+        l1 = s_wins ? m1 : f1;
+        lc = s_wins ? mc : fc;
+        // the next runner-up, broadcast, and its log-probs: first needed a pop from now
+        const int s_lane = TB_NPL == 1 ? 1 : 0;
+        ss = __shfl_sync(FULL_MASK, cs[TB_NPL == 1 ? 0 : 1], s_lane);
+        sd = __shfl_sync(FULL_MASK, cd[TB_NPL == 1 ? 0 : 1], s_lane);
+        m0 = T[sl_off(sd)];
+        m1 = T[sl_off(sd) + 1];
+        mc = T[(sl_dm1(sd) + 1) * W];
+        // the next pop's window: its shuffles run under that pop's additions
+        sl_window(cs, cd, es, ed);
+    }
+    return n;
+}
+
+#if TB_PROFILE
+__device__ __forceinline__ long long tb_globaltimer() {
+    long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+#endif
+
+extern "C" __global__ void __launch_bounds__(TB_THREADS, 1)
+tree_build_sorted(const float* __restrict__ topk_logp, const int* __restrict__ topk_ids,
+                  const int* __restrict__ root_token, const int* __restrict__ start,
+                  int B, int L, int K, int budget,
+                  int* __restrict__ tokens, int* __restrict__ parents, int* __restrict__ depths,
+                  int* __restrict__ positions, int* __restrict__ ranks, double* __restrict__ scores,
+                  u8* __restrict__ visibility, int* __restrict__ num_nodes) {
+    extern __shared__ __align__(16) char smem_raw[];
+    __shared__ int s_num_nodes;
+#if TB_PROFILE
+    const long long p_c0 = clock64(), p_g0 = tb_globaltimer();
+    long long p_c1 = 0, p_c2 = 0, p_c3 = 0, p_g1 = 0, p_g3 = 0;
+    int p_rerun = 0;
+#endif
+    const int b = blockIdx.x;
+    if (b >= B) return;
+    const int Q = budget + 1;
+    const int Kc = K < Q ? K : Q;
+    const int W = Kc + 1;
+    const int stride = L + 1;
+    const int tid = threadIdx.x;
+    const double NEG_INF = __longlong_as_double((long long)0xfff0000000000000ull);
+    double* T = (double*)smem_raw;                        // first: its address is a constant
+    int* ids = (int*)(smem_raw + align_up((size_t)(L + 2) * W * 8, 16));     // [L][Kc]
+    TreeSmem s;
+    carve((char*)ids + align_up((size_t)L * Kc * 4, 16), L, Kc, Q, 0, s);
+    uint4* rec = (uint4*)s.cand_score;                    // 16 * Q bytes: cand_score and cand
+
+    const float* g_lp = topk_logp + (size_t)b * L * K;
+    const int* g_ids = topk_ids + (size_t)b * L * K;
+    const int t_size = (L + 2) * W;                       // rows L, L + 1: -inf
+    for (int e0 = tid; e0 < t_size; e0 += TB_STAGE * TB_THREADS) {   // all loads, then all stores
+        double v[TB_STAGE];
+#pragma unroll
+        for (int u = 0; u < TB_STAGE; ++u) {
+            const int e = e0 + u * TB_THREADS, d = e / W, r = e - d * W;
+            v[u] = (e < t_size && d < L && r < Kc) ? (double)g_lp[(size_t)d * K + r] : NEG_INF;
+        }
+#pragma unroll
+        for (int u = 0; u < TB_STAGE; ++u)
+            if (e0 + u * TB_THREADS < t_size) T[e0 + u * TB_THREADS] = v[u];
+    }
+    __syncthreads();
+#if TB_PROFILE
+    if (tid == 0) { p_c1 = clock64(); p_g1 = tb_globaltimer(); }
+#endif
+
+    // the warp index as a shuffle result: provably warp-uniform, so the pop loop's shuffles need
+    // no divergence guards
+    if (__shfl_sync(FULL_MASK, tid / 32, 0) == 0) {
+        const int lane = tid;
+        bool tie_seen = true;
+#if !TB_FORCE_EXACT
+        tie_seen = false;
+        int n = sl_build<false>(T, W, budget, rec, lane, tie_seen);
+#else
+        int n = 0;
+#endif
+#if TB_PROFILE
+        if (lane == 0) p_c2 = clock64();
+#endif
+        // any exact tie seen by any lane: the fast run's order may be wrong; rebuild from the
+        // start with the exact loop (it rewrites rec[1..n] and n; nothing of the fast run is
+        // read: the epilogue reads records 1..n only)
+        if (__any_sync(FULL_MASK, tie_seen)) {
+            __syncwarp();
+            n = sl_build<true>(T, W, budget, rec, lane, tie_seen);
+#if TB_PROFILE
+            p_rerun = 1;
+#endif
+        }
+#if TB_PROFILE
+        if (lane == 0) { p_c3 = clock64(); p_g3 = tb_globaltimer(); }
+#endif
         if (lane == 0) s_num_nodes = n;
     } else {                                              // warps 1..7, during the pops: token ids
         for (int e0 = tid - 32; e0 < L * Kc; e0 += TB_STAGE * (TB_THREADS - 32)) {
@@ -319,4 +429,19 @@ tree_build_sorted(const float* __restrict__ topk_logp, const int* __restrict__ t
     __syncthreads();
     write_outputs(s, b, Q, stride, nn, start[b], tokens, parents, depths, positions, ranks, scores,
                   visibility, num_nodes);
+#if TB_PROFILE
+    // timing diagnostic (wrong outputs): thread 0 overwrites scores[b][0..8] with the phases, as
+    // doubles: cycles staging, fast loop, exact rerun, epilogue, total; ns total; pops; rerun;
+    // ns from after staging to after the loops
+    __syncthreads();                                      // after every thread's score writes
+    if (tid == 0) {
+        const long long c4 = clock64(), g4 = tb_globaltimer();
+        const double v[9] = {(double)(p_c1 - p_c0), (double)(p_c2 - p_c1), (double)(p_c3 - p_c2),
+                             (double)(c4 - p_c3), (double)(c4 - p_c0), (double)(g4 - p_g0),
+                             (double)nn, (double)p_rerun, (double)(p_g3 - p_g1)};
+#pragma unroll
+        for (int j = 0; j < 9; ++j)
+            if (j < Q) scores[(size_t)b * Q + j] = v[j];
+    }
+#endif
 }

@@ -32,8 +32,9 @@ SEEDS = (11, 2024, FRESH_SEED)
 ATTN_SEEDS = (11, FRESH_SEED)
 # Kernels to leave out (comma-separated CUDA_KERNELS names), e.g. one that hung in a smoke run.
 SKIP_KERNELS = {k for k in os.environ.get("KDTREE_SKIP_KERNELS", "").split(",") if k}
-# Compile-time knobs to test a verify_attn kernel with before it becomes its default, e.g.
-# KDTREE_TEST_DEFINES="bf16_wgmma2:WG2_SKIP_RESCALE=1" (kernel:NAME=VALUE,...; ';' between kernels).
+# Compile-time knobs to test a verify_attn or tree_build kernel with before it becomes its default, e.g.
+# KDTREE_TEST_DEFINES="bf16_wgmma2:WG2_SKIP_RESCALE=1" or "tb_sorted:TB_FORCE_EXACT=1"
+# (kernel:NAME=VALUE,...; ';' between kernels).
 KERNEL_DEFINES = {kernel: dict(pair.split("=", 1) for pair in knobs.split(","))
                   for kernel, _, knobs in (item.partition(":") for item in
                                            os.environ.get("KDTREE_TEST_DEFINES", "").split(";") if item)}
@@ -308,7 +309,8 @@ def test_tree_build_bit_exact(params, seed, kernel):
     gen = generated(TREE_BUILD, "default", seed, **params)
     device_inputs = {name: to_torch(a, "cuda") for name, a in gen.inputs.items()}
     outputs = poisoned_outputs(TREE_BUILD, "default", gen.inputs, gen.params)
-    TREE_BUILD.run_cuda("default", device_inputs, gen.params, outputs, kernel=kernel)
+    TREE_BUILD.run_cuda("default", device_inputs, gen.params, outputs, kernel=kernel,
+                        defines=KERNEL_DEFINES.get(kernel))
     torch.cuda.synchronize()
     got = {name: to_numpy(t) for name, t in outputs.items()}
     assert_bit_exact(f"tree_build [{kernel}] {params} seed {seed}", got,

@@ -328,9 +328,10 @@ class TreeBuild(Op):
         limit = max_shared_optin() if gpu_available() else SHARED_MEMORY_LIMIT
         return "tb_sorted" if sorted_shared_bytes(budget, depth, k) + 64 <= limit else "tb_warp"
 
-    def run_cuda(self, variant, inputs, params, outputs, *, kernel=None):
+    def run_cuda(self, variant, inputs, params, outputs, *, kernel=None, defines=None):
         """One 256-thread block per request; `kernel` names a CUDA_KERNELS entry (default:
-        kernel_choice)."""
+        kernel_choice); `defines` are extra compile-time defines (tb_sorted's TB_FORCE_EXACT, its
+        timing diagnostic TB_PROFILE, which gives wrong outputs)."""
         import math
         from ctypes import c_int
 
@@ -357,7 +358,8 @@ class TreeBuild(Op):
             if smem + 64 > limit:                 # + the static s_num_nodes
                 raise ValueError(f"tb_sorted needs {smem} B of shared memory at budget {budget}, depth "
                                  f"{depth}, K {k}; the device has {limit} B")
-            kernel_fn = get_kernel("tree_build_fast.cu", "tree_build_sorted", defines={"TB_NPL": slots})
+            kernel_fn = get_kernel("tree_build_fast.cu", "tree_build_sorted",
+                                   defines={"TB_NPL": slots, **(defines or {})})
             kernel_fn.launch(batch, 256, args + args_out, shared_mem=smem)
             return
         smem = kernel_shared_bytes(budget, depth)
@@ -367,9 +369,9 @@ class TreeBuild(Op):
         args += [c_int(int(staged))] + args_out
         if name == "tb_warp":        # capacity 32 x per_lane >= budget (slots in use <= budget): 1..16
             per_lane = 1 << (slots - 1).bit_length()
-            kernel_fn = get_kernel("tree_build.cu", "tree_build_warp", defines={"TB_NPL": per_lane})
+            kernel_fn = get_kernel("tree_build.cu", "tree_build_warp", defines={"TB_NPL": per_lane, **(defines or {})})
         else:
-            kernel_fn = get_kernel("tree_build.cu", "tree_build")
+            kernel_fn = get_kernel("tree_build.cu", "tree_build", defines=defines or {})
         kernel_fn.launch(batch, 256, args, shared_mem=smem)
 
     # -- reports --------------------------------------------------------------------------
