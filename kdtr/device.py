@@ -200,7 +200,7 @@ class Kernel:
         values: list[Any] = []
         for i, arg in enumerate(args):
             if isinstance(arg, torch.Tensor):
-                if not arg.is_cuda or arg.device.index != self.device:
+                if arg.get_device() != self.device:                 # -1 on the CPU
                     raise self._fail(f"argument {i} is a tensor on {arg.device}, not cuda:{self.device}")
                 if not arg.is_contiguous():
                     raise self._fail(f"argument {i} (shape {tuple(arg.shape)}) is not contiguous")
@@ -237,6 +237,8 @@ class Kernel:
 
 
 def _dims(value: int | Sequence[int], what: str, kernel: Kernel) -> tuple[int, int, int]:
+    if type(value) is int and value >= 1:
+        return value, 1, 1
     dims = (value,) if isinstance(value, int) else tuple(int(v) for v in value)
     if not 1 <= len(dims) <= 3 or any(d < 1 for d in dims):
         raise kernel._fail(f"{what} {value!r} must be 1 to 3 positive sizes")
@@ -264,12 +266,12 @@ def get_kernel(source: str | Path, name: str, *, defines: Mapping[str, str | int
     device, arch). Call it before a CUDA-graph capture begins: loading a module is not allowed
     while a stream captures.
     """
-    require_gpu()
     index = _device_index(device)
     key = (str(source), name, tuple(sorted((k, str(v)) for k, v in defines.items())), index, arch)
     kernel = _kernels.get(key)
     if kernel is not None:
         return kernel
+    require_gpu()
     with _lock:
         kernel = _kernels.get(key)
         if kernel is not None:
