@@ -31,34 +31,40 @@
 //   masked keys get p = 0 exactly, so no NaN can leak. Target: relative L2 <= 1e-6 against float64.
 //
 // Shared memory (floats; defaults FK_ROWS = 68, FK_RING = 3):
-//   X    max(FK_RING stages of pass A, the pass-A partials)                         35,328
+//   X    max(FK_RING stages of pass A, the pass-A partials)             34,816 (QB=0: 35,328)
 //        pass-A stage: Q[68 rows][68] then K[64 keys][68] (64 dims + 4 pad: conflict-free loads)
-//        partials [8 dim groups][4 row quarters][17 rows * 64 + 16] (+16: halves in other banks)
+//        partials QB=1: [8 dim groups][68 rows][64 keys]; QB=0: [8][4 row quarters][17 * 64 + 16]
 //   P    [68 rows][68] softmax weights of the tile (row stride 68: the 2 rows a warp reads differ
 //        by 17 rows = 4 banks)                                                        4,624
 //   V    FK_RING stages of [8 keys][512]                                            12,288
 //   m, l, alpha, visibility row offset [68] each (padded to a multiple of 4)           272
-//   total 52,512 floats = 210,048 B.
+//   total 52,000 floats = 208,000 B (QB=0: 52,512 = 210,048 B).
 //
 // One 64-key tile is a stream of 17 chunks, copied by cp.async FK_RING - 1 chunks ahead with one
 // __syncthreads per chunk (the ring of each kind has FK_RING slots; chunks of consecutive tiles
 // continue the same stream, so the next tile's Q/K stages load during this tile's pass B):
 //   chunks 0..8  (pass A): stage s = Q and K dims [64s, 64s + 64). Warp w: row half rg = w & 1
-//     (rows 34rg..34rg+33), dim group dg = w >> 1 (stage dims 8dg..8dg+7, 2 float4 steps). Lane:
-//     key quad kq = lane & 15 -> keys kq + 16j (j < 4), h = lane >> 4 -> rows 34rg + 17h + r
-//     (r < 17): 68 accumulators. Per float4 step a warp issues 4 K LDS.128 (16 distinct addresses,
-//     2 return cycles each), 17 Q LDS.128 (2 distinct addresses, 1 cycle each) and 272 FFMA:
-//     25 load-return cycles per 68 SM FFMA cycles (37%). Then the 8 dim-group partials go through X.
-//   softmax: warp w takes rows w, w + 16, ...; lane keys 2 lane, 2 lane + 1; warp shuffles.
-//   chunks 9..16 (pass B): 8 keys of V = kv dims [0, 512). Warp w: rows as in pass A, column group
-//     cg = w >> 1 (64 columns); lane: columns 64cg + 4kq.. (4), rows 34rg + 17h + r: 68
-//     accumulators. Per 4 keys: 4 V LDS.128 (16 distinct, 2 cycles), 17 P LDS.128 (2 distinct,
-//     1 cycle), 272 FFMA: again 25 per 68 (37%).
+//     (rows 34rg..34rg+33), dim group dg = w >> 1 (stage dims 8dg..8dg+7, 2 float4 steps).
+//     FK_QB = 1: every lane of a warp holds the same 34 rows and keys lane, lane + 32
+//     (68 accumulators); per float4 step 34 Q LDS.128 that are single-address broadcasts (1 load-return
+//     cycle each) and 2 K LDS.128 (32 distinct rows, 4 cycles each): 42 cycles per 68 SM FFMA cycles.
+//     FK_QB = 0 (default, v1): keys (lane & 15) + 16 j (j < 4), rows 34rg + 17 (lane >> 4) + r (r < 17);
+//     17 Q LDS.128 whose two addresses split by lane >> 4 (assumed 4 cycles) + 4 K: up to 84 per 68.
+//     Then the 8 dim-group partials go through X ([dg][row][key] with QB = 1).
+//   softmax: warp w takes rows w + 16 rr (rr < 5), all five at once (independent shuffle chains
+//     interleave; v1 ran them one after another); lane keys 2 lane, 2 lane + 1.
+//   chunks 9..16 (pass B): 8 keys of V = kv dims [0, 512). FK_PB = 0 (default): warp rows as in v1
+//     pass A, columns 64 (w >> 1) + 4 (lane & 15): 17 P LDS.128 with two addresses + 4 V per 4 keys.
+//     FK_PB = 1: warp rows 17 (w & 3) .. + 16, columns 128 (w >> 2) + 4 lane: 17 P LDS.128 broadcasts
+//     + 4 V LDS.128 (512 B each) = 33 cycles per 68 (v1: up to 84), but ptxas spills 36 B there
+//     (a few LDL of loop-invariant scalars per chunk, none in the FMA bodies), hence not the default.
+//   The lane layouts change which lane computes which (row, key) or (row, column), not any sum's order.
 //
-// Knobs (compile-time defines; the host reads FK_ROWS from `defines` to size the grid and the shared
-// memory, see VerifyAttn.CUDA_KERNELS["fp32_gemm"]):
-//   FK_ROWS (68): rows per block, a multiple of 4 (17 rows per lane at 68); 64 gives 5 row tiles.
+// Knobs (compile-time defines; the host reads FK_ROWS, FK_RING and FK_QB from `defines` to size the
+// grid and the shared memory, see VerifyAttn.CUDA_KERNELS["fp32_gemm"] / fp32_gemm_sizing):
+//   FK_ROWS (68): rows per block, a multiple of 4 (17 rows per quarter at 68); 64 gives 5 row tiles.
 //   FK_RING (3): cp.async ring depth (chunks in flight + 1); 4 needs 226.5 KB (fits 227 KB).
+//   FK_QB (0) / FK_PB (0): pass-A / pass-B lane layouts above (defaults: v1 layouts; see NOTES arithmetic).
 //   Keys per split: the host's `splits` argument (33 -> one 64-key tile a block; 17 -> two tiles).
 // FK_DIAG (timing only, wrong results): 1 drops the pass-A FMAs, 2 the pass-B FMAs, 3 every key
 //   tile (the fixed part: partial writes, merge, launches).
@@ -73,7 +79,13 @@
 #ifndef FK_DIAG
 #define FK_DIAG 0
 #endif
-#define FK_A (FK_ROWS / 4)                       // rows per lane
+#ifndef FK_QB
+#define FK_QB 0
+#endif
+#ifndef FK_PB
+#define FK_PB 0
+#endif
+#define FK_A (FK_ROWS / 4)                       // rows per quarter
 #define FK_THREADS 512
 #define FK_KEYS 64                               // keys per tile: 16 lanes x 4
 #define FK_DCH 64                                // dims per pass-A stage
@@ -83,12 +95,23 @@
 #define FK_CHUNKS (FK_NA + FK_NV)                // 17 chunks a tile
 #define FK_STR (FK_DCH + 4)                      // pass-A stage row stride
 #define FK_STAGE_FLOATS ((FK_ROWS + FK_KEYS) * FK_STR)
+#if FK_QB
+#define FK_AR (2 * FK_A)                         // pass A: rows per lane (all lanes the same rows)
+#define FK_AK 2                                  // keys per lane: lane + 32 j
+#define FK_AKS 32
+#define FK_PG (FK_ROWS * FK_KEYS)                // partials of one dim group: [row][key]
+#else
+#define FK_AR FK_A                               // pass A: rows per lane (lane halves: 2 rows apart)
+#define FK_AK 4                                  // keys per lane: (lane & 15) + 16 j
+#define FK_AKS 16
 #define FK_HS (FK_A * FK_KEYS + 16)              // partial block of one row quarter
 #define FK_PG (4 * FK_HS)                        // partials of one dim group
+#endif
 #define FK_PART_FLOATS (8 * FK_PG)
 #define FK_RING_FLOATS (FK_RING * FK_STAGE_FLOATS)
 #define FK_X_FLOATS (FK_RING_FLOATS > FK_PART_FLOATS ? FK_RING_FLOATS : FK_PART_FLOATS)
 #define FK_PS (FK_KEYS + 4)                      // P row stride
+#define FK_SR ((FK_ROWS + 15) / 16)              // softmax rows per warp
 #define FK_V_FLOATS (FK_RING * FK_VK * ATTN_DV)
 #define FK_STAT (((FK_ROWS + 3) / 4) * 4)
 #define FK_SMEM_FLOATS (FK_X_FLOATS + FK_ROWS * FK_PS + FK_V_FLOATS + 4 * FK_STAT)
@@ -107,6 +130,18 @@
 #if FK_RING < 2 || FK_RING > FK_NV
 #error "FK_RING must be in [2, 8]"
 #endif
+#if (FK_QB != 0 && FK_QB != 1) || (FK_PB != 0 && FK_PB != 1)
+#error "FK_QB and FK_PB are 0 or 1"
+#endif
+
+// offset of partial (row, key 0) inside one dim group's partial block
+__device__ __forceinline__ int fk_part_row(int row) {
+#if FK_QB
+    return row * FK_KEYS;
+#else
+    return (row / FK_A) * FK_HS + (row % FK_A) * FK_KEYS;
+#endif
+}
 
 __device__ __forceinline__ unsigned dynamic_smem_bytes() {
     unsigned r;
@@ -131,9 +166,21 @@ verify_attn_fp32_gemm(const float* __restrict__ q, const float* __restrict__ kv,
     int* sVis = (int*)(sAlpha + FK_STAT);                        // [ROWS] visibility row offset i*Q
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int rg = warp & 1, grp = warp >> 1;                    // row half; dim group / column group
-    const int kq = lane & 15, hh = lane >> 4;
-    const int rbase = rg * (2 * FK_A) + hh * FK_A;               // this lane's first row
+    const int rg = warp & 1, grp = warp >> 1;                    // pass A: row half; dim group
+#if FK_QB
+    const int arow = rg * (2 * FK_A);                            // pass A: this lane's first row
+    const int akey = lane;                                       // and first key
+#else
+    const int arow = rg * (2 * FK_A) + (lane >> 4) * FK_A;
+    const int akey = lane & 15;
+#endif
+#if FK_PB
+    const int prow = (warp & 3) * FK_A;                          // pass B: this lane's first row
+    const int pcol = (warp >> 2) * 128 + 4 * lane;               // and its 4 columns
+#else
+    const int prow = rg * (2 * FK_A) + (lane >> 4) * FK_A;
+    const int pcol = grp * 64 + 4 * (lane & 15);
+#endif
 
     const int b = blockIdx.y, z = blockIdx.z;
     const int rows_req = Q * H;
@@ -160,8 +207,12 @@ verify_attn_fp32_gemm(const float* __restrict__ q, const float* __restrict__ kv,
     // stage: thread copies float4 column tid % 16 of K rows tid / 16 + 32 i (i < 2) and of Q rows
     // tid / 16 + 32 i (i < ceil(FK_ROWS / 32), the last only where the row exists); pass-B chunk:
     // float4 column tid % 128 of keys tid / 128 + 4 i (i < 2).
-    const int c16 = tid & 15, r16 = tid >> 4, c128 = tid & 127, r128 = tid >> 7;
     auto issue = [&](int g) {
+        // an opaque copy of the thread index: the copy addresses are recomputed per chunk (a dozen
+        // integer instructions) instead of held in registers across the FMA loops (they spilled)
+        int t = tid;
+        asm volatile("" : "+r"(t));
+        const int c16 = t & 15, r16 = t >> 4, c128 = t & 127, r128 = t >> 7;
         const int tt = g / FK_CHUNKS, c = g - tt * FK_CHUNKS;
         const int key0 = kbeg + tt * FK_KEYS;
         if (c < FK_NA) {
@@ -216,28 +267,30 @@ verify_attn_fp32_gemm(const float* __restrict__ q, const float* __restrict__ kv,
 #pragma unroll 1
     for (int tt = 0; tt < ntiles; ++tt) {
         const int key0 = kbeg + tt * FK_KEYS;
-        float acc[FK_A][4];
+        float acc[FK_AR][FK_AK];
 #pragma unroll
-        for (int r = 0; r < FK_A; ++r) { acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = 0.f; }
+        for (int r = 0; r < FK_AR; ++r)
+#pragma unroll
+            for (int j = 0; j < FK_AK; ++j) acc[r][j] = 0.f;
 
         // ---- pass A: S = Q K^T (68 x 64), this warp's 8 dims of each 64-dim stage
 #pragma unroll 1
         for (int c = 0; c < FK_NA; ++c) {
             step(tt * FK_CHUNKS + c);
             const float* st = sX + ((tt * FK_NA + c) % FK_RING) * FK_STAGE_FLOATS;
-            const float* qs = st + rbase * FK_STR + grp * 8;
-            const float* ks = st + (FK_ROWS + kq) * FK_STR + grp * 8;
+            const float* qs = st + arow * FK_STR + grp * 8;
+            const float* ks = st + (FK_ROWS + akey) * FK_STR + grp * 8;
 #if FK_DIAG != 1
 #pragma unroll
             for (int s = 0; s < 2; ++s) {
-                float4 k4[4];
+                float4 k4[FK_AK];
 #pragma unroll
-                for (int j = 0; j < 4; ++j) k4[j] = *(const float4*)(ks + 16 * j * FK_STR + 4 * s);
+                for (int j = 0; j < FK_AK; ++j) k4[j] = *(const float4*)(ks + FK_AKS * j * FK_STR + 4 * s);
 #pragma unroll
-                for (int r = 0; r < FK_A; ++r) {
+                for (int r = 0; r < FK_AR; ++r) {
                     const float4 qv = *(const float4*)(qs + r * FK_STR + 4 * s);
 #pragma unroll
-                    for (int j = 0; j < 4; ++j) {
+                    for (int j = 0; j < FK_AK; ++j) {
                         acc[r][j] = fmaf(qv.x, k4[j].x, acc[r][j]);
                         acc[r][j] = fmaf(qv.y, k4[j].y, acc[r][j]);
                         acc[r][j] = fmaf(qv.z, k4[j].z, acc[r][j]);
@@ -248,71 +301,91 @@ verify_attn_fp32_gemm(const float* __restrict__ q, const float* __restrict__ kv,
 #endif
         }
         __syncthreads();                                         // every pass-A read of X done
-        {   // partials: [dg][row quarter rg*2+hh][r][key]; halves 16 banks apart
-            float* pp = sX + grp * FK_PG + (rg * 2 + hh) * FK_HS + kq;
+        {   // partials of dim group grp at fk_part_row(row) + key (QB=0: the lane halves' row
+            // quarters 16 banks apart; QB=1: 32 consecutive keys a store)
+            float* pp = sX + grp * FK_PG + fk_part_row(arow) + akey;
 #pragma unroll
-            for (int r = 0; r < FK_A; ++r)
+            for (int r = 0; r < FK_AR; ++r)
 #pragma unroll
-                for (int j = 0; j < 4; ++j) pp[r * FK_KEYS + 16 * j] = acc[r][j];
+                for (int j = 0; j < FK_AK; ++j) pp[r * FK_KEYS + FK_AKS * j] = acc[r][j];
         }
         __syncthreads();
 
-        // ---- softmax over the tile: warp w rows w, w + 16, ...; lane keys 2 lane, 2 lane + 1
+        // ---- softmax over the tile: warp w rows w + 16 rr (rr < FK_SR), all at once (their shuffle
+        // chains interleave; each row's arithmetic as before); lane keys 2 lane, 2 lane + 1
         {
             const int j0 = key0 + 2 * lane, j1 = j0 + 1;
             // an opaque copy of the warp index: keeps ptxas from hoisting every row's shared-memory
             // addresses out of the tile loop (it did, and spilled them)
             int wrow = warp;
             asm volatile("" : "+r"(wrow));
+            float s0[FK_SR], s1[FK_SR], mx[FK_SR];
+            bool ok0[FK_SR], ok1[FK_SR];
 #pragma unroll
-            for (int rr = 0; rr < (FK_ROWS + 15) / 16; ++rr) {
+            for (int rr = 0; rr < FK_SR; ++rr) {
+                const int row = wrow + 16 * rr;
+                const bool in = row < FK_ROWS;                           // warp-uniform
+                const int rowc = in ? row : 0;
+                const float* pr = sX + fk_part_row(rowc) + 2 * lane;
+                float d0 = 0.f, d1 = 0.f;
+#pragma unroll
+                for (int g8 = 0; g8 < 8; ++g8) {
+                    const float2 v = *(const float2*)(pr + g8 * FK_PG);
+                    d0 += v.x; d1 += v.y;
+                }
+                bool a0 = in && row < nrows && j0 < kend, a1 = in && row < nrows && j1 < kend;
+                const u8* vrow = vis_b + sVis[rowc] - P;                  // vrow[j]: tree key j visible
+                if (a0 && j0 >= P) a0 = vrow[j0] != 0;
+                if (a1 && j1 >= P) a1 = vrow[j1] != 0;
+                ok0[rr] = a0; ok1[rr] = a1;
+                s0[rr] = a0 ? sm_scale * d0 : neg_inf();
+                s1[rr] = a1 ? sm_scale * d1 : neg_inf();
+                mx[rr] = fmaxf(s0[rr], s1[rr]);
+            }
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1)
+#pragma unroll
+                for (int rr = 0; rr < FK_SR; ++rr) mx[rr] = fmaxf(mx[rr], __shfl_xor_sync(0xffffffffu, mx[rr], off));
+            float m_new[FK_SR], alpha[FK_SR], ps[FK_SR], p0[FK_SR], p1[FK_SR];
+#pragma unroll
+            for (int rr = 0; rr < FK_SR; ++rr) {
+                const int row = wrow + 16 * rr;
+                const float m_old = sM[row < FK_ROWS ? row : 0];
+                m_new[rr] = fmaxf(m_old, mx[rr]);
+                p0[rr] = ok0[rr] ? expf(s0[rr] - m_new[rr]) : 0.f;     // ok => m_new finite
+                p1[rr] = ok1[rr] ? expf(s1[rr] - m_new[rr]) : 0.f;
+                alpha[rr] = (m_new[rr] == neg_inf()) ? 1.f : expf(m_old - m_new[rr]);
+                ps[rr] = p0[rr] + p1[rr];
+            }
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1)
+#pragma unroll
+                for (int rr = 0; rr < FK_SR; ++rr) ps[rr] += __shfl_xor_sync(0xffffffffu, ps[rr], off);
+            __syncwarp();                        // every lane read sM[row] before lane 0 writes it
+#pragma unroll
+            for (int rr = 0; rr < FK_SR; ++rr) {
                 const int row = wrow + 16 * rr;
                 if (row < FK_ROWS) {                                     // warp-uniform
-                    const float* pr = sX + (row / FK_A) * FK_HS + (row % FK_A) * FK_KEYS + 2 * lane;
-                    float d0 = 0.f, d1 = 0.f;
-#pragma unroll
-                    for (int g8 = 0; g8 < 8; ++g8) {
-                        const float2 v = *(const float2*)(pr + g8 * FK_PG);
-                        d0 += v.x; d1 += v.y;
-                    }
-                    bool ok0 = row < nrows && j0 < kend, ok1 = row < nrows && j1 < kend;
-                    const u8* vrow = vis_b + sVis[row] - P;          // vrow[j]: tree key j visible
-                    if (ok0 && j0 >= P) ok0 = vrow[j0] != 0;
-                    if (ok1 && j1 >= P) ok1 = vrow[j1] != 0;
-                    const float s0 = ok0 ? sm_scale * d0 : neg_inf();
-                    const float s1 = ok1 ? sm_scale * d1 : neg_inf();
-                    float mx = fmaxf(s0, s1);
-#pragma unroll
-                    for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-                    const float m_old = sM[row];
-                    const float m_new = fmaxf(m_old, mx);
-                    const float p0 = ok0 ? expf(s0 - m_new) : 0.f;      // ok => m_new finite
-                    const float p1 = ok1 ? expf(s1 - m_new) : 0.f;
-                    const float alpha = (m_new == neg_inf()) ? 1.f : expf(m_old - m_new);
-                    float ps = p0 + p1;
-#pragma unroll
-                    for (int off = 16; off > 0; off >>= 1) ps += __shfl_xor_sync(0xffffffffu, ps, off);
-                    *(float2*)(sP + row * FK_PS + 2 * lane) = make_float2(p0, p1);
-                    __syncwarp();                // every lane read sM[row] before lane 0 writes it
+                    *(float2*)(sP + row * FK_PS + 2 * lane) = make_float2(p0[rr], p1[rr]);
                     if (lane == 0) {
-                        sM[row] = m_new;
-                        sL[row] = sL[row] * alpha + ps;
-                        sAlpha[row] = alpha;
+                        sM[row] = m_new[rr];
+                        sL[row] = sL[row] * alpha[rr] + ps[rr];
+                        sAlpha[row] = alpha[rr];
                     }
                 }
             }
         }
         // (the first pass-B step's __syncthreads publishes P and the stats)
 
-        // ---- pass B: O_tile = P V (68 x 512), columns 64 grp + 4 kq.., rows rbase + r
+        // ---- pass B: O_tile = P V (68 x 512), columns pcol.. pcol + 3, rows prow + r
         float o[FK_A][4];
 #pragma unroll
         for (int r = 0; r < FK_A; ++r) { o[r][0] = o[r][1] = o[r][2] = o[r][3] = 0.f; }
 #pragma unroll 1
         for (int c = 0; c < FK_NV; ++c) {
             step(tt * FK_CHUNKS + FK_NA + c);
-            const float* vs = sV + ((tt * FK_NV + c) % FK_RING) * (FK_VK * ATTN_DV) + grp * 64 + 4 * kq;
-            const float* ps = sP + rbase * FK_PS + c * FK_VK;
+            const float* vs = sV + ((tt * FK_NV + c) % FK_RING) * (FK_VK * ATTN_DV) + pcol;
+            const float* ps = sP + prow * FK_PS + c * FK_VK;
 #if FK_DIAG != 2
 #pragma unroll
             for (int s = 0; s < 2; ++s) {
@@ -340,10 +413,10 @@ verify_attn_fp32_gemm(const float* __restrict__ q, const float* __restrict__ kv,
             const bool last = tt + 1 == ntiles;
             const bool direct = n_splits == 1;
             float* base = (direct ? out : ws_o + (size_t)z * rows_total * ATTN_DV)
-                          + (grow0 + rbase) * ATTN_DV + grp * 64 + 4 * kq;
+                          + (grow0 + prow) * ATTN_DV + pcol;
 #pragma unroll
             for (int r = 0; r < FK_A; ++r) {
-                const int row = rbase + r;
+                const int row = prow + r;
                 if (row < nrows) {
                     float* p = base + r * ATTN_DV;
                     float4 v = make_float4(o[r][0], o[r][1], o[r][2], o[r][3]);

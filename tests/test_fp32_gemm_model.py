@@ -146,6 +146,40 @@ def test_timing_shape_grid():
     assert chunk == 64 and sizes.count(64) == 32 and sizes[-1] == 17
 
 
+def lane_layouts(rows, qb, pb):
+    """The .cu's lane -> (row, key) map of pass A and lane -> (row, column) map of pass B, for every
+    warp (512 threads): arow/akey/AR/AK/AKS and prow/pcol as the kernel computes them."""
+    a_quarter = rows // 4
+    pass_a, pass_b = [], []
+    for tid in range(512):
+        lane, warp = tid & 31, tid >> 5
+        rg, grp = warp & 1, warp >> 1
+        if qb:
+            arow, akey, ar, ak, aks = rg * 2 * a_quarter, lane, 2 * a_quarter, 2, 32
+        else:
+            arow, akey, ar, ak, aks = rg * 2 * a_quarter + (lane >> 4) * a_quarter, lane & 15, a_quarter, 4, 16
+        pass_a += [(grp, arow + r, akey + aks * j) for r in range(ar) for j in range(ak)]
+        if pb:
+            prow, pcol = (warp & 3) * a_quarter, (warp >> 2) * 128 + 4 * lane
+        else:
+            prow, pcol = rg * 2 * a_quarter + (lane >> 4) * a_quarter, grp * 64 + 4 * (lane & 15)
+        pass_b += [(prow + r, pcol + c) for r in range(a_quarter) for c in range(4)]
+    return pass_a, pass_b
+
+
+@pytest.mark.parametrize("qb,pb", [(1, 0), (0, 0), (1, 1), (0, 1)])
+@pytest.mark.parametrize("rows", [68, 64, 32])
+def test_lane_layouts_cover_each_output_once(rows, qb, pb):
+    """Pass A: every (dim group, row, key) of a 64-key tile is accumulated by exactly one lane (so the
+    8 dim-group partials, added in group order, are the model's grouping whatever the layout); pass B:
+    every (row, column) of O_tile by exactly one lane."""
+    pass_a, pass_b = lane_layouts(rows, qb, pb)
+    want_a = {(g, r, k) for g in range(8) for r in range(rows) for k in range(KEYS)}
+    want_b = {(r, c) for r in range(rows) for c in range(LATENT)}
+    assert len(pass_a) == len(want_a) and set(pass_a) == want_a
+    assert len(pass_b) == len(want_b) and set(pass_b) == want_b
+
+
 @pytest.fixture
 def cache_dir(tmp_path, monkeypatch):
     """A private cubin cache for one test (config() is re-read)."""
@@ -156,7 +190,8 @@ def cache_dir(tmp_path, monkeypatch):
     config.cache_clear()
 
 
-@pytest.mark.parametrize("defines", [{}, {"FK_RING": 4}, {"FK_ROWS": 64}, {"FK_ROWS": 32, "FK_RING": 2}])
+@pytest.mark.parametrize("defines", [{}, {"FK_RING": 4}, {"FK_ROWS": 64}, {"FK_ROWS": 32, "FK_RING": 2},
+                                     {"FK_QB": 1}, {"FK_QB": 1, "FK_PB": 1}])
 def test_host_shared_memory_formula_matches_the_kernel(defines, cache_dir):
     """fp32_gemm_sizing (host) must equal the .cu's FK_SMEM_BYTES: FK_EXPECT_SMEM makes the .cu
     #error out when they differ; everything must fit the H200's 227 KB opt-in limit."""
