@@ -706,11 +706,13 @@ def bench() -> None:
             # part: Q load, combine, partials, merge, launches), timing only
             runs += [("fp32_pair", None, {"FP_STAGGER": 1})]
             runs += [("fp32_pair", None, {"FT_DIAG": d}) for d in (1, 2, 3)]
-            # fp32_gemm: FMA-free passes A / B and no key tiles (timing only); a 4-deep ring; 64-row
-            # tiles; 17 splits (two 64-key tiles a block) and 66 (32-key blocks, two waves)
+            # fp32_gemm: FMA-free passes A / B and no key tiles (timing only); broadcast Q (FK_QB) and
+            # P (FK_PB) lane layouts, alone, together and without the other pass's FMAs; a 4-deep ring
             runs += [("fp32_gemm", None, {"FK_DIAG": d}) for d in (1, 2, 3)]
-            runs += [("fp32_gemm", None, {"FK_RING": 4}), ("fp32_gemm", None, {"FK_ROWS": 64})]
-            runs += [("fp32_gemm", 17, None), ("fp32_gemm", 66, None)]
+            runs += [("fp32_gemm", None, {"FK_QB": 1}), ("fp32_gemm", None, {"FK_PB": 1}),
+                     ("fp32_gemm", None, {"FK_QB": 1, "FK_PB": 1})]
+            runs += [("fp32_gemm", None, {"FK_PB": 1, "FK_DIAG": 2}), ("fp32_gemm", None, {"FK_QB": 1, "FK_DIAG": 1})]
+            runs += [("fp32_gemm", None, {"FK_RING": 4})]
         elif batch == 8:   # wgmma2 without K refills (timing only; kernels/NOTES.md, "wgmma2")
             runs += [("bf16_wgmma2", None, {"WG_DIAG": 3})]
         for name, splits, defines in runs:
