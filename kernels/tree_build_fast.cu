@@ -8,8 +8,8 @@
 //     L and L + 1 all -inf (the child of a depth-L node; the row the loop prefetches for that
 //     child's child); first, so that its address is a constant;
 //   * the token ids [L][Kc] (i32), staged by warps 1..7 while warp 0 pops;
-//   * carve()'s layout with staged = 0 (nodes, paths); its candidate arrays (16 B per node) hold
-//     the node records the loop writes.
+//   * the node records rec[Q] (16 B: score, packed candidate; rec[0] unused);
+//   * the ancestor-or-self masks [Q][nw] (u32, nw = ceil(Q / 32) <= TB_NPL + 1), built by the epilogue.
 //   Each part starts 16-byte aligned. Entry: tree_build_sorted, the arguments of tree_build_warp
 //   (tree_build.cu) less `staged`. TB_NPL (compile-time, 1..16): slots per lane, capacity
 //   C = 32 * TB_NPL >= budget. Log-prob offsets are packed into 16 bits and parents into 10:
@@ -43,19 +43,33 @@
 //     needed; the next head's triple is then a select (child / sibling / runner-up);
 //   * no shuffle on the chain: the next pop's window (shfl_up / shfl_down) and the runner-up's
 //     broadcast are issued at the end of each pop and complete under the next pop's additions;
-//   * FAST LOOP, then an EXACT RERUN only if needed (sl_build<false>, sl_build<true>: one loop
-//     templated on the mode). The fast loop merges with plain compares only; its tie test (an
-//     exact == between a live successor and a slot the lane owns, the popped slot 0 left out)
-//     goes into a per-lane sticky flag, off the chain: no vote, no barrier and no branch in the
-//     loop but the loop's own. After it, one __any_sync of the flags: if any lane ever saw a tie,
-//     the whole build is redone from the initial state by the exact loop (v2's: after the plain
-//     merge, an __any_sync of the window's tie test, and on a tie the merge redone with the
-//     rank-tuple walks on that warp-uniform branch). Claim (asserted on every CPU model case,
-//     tests/test_tree_build_sorted_sim.py): a fast run that flagged no tie is exact, since up to
-//     the first tie it is the exact run, and every compare the merge and the runner-up test make
-//     is between a successor and some lane's own slot. The rerun rewrites rec[1..n] and n; the
-//     epilogue reads records 1..n only, so nothing of the abandoned run survives. Never taken on
-//     the bench's drafter; taken on quantised drafters (then the block costs ~2 builds);
+// Version 4 (v3 measured 193 cycles per pop, but 21.4 us at B=64: one block with a tie reran the
+// whole build, and the epilogue took 7206 cycles):
+//   * CHECKPOINTS instead of the rerun (sl_build): chunks of TB_CK pops (default 8). Before a
+//     chunk the loop state (SlState: slots, head and runner-up with their log-probs, alive, n) is
+//     copied in registers; the chunk runs the FAST pop (sl_pop<false>: plain compares only; its tie
+//     test, an exact == between a live successor and a slot the lane owns, the popped slot 0 left
+//     out, goes into a per-lane sticky flag: no vote, no barrier, no branch); then one __any_sync
+//     of the flags. A tie: __syncwarp, restore the checkpoint (the window re-shuffled from the
+//     slots) and replay the chunk with the EXACT pop (sl_pop<true>, v2's: after the plain merge an
+//     __any_sync of the window's tie test, and on a tie the merge redone with the rank-tuple walks
+//     on that warp-uniform branch). A tie costs <= TB_CK exact pops, not a second build. Claim
+//     (asserted on every chunk of every CPU model case, tests/test_tree_build_sorted_sim.py): a
+//     chunk started from an exact state that flagged no tie is exact, since up to its first tie it
+//     is the exact run and every compare the merge and the runner-up test make is between a
+//     successor and some lane's own slot. The replay rewrites the chunk's records; one it does
+//     not rewrite (the heap emptied earlier) lies past the final n and is never read. The last
+//     chunk is padded with dead pops (node > budget);
+//   * a FAST EPILOGUE, straight from the records: part 1, one thread per column i < Q writes the
+//     per-node outputs (record, one dependent ids load) and walks i's parent links (<= depth
+//     dependent loads) to build its ancestor-or-self mask in registers (nw <= TB_NPL + 1 words,
+//     selects, no local memory), stored to shared memory; one __syncthreads; part 2 writes the
+//     request's Q * Q visibility bytes as aligned 32-bit words (each from 4 mask-bit loads; (i, j)
+//     advanced per trip, no division in the loop), the unaligned head and the tail (< 4 bytes
+//     each) as byte stores, so that no store touches a neighbouring request's bytes (the numpy
+//     model of this index math: test_epilogue_visibility_every_byte_once). root_token[b] and
+//     start[b] are loaded before the staging (v3 loaded them in the epilogue: two global
+//     latencies on its chain). No TreeSmem, paths or build_paths any more;
 //   * a warp-uniform loop: `budget` trips (a kernel argument) and the warp test made a shuffle
 //     result, so the compiler needs no divergence guards (BRA.DIV) around the shuffles and the
 //     unrolled body (TB_UNROLL pops, default 2) is one basic block; a sticky `alive` ends the
@@ -63,17 +77,27 @@
 //     no node and walks the valid dummy candidate 0, so its table reads stay in the L + 2 rows;
 //   * the liveness tests are integer tests of the high word (sl_live), not DSETPs; the node
 //     record is one 16-byte store.
-// Knobs (compile-time): TB_FORCE_EXACT=1 runs the exact loop only (the GPU tests run it on every
-// shape: KDTREE_TEST_DEFINES="tb_sorted:TB_FORCE_EXACT=1"); TB_PROFILE=1 is a timing diagnostic
-// with WRONG outputs: thread 0 of each block writes into scores[b][0..8] (as doubles, as many as
-// Q holds) the clock64 cycles of staging, fast loop, exact rerun, epilogue and total, the
-// %globaltimer ns of the whole block, the pops, the rerun flag and the ns of the loops
+// Knobs (compile-time): TB_CK pops per checkpoint (a multiple of TB_UNROLL); TB_FORCE_EXACT=1
+// runs the exact pop only, no checkpoints (the GPU tests run it on every shape:
+// KDTREE_TEST_DEFINES="tb_sorted:TB_FORCE_EXACT=1"); TB_PROFILE=1 is a timing diagnostic with
+// WRONG outputs: thread 0 of each block writes into scores[b][0..9] (as doubles, as many as Q
+// holds) the fields
+//   0 cyc_stage        clock64 cycles of the staging (to the first __syncthreads)
+//   1 cyc_fast_loop    cycles of the pop loop less those of the replays (field 2)
+//   2 cyc_replay       cycles inside the tie replays (restore + <= TB_CK exact pops each)
+//   3 cyc_epilogue     cycles from the end of the loop (lane 0) to the end of the block
+//   4 cyc_total        cycles of the whole block
+//   5 ns_total         %globaltimer ns of the whole block
+//   6 pops             nodes built (n)
+//   7 restores         checkpoints restored (chunks replayed)
+//   8 ns_loops         ns from after the staging to the end of the loop
+//   9 replayed         live pops replayed by the exact pop
 // (kernels/runs/h200-2026-11-29-s3/tb_profile.py prints cycles per pop and the SM clock).
-// Race freedom (compute-sanitizer racecheck): lane 0 alone writes the node records; the fast loop
-// has no in-loop reader; the exact loop's only readers (the tie walks) run after a __syncwarp()
-// on its warp-uniform tie branch, and read only records that run wrote (a walk climbs from live
-// candidates of that run); the rerun starts after the __any_sync and a __syncwarp; the epilogue
-// reads the records after __syncthreads().
+// Race freedom (compute-sanitizer racecheck): lane 0 alone writes the node records; the fast pop
+// has no reader; the exact pop's only readers (the tie walks) run after a __syncwarp() on its
+// warp-uniform tie branch, and read only records of nodes before the current one, which the
+// replay or an earlier (exact) chunk wrote; a replay starts after the __any_sync and a
+// __syncwarp; the epilogue reads the records after __syncthreads(), and the masks after a second.
 // kernels/NOTES.md has the per-pop instruction count, the measured and the predicted times.
 // tests/test_tree_build_sorted_sim.py models this loop lane by lane on the CPU.
 
@@ -90,6 +114,12 @@
 #endif
 #ifndef TB_PROFILE
 #define TB_PROFILE 0
+#endif
+#ifndef TB_CK
+#define TB_CK 8         // pops per checkpoint (a multiple of TB_UNROLL)
+#endif
+#if TB_CK % TB_UNROLL != 0
+#error "TB_CK must be a multiple of TB_UNROLL"
 #endif
 #define TB_STAGE 8      // elements per thread per staging round: their loads are all in flight at once
 
@@ -108,8 +138,8 @@ __device__ __forceinline__ int sl_dm1(u32 c) { return (int)(c >> 26); }
 __device__ __forceinline__ bool sl_live(double s) { return __double2hiint(s) != (int)0xfff00000; }
 
 // The popped nodes as the sorted loop writes them: one 16-byte record per node (score, packed
-// candidate; two stores per pop), kept in carve()'s candidate arrays (16 B per node, unused here).
-// The tie walks read parents and ranks from them; after the loop they are expanded to TreeSmem.
+// candidate; one store per pop). The tie walks read parents and ranks from them; the epilogue
+// writes the outputs straight from them.
 struct SortedNodes {
     const uint4* rec;
     int W;
@@ -167,22 +197,146 @@ __device__ __forceinline__ void sl_window(const double (&cs)[TB_NPL], const u32 
     ed[TB_NPL + 1] = __shfl_down_sync(FULL_MASK, cd[0], 1);
 }
 
+// The loop state of warp 0 between two pops (what a checkpoint saves): the lane's list slots, the
+// head with its three log-probs and the runner-up with its three (the same in every lane), the
+// sticky `alive` and the node count. The window (es, ed) is not saved: it is a function of the
+// slots (sl_window), recomputed on a restore.
+struct SlState {
+    double cs[TB_NPL];
+    u32 cd[TB_NPL];
+    double hs, l0, l1, lc;                                // head (slot 0) and its log-probs
+    double ss, m0, m1, mc;                                // runner-up (slot 1) and its log-probs
+    u32 hd, sd;
+    bool alive;
+    int n;
+};
+
+// One pop, node number `node` (warp-uniform). Writes rec[node] (lane 0) when alive; a pop past
+// `budget` or after the heap emptied is dead. EXACT = false (fast): the merge with plain compares
+// only; its tie test (an exact == between a live successor and a slot the lane owns, the popped
+// slot 0 left out) goes into `tie_seen`, per lane, sticky, off the chain: no vote, no barrier, no
+// branch. EXACT = true (version 2's pop): after the plain merge, one __any_sync of the tie test
+// (window and runner-up), and on a tie anywhere in the warp the merge is redone with the rank-tuple
+// walks after a __syncwarp (lane 0's records before the walks; warp-uniform branch).
+template <bool EXACT>
+__device__ __forceinline__ void sl_pop(SlState& st, double (&es)[TB_NPL + 2], u32 (&ed)[TB_NPL + 2],
+                                       int node, int budget, const double* __restrict__ T, int W,
+                                       uint4* rec, const SortedNodes& nodes, bool g0_k0, bool g0_k1,
+                                       int lane, bool& tie_seen) {
+    st.alive = st.alive && sl_live(st.hs) && node <= budget;
+    const bool alive = st.alive;
+    const u32 hq = alive ? st.hd : 0u;                    // a dead pop walks candidate 0
+    const int off = sl_off(hq), dm1 = sl_dm1(hq);
+    const int rowc = (dm1 + 1) * W;
+    // prefetch for the next pop: the log-probs the child or the sibling would need as the
+    // next head (its own, next and child-row ones; the rest are l1 / lc already here)
+    const double c1 = T[rowc + 1], cc = T[rowc + W], b1 = T[off + 2];
+    // the node record (score, candidate): lane 0 alone writes it, one 16-byte store
+    if (lane == 0 && alive)
+        rec[node] = make_uint4((u32)__double2loint(st.hs), (u32)__double2hiint(st.hs), st.hd, 0u);
+    st.n = alive ? node : st.n;
+
+    // successors (a sibling or child past the table's edge reads -inf: nothing pushed)
+    const double sib = (st.hs - st.l0) + st.l1;
+    const double chi = st.hs + st.lc;
+    const u32 sibd = hq + 1u;
+    const u32 chid = sl_pack(rowc, node, dm1 + 1);
+    const bool cfirst = chi >= sib;                       // exact tie: the child's tuple is smaller
+    const double fs = cfirst ? chi : sib, s2 = cfirst ? sib : chi;
+    const u32 fd = cfirst ? chid : sibd, d2 = cfirst ? sibd : chid;
+    const double f0 = cfirst ? st.lc : st.l1, f1 = cfirst ? c1 : b1, fc = cfirst ? cc : st.lc;
+    const bool flive = sl_live(fs), live2 = sl_live(s2);
+
+    bool s_wins = st.ss > fs;                             // the runner-up beats first: next head
+    sl_merge(st.cs, st.cd, es, ed, fs, fd, s2, d2, 0u, g0_k0, g0_k1);
+    if (!EXACT) {
+        // exact ties (== on doubles, so -0.0 == +0.0) of a live successor with a slot the lane
+        // owns, slot 0 (popped; its flags are forced) left out. Every slot is some lane's own,
+        // and the runner-up is slot 1, so the warp's OR covers every compare the merge and
+        // s_wins make (the neighbours in E[0] / E[TB_NPL + 1] are owned by the lanes either side).
+        bool eqa = false, eqb = false;
+#pragma unroll
+        for (int k = 1; k <= TB_NPL; ++k) {
+            const bool own = k != 1 || !g0_k1;
+            eqa = eqa || (own && es[k] == fs);
+            eqb = eqb || (own && es[k] == s2);
+        }
+        tie_seen = tie_seen || (alive && ((flive && eqa) || (live2 && eqb)));
+    } else {
+        bool eqa = false, eqb = false;
+#pragma unroll
+        for (int k = 0; k < TB_NPL + 2; ++k) {
+            if (k >= 1) eqa = eqa || es[k] == fs;
+            if (k <= TB_NPL) eqb = eqb || es[k] == s2;
+        }
+        const bool eqs = st.ss == fs;
+        const bool tie = alive && ((flive && (eqa || eqs)) || (live2 && eqb));
+        if (__any_sync(FULL_MASK, tie)) {
+            __syncwarp();                                 // lane 0's records before the walks
+            u32 won = 0u;                                 // bit k: E[k] beats first, TB_NPL+2+k: second
+            if (tie) {
+                u32 ties = 0u;
+#pragma unroll
+                for (int k = 0; k < TB_NPL + 2; ++k) {
+                    if (k >= 1 && flive && es[k] == fs) ties |= 1u << k;
+                    if (k <= TB_NPL && live2 && es[k] == s2) ties |= 1u << (TB_NPL + 2 + k);
+                }
+                if (flive && eqs) ties |= 1u << (2 * TB_NPL + 4);
+                while (ties) {
+                    const int i = __ffs((int)ties) - 1;
+                    ties &= ties - 1;
+                    const int k = i < TB_NPL + 2 ? i : i - (TB_NPL + 2);
+                    u32 e = st.sd;
+#pragma unroll
+                    for (int kk = 0; kk < TB_NPL + 2; ++kk) e = (k == kk && i < 2 * TB_NPL + 4) ? ed[kk] : e;
+                    const u32 x = i < TB_NPL + 2 || i == 2 * TB_NPL + 4 ? fd : d2;
+                    if (sl_tuple_less(nodes, e, x)) won |= 1u << i;
+                }
+            }
+            s_wins = s_wins || ((won >> (2 * TB_NPL + 4)) & 1u);
+            sl_merge(st.cs, st.cd, es, ed, fs, fd, s2, d2, won, g0_k0, g0_k1);
+            __syncwarp();
+        }
+    }
+    // the next head (slot 0 = fA[1] ? S : first, the same in every lane) with its log-probs, all
+    // in registers: no load on the head's chain
+    st.hs = s_wins ? st.ss : fs;
+    st.hd = s_wins ? st.sd : fd;
+    st.l0 = s_wins ? st.m0 : f0;
+    st.l1 = s_wins ? st.m1 : f1;
+    st.lc = s_wins ? st.mc : fc;
+    // the next runner-up, broadcast, and its log-probs: first needed a pop from now
+    const int s_lane = TB_NPL == 1 ? 1 : 0;
+    st.ss = __shfl_sync(FULL_MASK, st.cs[TB_NPL == 1 ? 0 : 1], s_lane);
+    st.sd = __shfl_sync(FULL_MASK, st.cd[TB_NPL == 1 ? 0 : 1], s_lane);
+    st.m0 = T[sl_off(st.sd)];
+    st.m1 = T[sl_off(st.sd) + 1];
+    st.mc = T[(sl_dm1(st.sd) + 1) * W];
+    // the next pop's window: its shuffles run under that pop's additions
+    sl_window(st.cs, st.cd, es, ed);
+}
+
+// Profile counters of the loop (TB_PROFILE; otherwise unused and optimised away).
+struct SlProfile {
+    long long replay_cycles;                              // clock64 cycles inside the replays
+    int restores;                                         // checkpoints restored
+    int replayed;                                         // live pops replayed by the exact loop
+};
+
 // The whole pop loop of warp 0, from the initial state (only the head (1,) in the list): writes the
 // node records rec[1..n] (lane 0) and returns n, the same in every lane. Called by the full warp.
-// EXACT = false (the fast loop): the merge with plain compares only; the tie test (an exact ==
-// between a live successor and a list slot other than the popped one) goes into `tie_seen`, per
-// lane, sticky, off the chain: no vote, no barrier, no branch but the loop's. Its records are exact
-// iff no lane ever sets tie_seen (tests/test_tree_build_sorted_sim.py asserts this on every case).
-// EXACT = true (version 2's loop): after the plain merge, one __any_sync of the tie test (window
-// and runner-up), and on a tie anywhere in the warp the merge is redone with the rank-tuple walks
-// after a __syncwarp (lane 0's records before the walks; warp-uniform branch).
-// The loop runs `budget` times with a warp-uniform trip count (no divergent exit, so no BRA.DIV
-// guards around the shuffles): `alive` turns false, for good, at the first -inf head (the list is
-// then all -inf: the heap is empty); a dead pop writes no record, counts no node, and walks the
-// valid dummy candidate 0 (its table reads stay inside the L + 2 rows whatever the list holds).
-template <bool EXACT>
+// Chunks of TB_CK pops (the last one padded with dead pops past `budget`): before each chunk the
+// state is saved (registers: SlState); the chunk runs the fast pop; then one __any_sync of the
+// lanes' tie flags: if any lane saw a tie, the chunk is replayed from the checkpoint by the exact
+// pop (its records overwrite the abandoned ones; a record the replay does not rewrite lies past
+// the final n and is never read). Up to a chunk's first tie the fast pops are the exact ones,
+// and a chunk that flagged none is exact (every compare the merge and the runner-up test make is
+// between a successor and some lane's own slot); tests/test_tree_build_sorted_sim.py asserts it on
+// every chunk. TB_FORCE_EXACT: the exact pop throughout, no checkpoints.
+// Warp-uniform counted loops (a kernel argument and compile-time counts): no BRA.DIV around the
+// shuffles, and the inner body (TB_UNROLL pops) is one basic block.
 __device__ __forceinline__ int sl_build(const double* __restrict__ T, int W, int budget, uint4* rec, int lane,
-                                        bool& tie_seen) {
+                                        SlProfile& prof) {
     const double NEG_INF = __longlong_as_double((long long)0xfff0000000000000ull);
     const SortedNodes nodes{rec, W};
     // E[k] = global slot lane * TB_NPL + k - 1: E[0] the left neighbour, E[1..TB_NPL] own,
@@ -193,120 +347,51 @@ __device__ __forceinline__ int sl_build(const double* __restrict__ T, int W, int
     // (C >= budget), so no select is spent on them.
     const bool g0_k1 = lane == 0;                         // E[1] is slot 0
     const bool g0_k0 = TB_NPL == 1 && lane == 1;          // E[0] is slot 0
-    double cs[TB_NPL];
-    u32 cd[TB_NPL];
+    SlState st;
 #pragma unroll
-    for (int j = 0; j < TB_NPL; ++j) { cs[j] = NEG_INF; cd[j] = 0u; }
-    double hs = budget > 0 ? T[0] : NEG_INF;             // head (slot 0), in every lane
-    u32 hd = sl_pack(0, 0, 0);
-    double l0 = T[0], l1 = T[1], lc = T[W];               // the head's log-probs: own, next, child row
-    double ss = NEG_INF;                                  // runner-up (slot 1), in every lane
-    u32 sd = 0u;
-    double m0 = l0, m1 = l1, mc = lc;                     // the runner-up's (prefetched a pop ahead)
-    if (lane == 0) { cs[0] = hs; cd[0] = hd; }
+    for (int j = 0; j < TB_NPL; ++j) { st.cs[j] = NEG_INF; st.cd[j] = 0u; }
+    st.hs = budget > 0 ? T[0] : NEG_INF;
+    st.hd = sl_pack(0, 0, 0);
+    st.l0 = T[0]; st.l1 = T[1]; st.lc = T[W];
+    st.ss = NEG_INF; st.sd = 0u;
+    st.m0 = st.l0; st.m1 = st.l1; st.mc = st.lc;
+    st.alive = true;
+    st.n = 0;
+    if (lane == 0) { st.cs[0] = st.hs; st.cd[0] = st.hd; }
     double es[TB_NPL + 2];                                // the window, shuffled at the end of each pop
     u32 ed[TB_NPL + 2];
-    sl_window(cs, cd, es, ed);
-    bool alive = true;
-    int n = 0;
+    sl_window(st.cs, st.cd, es, ed);
+    bool tie_seen = false;
+#if TB_FORCE_EXACT
 #pragma unroll TB_UNROLL
-    for (int node = 1; node <= budget; ++node) {
-        alive = alive && sl_live(hs);
-        const u32 hq = alive ? hd : 0u;                   // a dead pop walks candidate 0
-        const int off = sl_off(hq), dm1 = sl_dm1(hq);
-        const int rowc = (dm1 + 1) * W;
-        // prefetch for the next pop: the log-probs the child or the sibling would need as the
-        // next head (its own, next and child-row ones; the rest are l1 / lc already here)
-        const double c1 = T[rowc + 1], cc = T[rowc + W], b1 = T[off + 2];
-        // the node record (score, candidate): lane 0 alone writes it, one 16-byte store
-        if (lane == 0 && alive)
-            rec[node] = make_uint4((u32)__double2loint(hs), (u32)__double2hiint(hs), hd, 0u);
-        n = alive ? node : n;
-
-        // successors (a sibling or child past the table's edge reads -inf: nothing pushed;
-        // after the last pop they are merged for nothing)
-        const double sib = (hs - l0) + l1;
-        const double chi = hs + lc;
-        const u32 sibd = hq + 1u;
-        const u32 chid = sl_pack(rowc, node, dm1 + 1);
-        const bool cfirst = chi >= sib;                   // exact tie: the child's tuple is smaller
-        const double fs = cfirst ? chi : sib, s2 = cfirst ? sib : chi;
-        const u32 fd = cfirst ? chid : sibd, d2 = cfirst ? sibd : chid;
-        const double f0 = cfirst ? lc : l1, f1 = cfirst ? c1 : b1, fc = cfirst ? cc : lc;
-        const bool flive = sl_live(fs), live2 = sl_live(s2);
-
-        bool s_wins = ss > fs;                            // the runner-up beats first: next head
-        sl_merge(cs, cd, es, ed, fs, fd, s2, d2, 0u, g0_k0, g0_k1);
-        if (!EXACT) {
-            // exact ties (== on doubles, so -0.0 == +0.0) of a live successor with a slot the
-            // lane owns, slot 0 (popped; its flags are forced) left out. Every slot is some
-            // lane's own, and the runner-up is slot 1, so the warp's OR covers every compare
-            // the merge and s_wins make (the neighbours in E[0] / E[TB_NPL + 1] are owned by
-            // the lanes either side).
-            bool eqa = false, eqb = false;
-#pragma unroll
-            for (int k = 1; k <= TB_NPL; ++k) {
-                const bool own = k != 1 || !g0_k1;
-                eqa = eqa || (own && es[k] == fs);
-                eqb = eqb || (own && es[k] == s2);
-            }
-            tie_seen = tie_seen || (alive && ((flive && eqa) || (live2 && eqb)));
-        } else {
-            // the window's ties and the runner-up's, per lane: the merge is redone with the rank
-            // tuples on a tie anywhere in the warp (warp-uniform, rare)
-            bool eqa = false, eqb = false;
-#pragma unroll
-            for (int k = 0; k < TB_NPL + 2; ++k) {
-                if (k >= 1) eqa = eqa || es[k] == fs;
-                if (k <= TB_NPL) eqb = eqb || es[k] == s2;
-            }
-            const bool eqs = ss == fs;
-            const bool tie = alive && ((flive && (eqa || eqs)) || (live2 && eqb));
-            if (__any_sync(FULL_MASK, tie)) {
-                __syncwarp();                             // lane 0's records before the walks
-                u32 won = 0u;                             // bit k: E[k] beats first, TB_NPL+2+k: second
-                if (tie) {
-                    u32 ties = 0u;
-#pragma unroll
-                    for (int k = 0; k < TB_NPL + 2; ++k) {
-                        if (k >= 1 && flive && es[k] == fs) ties |= 1u << k;
-                        if (k <= TB_NPL && live2 && es[k] == s2) ties |= 1u << (TB_NPL + 2 + k);
-                    }
-                    if (flive && eqs) ties |= 1u << (2 * TB_NPL + 4);
-                    while (ties) {
-                        const int i = __ffs((int)ties) - 1;
-                        ties &= ties - 1;
-                        const int k = i < TB_NPL + 2 ? i : i - (TB_NPL + 2);
-                        u32 e = sd;
-#pragma unroll
-                        for (int kk = 0; kk < TB_NPL + 2; ++kk) e = (k == kk && i < 2 * TB_NPL + 4) ? ed[kk] : e;
-                        const u32 x = i < TB_NPL + 2 || i == 2 * TB_NPL + 4 ? fd : d2;
-                        if (sl_tuple_less(nodes, e, x)) won |= 1u << i;
-                    }
-                }
-                s_wins = s_wins || ((won >> (2 * TB_NPL + 4)) & 1u);
-                sl_merge(cs, cd, es, ed, fs, fd, s2, d2, won, g0_k0, g0_k1);
-                __syncwarp();
-            }
+    for (int node = 1; node <= budget; ++node)
+        sl_pop<true>(st, es, ed, node, budget, T, W, rec, nodes, g0_k0, g0_k1, lane, tie_seen);
+#else
+    for (int node0 = 1; node0 <= budget; node0 += TB_CK) {
+        const SlState ck = st;                            // the checkpoint
+#pragma unroll TB_UNROLL
+        for (int u = 0; u < TB_CK; ++u)
+            sl_pop<false>(st, es, ed, node0 + u, budget, T, W, rec, nodes, g0_k0, g0_k1, lane, tie_seen);
+        if (__any_sync(FULL_MASK, tie_seen)) {           // rare: replay the chunk exactly
+#if TB_PROFILE
+            const long long t0 = clock64();
+#endif
+            __syncwarp();                                 // the abandoned records before the replay's walks
+            st = ck;
+            sl_window(st.cs, st.cd, es, ed);
+#pragma unroll 1
+            for (int u = 0; u < TB_CK; ++u)
+                sl_pop<true>(st, es, ed, node0 + u, budget, T, W, rec, nodes, g0_k0, g0_k1, lane, tie_seen);
+            tie_seen = false;
+#if TB_PROFILE
+            prof.replay_cycles += clock64() - t0;
+            prof.restores += 1;
+            prof.replayed += st.n - ck.n;
+#endif
         }
-        // the next head (slot 0 = fA[1] ? S : first, the same in every lane) with its
-        // log-probs, all in registers: no load on the head's chain
-        hs = s_wins ? ss : fs;
-        hd = s_wins ? sd : fd;
-        l0 = s_wins ? m0 : f0;
-        l1 = s_wins ? m1 : f1;
-        lc = s_wins ? mc : fc;
-        // the next runner-up, broadcast, and its log-probs: first needed a pop from now
-        const int s_lane = TB_NPL == 1 ? 1 : 0;
-        ss = __shfl_sync(FULL_MASK, cs[TB_NPL == 1 ? 0 : 1], s_lane);
-        sd = __shfl_sync(FULL_MASK, cd[TB_NPL == 1 ? 0 : 1], s_lane);
-        m0 = T[sl_off(sd)];
-        m1 = T[sl_off(sd) + 1];
-        mc = T[(sl_dm1(sd) + 1) * W];
-        // the next pop's window: its shuffles run under that pop's additions
-        sl_window(cs, cd, es, ed);
     }
-    return n;
+#endif
+    return st.n;
 }
 
 #if TB_PROFILE
@@ -316,6 +401,13 @@ __device__ __forceinline__ long long tb_globaltimer() {
     return t;
 }
 #endif
+
+// Visibility byte f (0 <= f < Q * Q) of a request's flat [Q][Q] block: bit j of row i's ancestor
+// mask, (i, j) = divmod(f, Q).
+__device__ __forceinline__ u32 vis_byte(const u32* amask, int nw, int Q, int f) {
+    const int i = f / Q, j = f - i * Q;
+    return (amask[i * nw + (j >> 5)] >> (j & 31)) & 1u;
+}
 
 extern "C" __global__ void __launch_bounds__(TB_THREADS, 1)
 tree_build_sorted(const float* __restrict__ topk_logp, const int* __restrict__ topk_ids,
@@ -328,22 +420,23 @@ tree_build_sorted(const float* __restrict__ topk_logp, const int* __restrict__ t
     __shared__ int s_num_nodes;
 #if TB_PROFILE
     const long long p_c0 = clock64(), p_g0 = tb_globaltimer();
-    long long p_c1 = 0, p_c2 = 0, p_c3 = 0, p_g1 = 0, p_g3 = 0;
-    int p_rerun = 0;
+    long long p_c1 = 0, p_c3 = 0, p_g1 = 0, p_g3 = 0;
 #endif
+    SlProfile prof{0, 0, 0};
     const int b = blockIdx.x;
     if (b >= B) return;
     const int Q = budget + 1;
     const int Kc = K < Q ? K : Q;
     const int W = Kc + 1;
-    const int stride = L + 1;
+    const int nw = (Q + 31) >> 5;                         // ancestor-mask words per node (<= TB_NPL + 1)
     const int tid = threadIdx.x;
     const double NEG_INF = __longlong_as_double((long long)0xfff0000000000000ull);
     double* T = (double*)smem_raw;                        // first: its address is a constant
     int* ids = (int*)(smem_raw + align_up((size_t)(L + 2) * W * 8, 16));     // [L][Kc]
-    TreeSmem s;
-    carve((char*)ids + align_up((size_t)L * Kc * 4, 16), L, Kc, Q, 0, s);
-    uint4* rec = (uint4*)s.cand_score;                    // 16 * Q bytes: cand_score and cand
+    uint4* rec = (uint4*)((char*)ids + align_up((size_t)L * Kc * 4, 16));   // [Q] node records
+    u32* amask = (u32*)(rec + Q);                         // [Q][nw] ancestor-or-self bit masks
+    // the epilogue's two global scalars, loaded now: their latency hides under the staging
+    const int root = root_token[b], st0 = start[b];
 
     const float* g_lp = topk_logp + (size_t)b * L * K;
     const int* g_ids = topk_ids + (size_t)b * L * K;
@@ -368,26 +461,7 @@ tree_build_sorted(const float* __restrict__ topk_logp, const int* __restrict__ t
     // no divergence guards
     if (__shfl_sync(FULL_MASK, tid / 32, 0) == 0) {
         const int lane = tid;
-        bool tie_seen = true;
-#if !TB_FORCE_EXACT
-        tie_seen = false;
-        int n = sl_build<false>(T, W, budget, rec, lane, tie_seen);
-#else
-        int n = 0;
-#endif
-#if TB_PROFILE
-        if (lane == 0) p_c2 = clock64();
-#endif
-        // any exact tie seen by any lane: the fast run's order may be wrong; rebuild from the
-        // start with the exact loop (it rewrites rec[1..n] and n; nothing of the fast run is
-        // read: the epilogue reads records 1..n only)
-        if (__any_sync(FULL_MASK, tie_seen)) {
-            __syncwarp();
-            n = sl_build<true>(T, W, budget, rec, lane, tie_seen);
-#if TB_PROFILE
-            p_rerun = 1;
-#endif
-        }
+        const int n = sl_build(T, W, budget, rec, lane, prof);
 #if TB_PROFILE
         if (lane == 0) { p_c3 = clock64(); p_g3 = tb_globaltimer(); }
 #endif
@@ -407,40 +481,99 @@ tree_build_sorted(const float* __restrict__ topk_logp, const int* __restrict__ t
     }
     __syncthreads();
     const int nn = s_num_nodes;
-    for (int i = tid; i <= nn; i += TB_THREADS) {         // expand the records to TreeSmem
-        if (i == 0) {
-            s.node_score[0] = 0.0;
-            s.node_parent[0] = -1;
-            s.node_depth[0] = 0;
-            s.node_rank[0] = -1;
-            s.node_token[0] = root_token[b];
+    // Epilogue, part 1: one thread per output column i < Q: the per-node outputs straight from the
+    // record (padding past nn), and node i's ancestor-or-self mask, built in registers by walking
+    // its parent links (<= depth dependent loads) and stored as nw words.
+    const size_t row0 = (size_t)b * Q;
+    for (int i = tid; i < Q; i += TB_THREADS) {
+        u32 m[TB_NPL + 1];
+#pragma unroll
+        for (int k = 0; k <= TB_NPL; ++k) m[k] = 0u;
+        if (i <= nn) {
+            int tok = root, par = -1, dep = 0, rk = -1;
+            double sc = 0.0;
+            if (i > 0) {
+                const uint4 r = rec[i];
+                const int dm1 = sl_dm1(r.z);
+                rk = sl_off(r.z) - dm1 * W;
+                par = sl_parent(r.z);
+                dep = dm1 + 1;
+                sc = __hiloint2double((int)r.y, (int)r.x);
+                tok = ids[dm1 * Kc + rk];
+            }
+            tokens[row0 + i] = tok;
+            parents[row0 + i] = par;
+            depths[row0 + i] = dep;
+            positions[row0 + i] = st0 + dep;
+            ranks[row0 + i] = rk;
+            scores[row0 + i] = sc;
+            int x = i;                                    // i, then its ancestors up to the root
+            for (;;) {
+#pragma unroll
+                for (int k = 0; k <= TB_NPL; ++k) m[k] |= (x >> 5) == k ? 1u << (x & 31) : 0u;
+                if (x == 0) break;
+                x = sl_parent(rec[x].z);
+            }
         } else {
-            const uint4 r = rec[i];
-            const int dm1 = sl_dm1(r.z), rank = sl_off(r.z) - dm1 * W;
-            s.node_score[i] = __hiloint2double((int)r.y, (int)r.x);
-            s.node_parent[i] = sl_parent(r.z);
-            s.node_depth[i] = dm1 + 1;
-            s.node_rank[i] = rank;
-            s.node_token[i] = ids[dm1 * Kc + rank];
+            tokens[row0 + i] = -1;
+            parents[row0 + i] = -1;
+            depths[row0 + i] = -1;
+            positions[row0 + i] = -1;
+            ranks[row0 + i] = -1;
+            scores[row0 + i] = NEG_INF;
+        }
+#pragma unroll
+        for (int k = 0; k <= TB_NPL; ++k)
+            if (k < nw) amask[i * nw + k] = m[k];
+    }
+    if (tid == 0) num_nodes[b] = nn;
+    __syncthreads();
+    // Epilogue, part 2: the request's visibility block, Q * Q bytes from vis, as aligned 32-bit
+    // words: `head` leading bytes up to the first 4-byte boundary and the tail after the last
+    // whole word are byte stores (threads 0..3 and 4..7), every word in between one store, so no
+    // store touches another request's bytes. Byte f = (i, j) is bit j of row i's mask.
+    {
+        u8* vis = visibility + (size_t)b * Q * Q;
+        const int QQ = Q * Q;
+        int head = (int)((4u - (u32)((size_t)vis & 3u)) & 3u);
+        head = head < QQ ? head : QQ;
+        const int nwords = (QQ - head) >> 2;
+        const int tail0 = head + 4 * nwords;              // bytes tail0 .. QQ - 1: the tail (< 4)
+        if (tid < head) vis[tid] = (u8)vis_byte(amask, nw, Q, tid);
+        if (tid >= 4 && tid < 4 + QQ - tail0) vis[tail0 + tid - 4] = (u8)vis_byte(amask, nw, Q, tail0 + tid - 4);
+        u32* vw = (u32*)(vis + head);
+        // word k holds bytes f = head + 4k .. +3; (i, j) of its first byte, advanced by 4 * TB_THREADS
+        // bytes per trip (di rows and dj columns) instead of a division per word
+        const int f0 = head + 4 * tid;
+        int i = f0 / Q, j = f0 - i * Q;
+        const int di = (4 * TB_THREADS) / Q, dj = (4 * TB_THREADS) - di * Q;
+        for (int k = tid; k < nwords; k += TB_THREADS) {
+            u32 w = 0u;
+            int ii = i, jj = j;
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                w |= ((amask[ii * nw + (jj >> 5)] >> (jj & 31)) & 1u) << (8 * e);
+                ++jj;
+                if (jj == Q) { jj = 0; ++ii; }
+            }
+            vw[k] = w;
+            i += di;
+            j += dj;
+            if (j >= Q) { j -= Q; ++i; }
         }
     }
-    __syncthreads();
-    build_paths(s, nn, stride);
-    __syncthreads();
-    write_outputs(s, b, Q, stride, nn, start[b], tokens, parents, depths, positions, ranks, scores,
-                  visibility, num_nodes);
 #if TB_PROFILE
-    // timing diagnostic (wrong outputs): thread 0 overwrites scores[b][0..8] with the phases, as
-    // doubles: cycles staging, fast loop, exact rerun, epilogue, total; ns total; pops; rerun;
-    // ns from after staging to after the loops
+    // timing diagnostic (wrong outputs): thread 0 overwrites scores[b][0..9] with the fields listed
+    // at the top of this file, as doubles
     __syncthreads();                                      // after every thread's score writes
     if (tid == 0) {
         const long long c4 = clock64(), g4 = tb_globaltimer();
-        const double v[9] = {(double)(p_c1 - p_c0), (double)(p_c2 - p_c1), (double)(p_c3 - p_c2),
-                             (double)(c4 - p_c3), (double)(c4 - p_c0), (double)(g4 - p_g0),
-                             (double)nn, (double)p_rerun, (double)(p_g3 - p_g1)};
+        const double v[10] = {(double)(p_c1 - p_c0), (double)(p_c3 - p_c1 - prof.replay_cycles),
+                              (double)prof.replay_cycles, (double)(c4 - p_c3), (double)(c4 - p_c0),
+                              (double)(g4 - p_g0), (double)nn, (double)prof.restores,
+                              (double)(p_g3 - p_g1), (double)prof.replayed};
 #pragma unroll
-        for (int j = 0; j < 9; ++j)
+        for (int j = 0; j < 10; ++j)
             if (j < Q) scores[(size_t)b * Q + j] = v[j];
     }
 #endif

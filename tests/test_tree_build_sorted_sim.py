@@ -1,13 +1,15 @@
-"""CPU model of the tb_sorted warp loop (kernels/tree_build_fast.cu, v3), lane by lane, against build_one.
+"""CPU model of the tb_sorted warp loop (kernels/tree_build_fast.cu, v4), lane by lane, against build_one.
 
 The model follows the kernel statement by statement: the same padded log-prob table, packed
 candidates, shuffles (a lane whose source is out of range reads its own value, as SHFL does), flags,
 forced slot-0 flags, five-way merge, uniform head and broadcast runner-up, the counted loop with its
 sticky `alive` (liveness as the kernel's high-word test, so a NaN counts as live) and the dummy
-candidate of dead pops; then the fast loop's per-lane sticky tie flags, the exact rerun over the same
-records when any lane flagged one, and the exact loop's rank-tuple redo on its warp-uniform tie
-branch. Every table read is bounds-checked, also in fast runs that went wrong after a tie. Each
-fast run that flagged no tie is asserted equal to the reference (the claim v3 rests on). It runs
+candidate of dead pops (past the heap's end or past `budget` in the last chunk); then the chunks of
+TB_CK pops: a checkpoint of the state, the fast pops with per-lane sticky tie flags, one vote, and
+on a flagged tie the restore (window recomputed from the slots) and the exact replay of the chunk
+over the same records, with the rank-tuple redo on its warp-uniform tie branch. Every table read is
+bounds-checked, also in fast chunks that went wrong after a tie. Each fast chunk that flagged no
+tie is asserted equal to the reference's pops (the claim v4 rests on). It runs
 without a GPU; the GPU tests (tests/test_cuda_kernels.py) run the kernel.
 """
 
@@ -99,11 +101,17 @@ def _live(x: float) -> bool:
     return (_bits(x) >> 32) != 0xFFF00000
 
 
-def _build(table, width, budget, npl, rec, exact, stats=None):
-    """sl_build<exact>: the whole pop loop from the initial state; writes rec[1..n] (lane 0's
-    stores, into the caller's array, so that a rerun overwrites the fast run's records as in the
-    kernel) and returns (n, tie_seen) with tie_seen the warp's OR of the lanes' sticky flags (fast
-    loop; always False for the exact loop)."""
+TB_CK = 8                           # the kernel's default pops per checkpoint
+
+
+def _build(table, width, budget, npl, rec, *, force_exact=False, ck=TB_CK, stats=None, want=None):
+    """sl_build: the whole pop loop from the initial state; writes rec[1..n] (lane 0's stores, into
+    the caller's array, so that a replay overwrites the abandoned fast records as in the kernel)
+    and returns n. Chunks of `ck` pops (the last padded with dead pops past `budget`): checkpoint,
+    fast pops with per-lane sticky tie flags, one vote; on a flagged tie the checkpoint is restored
+    (the window recomputed from the slots) and the chunk replayed by the exact pop. force_exact:
+    the exact pop throughout. With `want` (the reference), every chunk that flagged no tie is
+    asserted equal to the reference's pops (the claim v4 rests on)."""
     def t(i):                       # a table read (LDS.64), bounds-checked against the L + 2 rows
         assert 0 <= i < len(table), f"table read {i} outside [0, {len(table)})"
         return table[i]
@@ -114,16 +122,18 @@ def _build(table, width, budget, npl, rec, exact, stats=None):
     cs = [[NEG_INF] * npl for _ in range(LANES)]
     cd = [[0] * npl for _ in range(LANES)]
     hs = t(0) if budget > 0 else NEG_INF
-    hd = _pack(0, 0, 0)
     l0, l1, lc = t(0), t(1), t(width)
-    ss, sd = NEG_INF, 0
-    m0, m1, mc = l0, l1, lc
-    cs[0][0], cd[0][0] = hs, hd
+    cs[0][0], cd[0][0] = hs, _pack(0, 0, 0)
+    # SlState: slots, head + log-probs, runner-up + log-probs, alive, n
+    st = dict(cs=cs, cd=cd, hs=hs, hd=_pack(0, 0, 0), l0=l0, l1=l1, lc=lc, ss=NEG_INF, sd=0,
+              m0=l0, m1=l1, mc=lc, alive=True, n=0)
     win = _window(cs, cd, npl)
-    tie_seen = [False] * LANES
-    alive, n = True, 0
-    for node in range(1, budget + 1):                                    # warp-uniform trip count
-        alive = alive and _live(hs)
+
+    def pop(st, win, node, exact, tie_seen):
+        """sl_pop<exact>: one pop; updates st in place, returns the next window."""
+        hs, hd, l0, l1, lc = st["hs"], st["hd"], st["l0"], st["l1"], st["lc"]
+        ss, sd, m0, m1, mc = st["ss"], st["sd"], st["m0"], st["m1"], st["mc"]
+        st["alive"] = alive = st["alive"] and _live(hs) and node <= budget
         if alive:
             assert (_bits(l0), _bits(l1), _bits(lc)) == tuple(map(_bits, triple(hd))), "prefetched head log-probs"
         hq = hd if alive else 0                                          # a dead pop walks candidate 0
@@ -132,7 +142,7 @@ def _build(table, width, budget, npl, rec, exact, stats=None):
         c1, cc, b1 = t(rowc + 1), t(rowc + width), t(off + 2)
         if alive:
             rec[node] = (hs, hd)                                         # lane 0's store
-            n = node
+            st["n"] = node
         sib = (hs - l0) + l1
         chi = hs + lc
         sibd = (hq + 1) & 0xFFFFFFFF
@@ -156,7 +166,7 @@ def _build(table, width, budget, npl, rec, exact, stats=None):
                 eqb = any(es[kk] == s2 for kk in own)
                 tie_seen[lane] = tie_seen[lane] or (alive and ((flive and eqa) or (live2 and eqb)))
         slow = exact and any(ties)                                       # __any_sync: warp-uniform
-        if stats is not None:
+        if stats is not None and exact:
             stats["pops"] = stats.get("pops", 0) + int(alive)
             stats["slow"] = stats.get("slow", 0) + int(slow)
         new_cs, new_cd, new_heads = [], [], set()
@@ -183,21 +193,50 @@ def _build(table, width, budget, npl, rec, exact, stats=None):
             nxt = (ss, sd, m0, m1, mc) if s_wins else (fs, fd, f0, f1, fc)
             new_heads.add((_bits(nxt[0]), nxt[1]) + tuple(map(_bits, nxt[2:])))
         assert len(new_heads) == 1, "the head differs between lanes"
-        cs, cd = new_cs, new_cd
-        (hbits, hd, b0, b1_, bc), = new_heads
-        hs, l0, l1, lc = (_unbits(x) for x in (hbits, b0, b1_, bc))
+        st["cs"], st["cd"] = cs, cd = new_cs, new_cd
+        (hbits, st["hd"], b0, b1_, bc), = new_heads
+        st["hs"], st["l0"], st["l1"], st["lc"] = (_unbits(x) for x in (hbits, b0, b1_, bc))
         if alive and not any(tie_seen):
-            assert (_bits(hs), hd) == (_bits(cs[0][0]), cd[0][0]), "uniform head != lane 0's slot 0"
+            assert (_bits(st["hs"]), st["hd"]) == (_bits(cs[0][0]), cd[0][0]), "uniform head != lane 0's slot 0"
         s_lane, s_reg = (1, 0) if npl == 1 else (0, 1)
-        ss, sd = cs[s_lane][s_reg], cd[s_lane][s_reg]
-        m0, m1, mc = triple(sd)                                          # in range for any sd
-        win = _window(cs, cd, npl)
-    return n, any(tie_seen)
+        st["ss"], st["sd"] = cs[s_lane][s_reg], cd[s_lane][s_reg]
+        st["m0"], st["m1"], st["mc"] = triple(st["sd"])                  # in range for any sd
+        return _window(cs, cd, npl)
+
+    def snapshot(st):
+        return dict(st, cs=[row[:] for row in st["cs"]], cd=[row[:] for row in st["cd"]])
+
+    if force_exact:
+        for node in range(1, budget + 1):
+            win = pop(st, win, node, True, [False] * LANES)
+        return st["n"]
+    for node0 in range(1, budget + 1, ck):
+        saved = snapshot(st)                                             # the checkpoint
+        tie_seen = [False] * LANES
+        for u in range(ck):
+            win = pop(st, win, node0 + u, False, tie_seen)
+        if stats is not None:
+            stats["chunks"] = stats.get("chunks", 0) + 1
+        if any(tie_seen):                                                # __any_sync: replay exactly
+            st = snapshot(saved)
+            win = _window(st["cs"], st["cd"], npl)
+            for u in range(ck):
+                win = pop(st, win, node0 + u, True, [False] * LANES)
+            if stats is not None:
+                stats["restores"] = stats.get("restores", 0) + 1
+                stats["replayed"] = stats.get("replayed", 0) + st["n"] - saved["n"]
+        elif want is not None:                                           # an unflagged chunk is exact
+            n = st["n"]
+            got = _nodes(rec, width, n, first=node0)
+            _same(got, want[node0 - 1:n], f"unflagged chunk at node {node0}")
+            if n < min(node0 + ck - 1, budget):
+                assert n == len(want), f"chunk at node {node0}: heap empty after {n} pops, reference {len(want)}"
+    return st["n"]
 
 
-def _nodes(rec, width, n):
+def _nodes(rec, width, n, first=1):
     out = []
-    for i in range(1, n + 1):
+    for i in range(first, n + 1):
         score, c = rec[i]
         chain, x = [], i
         while x != 0:
@@ -209,11 +248,9 @@ def _nodes(rec, width, n):
 
 
 def simulate(topk_logp: np.ndarray, budget: int, stats: dict | None = None, *, force_exact: bool = False,
-             want: list | None = None) -> list[tuple[tuple[int, ...], int, float]]:
-    """The kernel's pop order for one request, as build_one reports it: the fast loop, then, if
-    any lane flagged an exact tie, the exact loop from the start over the same records
-    (TB_FORCE_EXACT: the exact loop only). With `want` (the reference), asserts the design's
-    claim: a fast run that flagged no tie is exact."""
+             ck: int = TB_CK, want: list | None = None) -> list[tuple[tuple[int, ...], int, float]]:
+    """The kernel's pop order for one request, as build_one reports it (TB_FORCE_EXACT: the exact
+    pop only). With `want` (the reference), asserts that every unflagged fast chunk is exact."""
     depth_count, k = topk_logp.shape
     q = budget + 1
     kc = min(k, q)
@@ -225,16 +262,9 @@ def simulate(topk_logp: np.ndarray, budget: int, stats: dict | None = None, *, f
             table[d * width + r] = float(topk_logp[d, r])
     assert (depth_count + 1) * width < 65536
     rec = [None] * (q + 1)
-    rerun = force_exact
-    if not force_exact:
-        n, rerun = _build(table, width, budget, npl, rec, exact=False)
-        if stats is not None:
-            stats["runs"] = stats.get("runs", 0) + 1
-            stats["reruns"] = stats.get("reruns", 0) + int(rerun)
-        if not rerun and want is not None:
-            _same(_nodes(rec, width, n), want, "fast run without a flagged tie")
-    if rerun:
-        n, _ = _build(table, width, budget, npl, rec, exact=True, stats=stats)
+    if stats is not None:
+        stats["runs"] = stats.get("runs", 0) + 1
+    n = _build(table, width, budget, npl, rec, force_exact=force_exact, ck=ck, stats=stats, want=want)
     return _nodes(rec, width, n)
 
 
@@ -253,9 +283,9 @@ def _same(got, want, what: str) -> None:
 
 
 def _check(topk_logp: np.ndarray, budget: int, what: str, stats: dict | None = None,
-           force_exact: bool = False) -> None:
+           force_exact: bool = False, ck: int = TB_CK) -> None:
     want = build_one(topk_logp, budget)
-    _same(simulate(topk_logp, budget, stats, force_exact=force_exact, want=want), want, what)
+    _same(simulate(topk_logp, budget, stats, force_exact=force_exact, ck=ck, want=want), want, what)
 
 
 TREE_BUILD = get_op("tree_build")
@@ -280,7 +310,7 @@ CASES = [
 @pytest.mark.parametrize("seed", [1, 2, 3])
 @pytest.mark.parametrize("params", CASES, ids=lambda p: "-".join(f"{k}{v}" for k, v in p.items()))
 def test_sorted_model_matches_reference(params, seed):
-    """Both builds: the default (fast loop, exact rerun on a flagged tie) and TB_FORCE_EXACT."""
+    """Both builds: the default (fast chunks, an exact replay of a chunk with a flagged tie) and TB_FORCE_EXACT."""
     gen = TREE_BUILD.generate(Case("sim", "tree_build", "default", seed, dict(TREE_BUILD._defaults, **params)))
     for b in range(gen.inputs["topk_logp"].shape[0]):
         for force_exact in (False, True):
@@ -335,7 +365,7 @@ def test_sorted_model_few_ties():
     """Small shapes on a coarse grid (multiples of 1/8): runs with one or two exact ties, where the
     fast run is right only if each kind of tie (first or second successor against a list slot) is
     flagged; dropping either test from the model fails here (checked when written), while the
-    quantised cases above tie so often that some other tie triggers the rerun anyway."""
+    quantised cases above tie so often that some other tie triggers the replay anyway."""
     rng = np.random.default_rng(5)
     for trial in range(600):
         depth, k = int(rng.integers(2, 5)), int(rng.integers(2, 6))
@@ -345,28 +375,142 @@ def test_sorted_model_few_ties():
             _check(lp, budget, f"coarse trial {trial} budget {budget}")
 
 
-def test_sorted_model_rerun_is_rare_on_the_production_shape():
-    """The exact rerun runs only after a flagged tie: never on the bench shape's random drafter
-    (budgets 16..128), on every request of a quantised one (and there its tie redo on many pops)."""
-    for params, rerun in [(dict(batch=4, depth=15, vocab=32000, budget=64), False),
-                          (dict(batch=2, depth=15, vocab=32000, budget=128), False),
-                          (dict(batch=4, depth=15, vocab=32000, budget=16), False),
-                          (dict(batch=4, depth=6, vocab=6, budget=64, quantize=1.0, sharpness=0.5), True)]:
+def test_sorted_model_replay_is_rare_on_the_production_shape():
+    """A chunk is replayed only after a flagged tie: never on the bench shape's random drafter
+    (budgets 16..128); on a quantised drafter (ties on almost every pop there) chunks are, each
+    replaying at most TB_CK pops."""
+    for params, ties in [(dict(batch=4, depth=15, vocab=32000, budget=64), False),
+                         (dict(batch=2, depth=15, vocab=32000, budget=128), False),
+                         (dict(batch=4, depth=15, vocab=32000, budget=16), False),
+                         (dict(batch=4, depth=6, vocab=6, budget=64, quantize=1.0, sharpness=0.5), True)]:
         gen = TREE_BUILD.generate(Case("sim", "tree_build", "default", 5, dict(TREE_BUILD._defaults, **params)))
         stats = {}
         for b in range(params["batch"]):
             _check(gen.inputs["topk_logp"][b], params["budget"], f"{params} request {b}", stats)
-        assert stats["reruns"] == (stats["runs"] if rerun else 0), (params, stats)
-        if rerun:
-            assert stats["slow"] >= 0.2 * stats["pops"], (params, stats)
+        restores = stats.get("restores", 0)
+        assert (restores > 0) == ties, (params, stats)
+        assert stats.get("replayed", 0) <= TB_CK * restores, (params, stats)
+
+
+def test_sorted_model_other_checkpoint_intervals():
+    """TB_CK = 2 and 16 (and 1, a checkpoint every pop) on tie-heavy and tie-free shapes."""
+    for params in (dict(batch=2, depth=6, vocab=6, budget=64, quantize=1.0, sharpness=0.5),
+                   dict(batch=2, depth=4, vocab=16, budget=37, quantize=0.5),
+                   dict(batch=1, depth=15, vocab=300, budget=70)):
+        gen = TREE_BUILD.generate(Case("sim", "tree_build", "default", 9, dict(TREE_BUILD._defaults, **params)))
+        for ck in (1, 2, 16):
+            for b in range(params["batch"]):
+                _check(gen.inputs["topk_logp"][b], params["budget"], f"{params} ck {ck} request {b}", ck=ck)
 
 
 def test_sorted_model_child_equal_to_its_parent_is_no_tie():
     """A child scoring exactly its parent's score (top-1 log-prob -0.0, or below half an ulp of the
-    path score) ties only with the popped slot 0, which the fast loop's test leaves out: no rerun."""
+    path score) ties only with the popped slot 0, which the fast loop's test leaves out: no replay."""
     lp = np.array([[-0.5, -1.3, -3.1], [-0.0, -2.2, -4.4], [-1e-30, -1.7, -2.9], [-0.7, -0.9, -5.3]],
                   np.float32)
     stats = {}
     for budget in (1, 4, 9, 20):
         _check(lp, budget, f"child == parent budget {budget}", stats)
-    assert stats["reruns"] == 0, stats
+    assert stats.get("restores", 0) == 0, stats
+
+
+# -- the epilogue's index math (tree_build_sorted after the loop) ---------------------------------
+
+THREADS = 256
+
+
+def _ancestor_masks(parents: list[int], q: int, npl: int) -> np.ndarray:
+    """Part 1: node i's ancestor-or-self mask by walking its parent links (nw <= TB_NPL + 1 words,
+    the kernel's register array); padding rows all zero."""
+    nw = -(-q // 32)
+    assert nw <= npl + 1
+    masks = np.zeros((q, nw), np.uint32)
+    for i in range(len(parents)):
+        x = i
+        while True:
+            masks[i, x >> 5] |= np.uint32(1 << (x & 31))
+            if x == 0:
+                break
+            x = parents[x]
+    return masks
+
+
+def _visibility_stores(masks: np.ndarray, q: int, block_addr: int) -> list[tuple[int, int, int]]:
+    """Part 2 as the kernel's 256 threads issue it: (byte address, size, value) per store, for a
+    block at address block_addr (the kernel knows only its own block's address)."""
+    qq = q * q
+
+    def byte(f):
+        i, j = divmod(f, q)
+        return (int(masks[i, j >> 5]) >> (j & 31)) & 1
+
+    head = min((4 - block_addr % 4) % 4, qq)
+    nwords = (qq - head) >> 2
+    tail0 = head + 4 * nwords
+    stores = []
+    for tid in range(THREADS):
+        if tid < head:
+            stores.append((block_addr + tid, 1, byte(tid)))
+        if 4 <= tid < 4 + qq - tail0:
+            stores.append((block_addr + tail0 + tid - 4, 1, byte(tail0 + tid - 4)))
+    # the word loop, vectorised over the threads: (i, j) of each word's first byte, advanced by
+    # di rows and dj columns per trip as in the kernel (no division in the loop)
+    tid = np.arange(THREADS)
+    f0 = head + 4 * tid
+    i, j = f0 // q, f0 - (f0 // q) * q
+    di, dj = (4 * THREADS) // q, (4 * THREADS) - ((4 * THREADS) // q) * q
+    k = tid.copy()
+    while True:
+        act = k < nwords
+        if not act.any():
+            break
+        w = np.zeros(THREADS, np.int64)
+        ii, jj = i.copy(), j.copy()
+        for e in range(4):
+            rows = np.where(act, ii, 0)
+            word = masks[rows, np.where(act, jj >> 5, 0)].astype(np.int64)
+            w |= ((word >> (jj & 31)) & 1) << (8 * e)
+            jj = jj + 1
+            wrap = jj == q
+            jj = np.where(wrap, 0, jj)
+            ii = ii + wrap
+        for t in np.nonzero(act)[0]:
+            addr = block_addr + head + 4 * int(k[t])
+            assert addr % 4 == 0, "a word store must be aligned"
+            stores.append((addr, 4, int(w[t])))
+        i, j = i + di, j + dj
+        over = j >= q
+        j, i = np.where(over, j - q, j), i + over
+        k = k + THREADS
+    return stores
+
+
+@pytest.mark.parametrize("q", [1, 2, 3, 5, 17, 65, 129, 513])
+def test_epilogue_visibility_every_byte_once(q):
+    """Every byte of every request's [Q][Q] visibility block is written exactly once, by a store of
+    its own request, aligned words in between byte-stored heads and tails (odd Q, odd b, a base
+    pointer off a 4-byte boundary), and equals the reference (row n = row parent | bit n)."""
+    rng = np.random.default_rng(q)
+    npl = max(1, -(-(q - 1) // 32))
+    batch = 5
+    for base in (0, 1, 2, 3):
+        owner = {}
+        for b in range(batch):
+            nn = int(rng.integers(0, q)) if b % 2 else q - 1              # padding rows too
+            parents = [-1] + [int(rng.integers(0, i)) for i in range(1, nn + 1)]
+            want = np.zeros((q, q), np.uint8)
+            want[0, 0] = 1
+            for n in range(1, nn + 1):
+                want[n] = want[parents[n]]
+                want[n, n] = 1
+            masks = _ancestor_masks(parents, q, npl)
+            block = base + b * q * q
+            for addr, size, value in _visibility_stores(masks, q, block):
+                assert block <= addr and addr + size <= block + q * q, (q, b, base, addr, size)
+                for e in range(size):
+                    f = addr + e - block
+                    assert addr + e not in owner, f"q {q} b {b} base {base}: byte {f} written twice"
+                    owner[addr + e] = b
+                    got = (value >> (8 * e)) & 0xFF
+                    assert got == want[f // q, f % q], f"q {q} b {b} base {base}: byte ({f // q}, {f % q})"
+        assert sorted(owner) == list(range(base, base + batch * q * q)), f"q {q} base {base}: bytes not written"

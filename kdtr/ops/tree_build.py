@@ -35,9 +35,12 @@ def kernel_shared_bytes(budget: int, depth: int) -> int:
 def sorted_shared_bytes(budget: int, depth: int, k: int) -> int:
     """Shared memory of tree_build_sorted (tree_build_fast.cu): the log-prob table as doubles,
     (L + 2) rows of Kc + 1 (an -inf column and two -inf rows: the child row of a depth-L node and
-    the one the loop prefetches past it), the token ids [L][Kc], then carve()'s nodes and paths."""
-    kc = min(k, budget + 1)
-    return _up16((depth + 2) * (kc + 1) * 8) + _up16(depth * kc * 4) + kernel_shared_bytes(budget, depth)
+    the one the loop prefetches past it), the token ids [L][Kc], the node records (16 B per node)
+    and each node's ancestor-or-self bit mask (ceil(Q / 32) words per node)."""
+    q = budget + 1
+    kc = min(k, q)
+    return (_up16((depth + 2) * (kc + 1) * 8) + _up16(depth * kc * 4) + 16 * q
+            + _up16(q * (-(-q // 32)) * 4))
 
 
 def check_kernel_limits(budget: int, depth: int) -> None:

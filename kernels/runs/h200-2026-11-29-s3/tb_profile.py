@@ -1,7 +1,9 @@
 """tb_sorted's TB_PROFILE timing diagnostic on the GPU: cycles per phase and per pop, and the SM clock.
 
 Builds tree_build_fast.cu with TB_PROFILE=1 (its outputs are wrong: thread 0 of each block
-overwrites scores[b][0..8] with clock64 / %globaltimer deltas, see the kernel's epilogue) on the
+overwrites scores[b][0..9] with clock64 / %globaltimer deltas and counts: the fields listed in the
+kernel's header, FIELDS below; v4: the rerun flag became the count of restored checkpoints and
+field 9 the pops replayed) on the
 bench's inputs (tests/test_cuda_kernels.py bench(): seed 1, B=64, L=15, vocab 32000, K = budget)
 at budgets 16, 32, 64, 128 (and 0, the fixed part), after a ~1 s warm-up that raises the clocks.
 Prints one line per budget and writes $OUT/tb_profile.json (or ./tb_profile.json) with the
@@ -25,8 +27,10 @@ import torch
 from kdtr.ops import get_op
 from kdtr.ops.base import Case
 
-FIELDS = ("cyc_stage", "cyc_fast_loop", "cyc_exact_rerun", "cyc_epilogue", "cyc_total", "ns_total",
-          "pops", "rerun", "ns_loops")
+# 0 staging cycles, 1 pop loop less the replays, 2 inside the tie replays, 3 epilogue, 4 total (cycles),
+# 5 total ns, 6 pops, 7 checkpoints restored, 8 ns of the loop, 9 live pops replayed exactly
+FIELDS = ("cyc_stage", "cyc_fast_loop", "cyc_replay", "cyc_epilogue", "cyc_total", "ns_total",
+          "pops", "restores", "ns_loops", "replayed")
 TB = get_op("tree_build")
 
 
@@ -99,22 +103,24 @@ def main() -> int:
         if "ns_total" in cols:
             case["mhz_total"] = stats(cols["cyc_total"] / np.maximum(cols["ns_total"], 1) * 1e3)
         if "ns_loops" in cols:
-            loops = cols["cyc_fast_loop"] + cols["cyc_exact_rerun"]
+            loops = cols["cyc_fast_loop"] + cols["cyc_replay"]
             case["mhz_loops"] = stats(loops / np.maximum(cols["ns_loops"], 1) * 1e3)
         if budget > 0 and "pops" in cols:
             pops = np.maximum(cols["pops"], 1)
             case["cyc_per_pop_fast"] = stats(cols["cyc_fast_loop"] / pops)
-            case["cyc_per_pop_all_loops"] = stats((cols["cyc_fast_loop"] + cols["cyc_exact_rerun"]) / pops)
-            case["blocks_rerun"] = int(cols["rerun"].sum()) if "rerun" in cols else None
+            case["cyc_per_pop_all_loops"] = stats((cols["cyc_fast_loop"] + cols["cyc_replay"]) / pops)
+            case["restores"] = int(cols["restores"].sum()) if "restores" in cols else None
+            case["replayed"] = int(cols["replayed"].sum()) if "replayed" in cols else None
+            case["cyc_replay_max"] = float(cols["cyc_replay"].max())
         result["cases"][str(budget)] = case
         med = {k: (v["median"] if isinstance(v, dict) else v) for k, v in case.items()}
         line = (f"budget {budget:3d}: event {us_normal:6.2f} us (profile build {us_prof:6.2f}); "
                 f"cycles stage {med.get('cyc_stage', float('nan')):7.0f}")
         if budget > 0:
-            line += (f" fast loop {med['cyc_fast_loop']:7.0f} rerun {med['cyc_exact_rerun']:6.0f}"
+            line += (f" fast loop {med['cyc_fast_loop']:7.0f} replay max {case['cyc_replay_max']:6.0f}"
                      f" epilogue {med['cyc_epilogue']:6.0f} total {med['cyc_total']:7.0f}"
                      f" | pops {med['pops']:.0f}, {med['cyc_per_pop_fast']:.1f} cycles/pop (fast loop),"
-                     f" reruns {case['blocks_rerun']}/64")
+                     f" restores {case['restores']} ({case['replayed']} pops replayed)")
         if budget >= 8:
             line += f" | {med['mhz_total']:.0f} MHz (total), {med['mhz_loops']:.0f} MHz (loops)"
         print(line, flush=True)
