@@ -8,6 +8,7 @@ t0=$(date +%s); el() { echo "== [$(( $(date +%s) - t0 )) s] $*"; }
 
 el tb_profile; timeout 60 python3 kernels/runs/h200-2026-11-29-s3/tb_profile.py > "$OUT/tb_profile.log" 2>&1; tail -25 "$OUT/tb_profile.log"
 el exact-path tests; KDTREE_TEST_DEFINES="tb_sorted:TB_FORCE_EXACT=1" timeout 90 python3 -m pytest tests/test_cuda_kernels.py -q -p no:cacheprovider -k "tree_build" > "$OUT/tests-exact.log" 2>&1; tail -2 "$OUT/tests-exact.log"
+el tb_ck tests; for ck in 2 16; do KDTREE_TEST_DEFINES="tb_sorted:TB_CK=$ck" timeout 60 python3 -m pytest tests/test_cuda_kernels.py -q -p no:cacheprovider -k "tree_build and tb_sorted" > "$OUT/tests-ck$ck.log" 2>&1; tail -1 "$OUT/tests-ck$ck.log"; done
 el fp32_gemm knobs tests; KDTREE_TEST_DEFINES="fp32_gemm:FK_QB=1,FK_PB=1" timeout 60 python3 -m pytest tests/test_cuda_kernels.py -q -p no:cacheprovider -k "fp32_gemm" > "$OUT/tests-fk.log" 2>&1; tail -2 "$OUT/tests-fk.log"
 el session; RACECHECK_K="${RACECHECK_K:-fp32_gemm and forced_splits or tb_sorted and bit_exact}" TEST_TIMEOUT=170 BENCH_TIMEOUT=200 RACECHECK_TIMEOUT=90 bash kernels/gpu_session.sh
 el done
