@@ -1,7 +1,8 @@
 // verify_attn, variant fp32, "gemm": MLA absorbed tree-verify attention, contiguous layout (ops.md §2),
 // as two small register-tiled GEMMs per 64-key tile with one exact softmax between them (no online
-// rescale inside a tile). Entry `fp32_gemm` in VerifyAttn.CUDA_KERNELS, not a default (written
-// without a GPU; prediction and arithmetic in kernels/NOTES.md, "fp32_gemm").
+// rescale inside a tile). Entry `fp32_gemm` in VerifyAttn.CUDA_KERNELS, the fp32 default where its
+// shared memory fits (H200: 59.1 us at B=1 H=16 Q=17 P=2048 against fp32_ffma's 66.5; the
+// prediction, the diagnostics and the knob timings are in kernels/NOTES.md, "fp32_gemm").
 //
 // Launch (main): grid = (ceil(Q*H / FK_ROWS), B, n_splits), block = 512, dynamic shared memory
 //   FK_SMEM_BYTES (210,048 B with the defaults: opt-in; one block per SM). The kernel traps if it is
@@ -350,7 +351,7 @@ verify_attn_fp32_gemm(const float* __restrict__ q, const float* __restrict__ kv,
 #pragma unroll
             for (int rr = 0; rr < FK_SR; ++rr) {
                 const int row = wrow + 16 * rr;
-                const float m_old = sM[row < FK_ROWS ? row : 0];
+                const float m_old = sM[row < FK_ROWS ? row : wrow];     // out of range: a row of this warp's (no race)
                 m_new[rr] = fmaxf(m_old, mx[rr]);
                 p0[rr] = ok0[rr] ? expf(s0[rr] - m_new[rr]) : 0.f;     // ok => m_new finite
                 p1[rr] = ok1[rr] ? expf(s1[rr] - m_new[rr]) : 0.f;

@@ -36,7 +36,7 @@ if want e2e; then
 fi
 if want sanitize; then
   # one bundle per kernel path: the defaults here (tb_sorted, tb_smem at budget 1024, tree_accept's
-  # register and shared-memory walks, fp32_ffma, bf16_wgmma2), then the fallbacks forced (--kernel)
+  # register and shared-memory walks, fp32_gemm, bf16_wgmma2), then the fallbacks forced (--kernel)
   rm -rf goldens-sanitize goldens-fallback
   for f in tree_build/example_b tree_build/b64_n64_l15 tree_build/b2_n1024_l24 tree_accept/mixed_b64_n64_l15 \
            tree_accept/root_only_q1 tree_accept/full_b2_n512 verify_attn/fp32_b2_h8_p0_n8 \
@@ -45,12 +45,12 @@ if want sanitize; then
     mkdir -p "goldens-sanitize/$(dirname $f)" && cp "goldens/$f.kdtr" "goldens-sanitize/$f.kdtr"
   done
   for f in tree_build/example_b tree_build/b64_n64_l15 verify_attn/bf16_paged_b2_h8_p0_n8 \
-           verify_attn/bf16_paged_b4_h16_p1024_n16_mixed; do
+           verify_attn/bf16_paged_b4_h16_p1024_n16_mixed verify_attn/fp32_b4_h16_p1024_n16_mixed; do
     mkdir -p "goldens-fallback/$(dirname $f)" && cp "goldens/$f.kdtr" "goldens-fallback/$f.kdtr"
   done
   for tool in memcheck racecheck synccheck initcheck; do
     step 85 kd verify goldens-sanitize --sanitize "$tool" -q --json "$rec/sanitize-$tool.json"
-    step 60 kd verify goldens-fallback --sanitize "$tool" --kernel tb_warp --kernel bf16_mma -q \
+    step 60 kd verify goldens-fallback --sanitize "$tool" --kernel tb_warp --kernel bf16_mma --kernel fp32_ffma -q \
         --json "$rec/sanitize-$tool-fallbacks.json"
   done
 fi

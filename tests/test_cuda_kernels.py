@@ -702,10 +702,6 @@ def bench() -> None:
         default = VERIFY_ATTN.kernel_choice(variant, ins, params)
         runs = [(name, None, None) for name, k in VERIFY_ATTN.CUDA_KERNELS.items() if k.variant == variant]
         if variant == "fp32":
-            # fp32_pair: the stagger on; FMA-free phases 1 / 2 and no key tiles at all (the fixed
-            # part: Q load, combine, partials, merge, launches), timing only
-            runs += [("fp32_pair", None, {"FP_STAGGER": 1})]
-            runs += [("fp32_pair", None, {"FT_DIAG": d}) for d in (1, 2, 3)]
             # fp32_gemm: FMA-free passes A / B and no key tiles (timing only); broadcast Q (FK_QB) and
             # P (FK_PB) lane layouts, alone, together and without the other pass's FMAs; a 4-deep ring
             runs += [("fp32_gemm", None, {"FK_DIAG": d}) for d in (1, 2, 3)]

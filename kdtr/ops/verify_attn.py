@@ -296,13 +296,10 @@ class VerifyAttn(Op):
     CUDA_KERNELS = {
         "fp32_ffma": CudaKernel("fp32", "verify_attn_fp32.cu", "verify_attn_fp32", "verify_attn_fp32_merge",
                                 32, 16, 512, 183680),
-        # two warp groups sharing Q, pair-uniform shared loads: 4% faster than fp32_ffma as built
-        # (FP_STAGGER off), not a default (kernels/NOTES.md, "fp32_pair")
-        "fp32_pair": CudaKernel("fp32", "verify_attn_fp32_pair.cu", "verify_attn_fp32_pair",
-                                "verify_attn_fp32_pair_merge", 32, 16, 512, 194304),
         # two register-tiled GEMMs per 64-key tile, one exact softmax between them, 68-row tiles x
-        # 64-key splits (132 blocks at B=1 H=16 Q=17 P=2048); not yet run on a GPU (kernels/NOTES.md,
-        # "fp32_gemm"). Knobs FK_ROWS / FK_RING resize it through `sizing`.
+        # 64-key splits (132 blocks at B=1 H=16 Q=17 P=2048): 59.1 us there against fp32_ffma's
+        # 66.5 on an H200 (kernels/NOTES.md, "fp32_gemm"). Knobs FK_ROWS / FK_RING / FK_QB resize
+        # it through `sizing`.
         "fp32_gemm": CudaKernel("fp32", "verify_attn_fp32_gemm.cu", "verify_attn_fp32_gemm",
                                 "verify_attn_fp32_gemm_merge", 68, 64, 512, 210048, split_min_tiles=1,
                                 sizing=lambda defines: fp32_gemm_sizing(defines)),
@@ -313,7 +310,7 @@ class VerifyAttn(Op):
     }
     # Kernels the launch may pick by default (each passed the GPU tests on an H200; kernels/NOTES.md);
     # others run only when named.
-    CUDA_DEFAULTS = ("fp32_ffma", "bf16_mma", "bf16_wgmma2")
+    CUDA_DEFAULTS = ("fp32_gemm", "fp32_ffma", "bf16_mma", "bf16_wgmma2")
 
     def cuda_kernels(self, variant):
         return tuple(name for name, k in self.CUDA_KERNELS.items() if k.variant == variant)
@@ -323,11 +320,13 @@ class VerifyAttn(Op):
 
     def kernel_choice(self, variant, inputs, params):
         """Name of the CUDA kernel run_cuda launches for these inputs here (a CUDA_KERNELS key):
-        the wgmma kernel on sm_90 (H100/H200) for bf16_paged, else the portable one."""
-        from ..device import device_arch, gpu_available
+        fp32_gemm where its shared memory fits, else fp32_ffma; for bf16_paged the wgmma kernel on
+        sm_90 (H100/H200), else the portable one."""
+        from ..device import device_arch, gpu_available, max_shared_optin
 
-        if variant == "fp32":
-            return "fp32_ffma"
+        if variant == "fp32":        # fp32_gemm where its shared memory fits (Hopper), else fp32_ffma
+            fits = gpu_available() and self.CUDA_KERNELS["fp32_gemm"].smem + 64 <= max_shared_optin()
+            return "fp32_gemm" if fits else "fp32_ffma"
         if "bf16_wgmma2" in self.CUDA_DEFAULTS and gpu_available() and device_arch() == "sm_90":
             return "bf16_wgmma2"
         return "bf16_mma"
