@@ -164,6 +164,7 @@ def doctor_view(facts: dict) -> None:
                                                               if facts.get("gpu_problem") else ""))
     table.add_row("cache folder", facts["cache_dir"])
     table.add_row("kernels folder", facts["kernels_dir"])
+    table.add_row("sources sha256", facts["sources_sha256"])
     out.print(table)
 
 

@@ -44,4 +44,7 @@ def facts() -> dict[str, Any]:
         out["gpu_problem"] = f"{type(err).__name__}: {err}"
     out["cache_dir"] = str(config().cache_dir)
     out["kernels_dir"] = str(config().kernels_dir)
+    from .report import source_digest
+
+    out["sources_sha256"] = source_digest()       # what records carry: matches a record to its code
     return out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import hashlib
 import io
 import json
 import math
@@ -67,6 +68,25 @@ def git_state() -> dict[str, Any]:
         return {"commit": None, "dirty": None}
 
 
+SOURCE_GLOBS = ("kernels/*.cu", "kernels/*.cuh", "kdtr/**/*.py", "cli/**/*.py")
+
+
+@lru_cache(maxsize=1)
+def source_digest(root: Path = REPO_ROOT) -> str:
+    """sha256 over the code a record's numbers come from (kernels, kdtr, cli: paths and bytes).
+
+    Git's commit names the checkout, but a copy of a working tree (a lent GPU machine's) can carry a
+    stale .git; this digest is computed from the files themselves, so a record can be matched to
+    the commit whose `kdtree doctor` (or this function) gives the same value.
+    """
+    digest = hashlib.sha256()
+    files = sorted({path for pattern in SOURCE_GLOBS for path in Path(root).glob(pattern) if path.is_file()})
+    for path in files:
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
 def device_info() -> dict[str, Any]:
     """GPU name, driver and versions, without initialising CUDA when none is present."""
     info: dict[str, Any] = {"gpu": None}
@@ -103,7 +123,8 @@ def record_meta(command: str) -> dict[str, Any]:
 
     return {"format": RECORD_FORMAT, "kdtree": __version__, "command": command,
             "argv": list(sys.argv), "python": platform.python_version(), "numpy": numpy.__version__,
-            "host": platform.node(), **git_state(), "device": device_info()}
+            "host": platform.node(), **git_state(), "sources_sha256": source_digest(),
+            "device": device_info()}
 
 
 def write_json(path: str | Path, record: dict) -> None:

@@ -971,3 +971,22 @@ def test_a_device_error_at_cleanup_stops_the_run_with_a_record_not_a_traceback(s
     assert not data["complete"]
     assert any("the device failed after" in e and "illegal memory access" in e for e in data["errors"])
     assert data["not_run"], data
+
+
+def test_source_digest_names_the_code_not_the_checkout(tmp_path):
+    """A record's sources_sha256 follows the files (a copied tree with a stale .git still says which
+    code ran) and ignores what is not code."""
+    from kdtr.report import source_digest
+
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kdtr").mkdir()
+    (tmp_path / "kernels" / "a.cu").write_text("__global__ void k() {}\n")
+    (tmp_path / "kdtr" / "x.py").write_text("X = 1\n")
+    first = source_digest.__wrapped__(tmp_path)
+    (tmp_path / "results.md").write_text("not code\n")
+    assert source_digest.__wrapped__(tmp_path) == first
+    (tmp_path / "kdtr" / "x.py").write_text("X = 2\n")
+    changed = source_digest.__wrapped__(tmp_path)
+    assert changed != first
+    (tmp_path / "kdtr" / "x.py").rename(tmp_path / "kdtr" / "y.py")     # same bytes, other path
+    assert source_digest.__wrapped__(tmp_path) != changed
