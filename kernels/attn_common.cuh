@@ -87,7 +87,13 @@ __device__ __forceinline__ void merge_row(const float* __restrict__ ws_o, const 
     if (threadIdx.x == 0) lse[row] = M + logf(l);
 }
 
-// Stores of merge_row's normalised output: bf16 (round to nearest even), 4 values per call.
+// Stores of merge_row's normalised output, 4 values per call: fp32, or bf16 (round to nearest even).
+struct StoreF32 {
+    float* out;
+    __device__ void operator()(size_t at, float a, float b, float c, float d) const {
+        *(float4*)(out + at) = make_float4(a, b, c, d);
+    }
+};
 struct StoreBF16 {
     u16* out;
     __device__ void operator()(size_t at, float a, float b, float c, float d) const {

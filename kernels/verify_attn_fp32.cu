@@ -254,17 +254,4 @@ verify_attn_fp32(const float* __restrict__ q, const float* __restrict__ kv,
     }
 }
 
-struct StoreF32 {
-    float* out;
-    __device__ void operator()(size_t at, float a, float b, float c, float d) const {
-        *(float4*)(out + at) = make_float4(a, b, c, d);
-    }
-};
-
-// grid = B*Q*H rows, block = MERGE_THREADS (128)
-extern "C" __global__ void __launch_bounds__(MERGE_THREADS)
-verify_attn_fp32_merge(const float* __restrict__ ws_o, const float* __restrict__ ws_m,
-                       const float* __restrict__ ws_l, int n_splits, int rows,
-                       float* __restrict__ out, float* __restrict__ lse) {
-    merge_row(ws_o, ws_m, ws_l, n_splits, rows, lse, StoreF32{out});
-}
+ATTN_MERGE_ENTRY(verify_attn_fp32_merge, float, StoreF32)

@@ -450,13 +450,6 @@ verify_attn_fp32_gemm(const float* __restrict__ q, const float* __restrict__ kv,
     cp_async_wait<0>();                  // no copy may outlive the block (all are empty groups here)
 }
 
-struct StoreF32Gemm {
-    float* out;
-    __device__ void operator()(size_t at, float a, float b, float c, float d) const {
-        *(float4*)(out + at) = make_float4(a, b, c, d);
-    }
-};
-
 // grid = B*Q*H rows, block = MERGE_THREADS (128). merge_row's arithmetic in its order (ascending z,
 // empty splits skipped), with the loads of FK_MAXZ splits in flight at once: every m and l first
 // (one round trip, through shared memory), then the o rows in batches of FK_MAXZ (ceil(n / 16) round
@@ -469,7 +462,7 @@ verify_attn_fp32_gemm_merge(const float* __restrict__ ws_o, const float* __restr
     const int row = blockIdx.x;
     if (row >= rows) return;
     if (n_splits > 256) {                // more splits than s_m holds: merge_row
-        merge_row(ws_o, ws_m, ws_l, n_splits, rows, lse, StoreF32Gemm{out});
+        merge_row(ws_o, ws_m, ws_l, n_splits, rows, lse, StoreF32{out});
         return;
     }
     for (int z = threadIdx.x; z < n_splits; z += MERGE_THREADS) {
