@@ -67,18 +67,6 @@
 //   FK_RING (3): cp.async ring depth (chunks in flight + 1); 4 needs 226.5 KB (fits 227 KB).
 //   FK_QB (0) / FK_PB (0): pass-A / pass-B lane layouts above (defaults: v1 layouts; see NOTES arithmetic).
 //   Keys per split: the host's `splits` argument (33 -> one 64-key tile a block; 17 -> two tiles).
-//   FK_VCH (8): keys per pass-B chunk, 8 or 16 (status: not yet run on a GPU). Barriers a tile:
-//     9 pass-A chunks + 2 around the partials + 64 / FK_VCH pass-B chunks = 19 at 8, 15 at 16.
-//     16 needs FK_RING=2 to fit: X 35,328 + P 4,624 + V 2 x 16 x 512 = 16,384 + stats 272 =
-//     56,608 floats = 226,432 B (QB=1: 224,384) of the 232,448 B opt-in; sizing via the host.
-//     The fmaf chain of each O element still runs over the tile's keys in ascending order.
-//     sm_90 registers/spill bytes: FK_VCH=16 FK_RING=2 128 / 172 st / 704 ld (not usable);
-//     with FK_PB=1 128 / 28 / 72.
-//   FK_PB=1 since v3 (status: not yet run on a GPU; v2's FK_PB=1, 54.2 us, spilled 32 / 144 B):
-//     the block scalars are read back from the pad columns of sP (FK_BLK), the pass-B / partial /
-//     epilogue lane offsets are recomputed per chunk from an opaque thread index, and the final
-//     division by l (direct launches only) runs after the tile loop. sm_90: 128 / 36 st / 76 ld B,
-//     still not spill-free (the tile counter, grow0, a pass-A address remain), hence not the default.
 // FK_DIAG (timing only, wrong results): 1 drops the pass-A FMAs, 2 the pass-B FMAs, 3 every key
 //   tile (the fixed part: partial writes, merge, launches).
 #include "attn_common.cuh"
@@ -98,15 +86,12 @@
 #ifndef FK_PB
 #define FK_PB 0
 #endif
-#ifndef FK_VCH
-#define FK_VCH 8                                 // keys per pass-B chunk (8 or 16; 16 needs FK_RING=2)
-#endif
 #define FK_A (FK_ROWS / 4)                       // rows per quarter
 #define FK_THREADS 512
 #define FK_KEYS 64                               // keys per tile: 16 lanes x 4
 #define FK_DCH 64                                // dims per pass-A stage
 #define FK_NA (ATTN_D / FK_DCH)                  // 9 pass-A chunks
-#define FK_VK FK_VCH                             // keys per pass-B chunk
+#define FK_VK 8                                  // keys per pass-B chunk
 #define FK_NV (FK_KEYS / FK_VK)                  // 8 pass-B chunks
 #define FK_CHUNKS (FK_NA + FK_NV)                // 17 chunks a tile
 #define FK_STR (FK_DCH + 4)                      // pass-A stage row stride
@@ -133,15 +118,6 @@
 #define FK_SMEM_FLOATS (FK_X_FLOATS + FK_ROWS * FK_PS + FK_V_FLOATS + 4 * FK_STAT)
 #define FK_SMEM_BYTES (FK_SMEM_FLOATS * 4)
 #define FK_MAXZ 16                               // merge: splits loaded per batch
-// FK_PB = 1: the per-block scalars (0 P, 1 kbeg, 2 kend, 3 ntiles, 4 nrows) also live in the
-// unused pad columns 64..67 of sP's rows 0 and 1 and are read back at each use (a volatile LDS
-// after a barrier) instead of being held across the FMA loops (ptxas spilled them to local memory).
-// FK_PB = 0: the registers, as before.
-#if FK_PB
-#define FK_BLK(k, v) (((volatile const int*)sP)[((k) >> 2) * FK_PS + FK_KEYS + ((k) & 3)])
-#else
-#define FK_BLK(k, v) (v)
-#endif
 
 #if FK_ROWS % 4 != 0 || FK_ROWS < 4
 #error "FK_ROWS must be a positive multiple of 4"
@@ -152,11 +128,8 @@
 #if defined(FK_EXPECT_SMEM) && FK_EXPECT_SMEM != FK_SMEM_BYTES
 #error "FK_SMEM_BYTES differs from the host's fp32_gemm_sizing (kdtr/ops/verify_attn.py)"
 #endif
-#if FK_VCH != 8 && FK_VCH != 16
-#error "FK_VCH (keys per pass-B chunk) is 8 or 16"
-#endif
 #if FK_RING < 2 || FK_RING > FK_NV
-#error "FK_RING must be in [2, FK_NV] (FK_NV = 64 / FK_VCH pass-B chunks)"
+#error "FK_RING must be in [2, 8]"
 #endif
 #if (FK_QB != 0 && FK_QB != 1) || (FK_PB != 0 && FK_PB != 1)
 #error "FK_QB and FK_PB are 0 or 1"
@@ -169,13 +142,6 @@ __device__ __forceinline__ int fk_part_row(int row) {
 #else
     return (row / FK_A) * FK_HS + (row % FK_A) * FK_KEYS;
 #endif
-}
-
-// an opaque copy of x: ptxas cannot hoist what is computed from it out of a loop (FK_PB = 1 recomputes
-// its lane offsets per chunk from it instead of holding them in registers across the FMA loops)
-__device__ __forceinline__ int fk_opaque(int x) {
-    asm volatile("" : "+r"(x));
-    return x;
 }
 
 __device__ __forceinline__ unsigned dynamic_smem_bytes() {
@@ -249,21 +215,21 @@ verify_attn_fp32_gemm(const float* __restrict__ q, const float* __restrict__ kv,
         asm volatile("" : "+r"(t));
         const int c16 = t & 15, r16 = t >> 4, c128 = t & 127, r128 = t >> 7;
         const int tt = g / FK_CHUNKS, c = g - tt * FK_CHUNKS;
-        const int key0 = FK_BLK(1, kbeg) + tt * FK_KEYS;
+        const int key0 = kbeg + tt * FK_KEYS;
         if (c < FK_NA) {
             float* st = sX + ((tt * FK_NA + c) % FK_RING) * FK_STAGE_FLOATS + r16 * FK_STR + c16 * 4;
             const int d = c * FK_DCH + c16 * 4;
 #pragma unroll
             for (int i = 0; i < FK_KEYS / 32; ++i) {
                 const int j = key0 + r16 + 32 * i;
-                const bool ok = j < FK_BLK(2, kend);
+                const bool ok = j < kend;
                 cp_async16(st + (FK_ROWS + 32 * i) * FK_STR, kvb + (size_t)(ok ? j : 0) * ATTN_D + d, ok);
             }
 #pragma unroll
             for (int i = 0; i < (FK_ROWS + 31) / 32; ++i) {
                 const int r = r16 + 32 * i;
                 if (32 * i + 32 <= FK_ROWS || r < FK_ROWS) {
-                    const bool ok = r < FK_BLK(4, nrows);
+                    const bool ok = r < nrows;
                     cp_async16(st + 32 * i * FK_STR, qb + (ok ? r : 0) * ATTN_D + d, ok);
                 }
             }
@@ -274,7 +240,7 @@ verify_attn_fp32_gemm(const float* __restrict__ q, const float* __restrict__ kv,
 #pragma unroll
             for (int i = 0; i < FK_VK / 4; ++i) {
                 const int j = kc0 + 4 * i;
-                const bool ok = j < FK_BLK(2, kend);
+                const bool ok = j < kend;
                 cp_async16(st + 4 * i * ATTN_DV, kvb + (size_t)(ok ? j : 0) * ATTN_D + c128 * 4, ok);
             }
         }
@@ -284,13 +250,6 @@ verify_attn_fp32_gemm(const float* __restrict__ q, const float* __restrict__ kv,
         sM[tid] = neg_inf(); sL[tid] = 0.f; sAlpha[tid] = 1.f;
         sVis[tid] = tid < nrows ? (row0 + tid) / H * Q : 0;
     }
-#if FK_PB
-    if (tid < 5) {                       // the block scalars (FK_BLK), published before any issue
-        const int v = tid == 0 ? P : tid == 1 ? kbeg : tid == 2 ? kend : tid == 3 ? ntiles : nrows;
-        ((int*)sP)[(tid >> 2) * FK_PS + FK_KEYS + (tid & 3)] = v;
-    }
-    __syncthreads();
-#endif
 #pragma unroll 1
     for (int g = 0; g < FK_RING - 1; ++g) {
         if (g < total) issue(g);
@@ -302,15 +261,13 @@ verify_attn_fp32_gemm(const float* __restrict__ q, const float* __restrict__ kv,
     auto step = [&](int g) {
         cp_async_wait<FK_RING - 2>();
         __syncthreads();
-        if (g + FK_RING - 1 < FK_BLK(3, ntiles) * FK_CHUNKS) issue(g + FK_RING - 1);
+        if (g + FK_RING - 1 < total) issue(g + FK_RING - 1);
         cp_async_commit();
     };
 
 #pragma unroll 1
-    for (int tt = 0; tt < FK_BLK(3, ntiles); ++tt) {
-#if !FK_PB
+    for (int tt = 0; tt < ntiles; ++tt) {
         const int key0 = kbeg + tt * FK_KEYS;
-#endif
         float acc[FK_AR][FK_AK];
 #pragma unroll
         for (int r = 0; r < FK_AR; ++r)
@@ -347,17 +304,7 @@ verify_attn_fp32_gemm(const float* __restrict__ q, const float* __restrict__ kv,
         __syncthreads();                                         // every pass-A read of X done
         {   // partials of dim group grp at fk_part_row(row) + key (QB=0: the lane halves' row
             // quarters 16 banks apart; QB=1: 32 consecutive keys a store)
-#if FK_PB
-            const int ot = fk_opaque(tid), ow = ot >> 5;
-#if FK_QB
-            float* pp = sX + (ow >> 1) * FK_PG + fk_part_row((ow & 1) * (2 * FK_A)) + (ot & 31);
-#else
-            float* pp = sX + (ow >> 1) * FK_PG + fk_part_row((ow & 1) * (2 * FK_A) + ((ot & 31) >> 4) * FK_A)
-                        + (ot & 15);
-#endif
-#else
             float* pp = sX + grp * FK_PG + fk_part_row(arow) + akey;
-#endif
 #pragma unroll
             for (int r = 0; r < FK_AR; ++r)
 #pragma unroll
@@ -368,10 +315,6 @@ verify_attn_fp32_gemm(const float* __restrict__ q, const float* __restrict__ kv,
         // ---- softmax over the tile: warp w rows w + 16 rr (rr < FK_SR), all at once (their shuffle
         // chains interleave; each row's arithmetic as before); lane keys 2 lane, 2 lane + 1
         {
-#if FK_PB
-            const int key0 = FK_BLK(1, kbeg) + tt * FK_KEYS;
-            const int P = FK_BLK(0, P), kend = FK_BLK(2, kend), nrows = FK_BLK(4, nrows);
-#endif
             const int j0 = key0 + 2 * lane, j1 = j0 + 1;
             // an opaque copy of the warp index: keeps ptxas from hoisting every row's shared-memory
             // addresses out of the tile loop (it did, and spilled them)
@@ -442,17 +385,11 @@ verify_attn_fp32_gemm(const float* __restrict__ q, const float* __restrict__ kv,
 #pragma unroll 1
         for (int c = 0; c < FK_NV; ++c) {
             step(tt * FK_CHUNKS + FK_NA + c);
-#if FK_PB
-            const int ot = fk_opaque(tid), ow = ot >> 5;
-            const float* vs = sV + ((tt * FK_NV + c) % FK_RING) * (FK_VK * ATTN_DV) + (ow >> 2) * 128 + 4 * (ot & 31);
-            const float* ps = sP + (ow & 3) * FK_A * FK_PS + c * FK_VK;
-#else
             const float* vs = sV + ((tt * FK_NV + c) % FK_RING) * (FK_VK * ATTN_DV) + pcol;
             const float* ps = sP + prow * FK_PS + c * FK_VK;
-#endif
 #if FK_DIAG != 2
 #pragma unroll
-            for (int s = 0; s < FK_VK / 4; ++s) {
+            for (int s = 0; s < 2; ++s) {
                 float4 v4[4];
 #pragma unroll
                 for (int j = 0; j < 4; ++j) v4[j] = *(const float4*)(vs + (4 * s + j) * ATTN_DV);
@@ -472,48 +409,6 @@ verify_attn_fp32_gemm(const float* __restrict__ q, const float* __restrict__ kv,
 #endif
         }
 
-#if FK_PB
-        // ---- O = alpha O_prev + O_tile (O_prev: this thread's own earlier write), unnormalised;
-        // the division by l (direct launches) runs after the tile loop, so no division slow-path
-        // call sits where the 68 accumulators are live (ptxas spilled around those calls)
-        {
-            int had = tt > 0;
-            asm volatile("" : "+r"(had));
-            const int nr = FK_BLK(4, nrows);
-            const int ot = fk_opaque(tid), ow = ot >> 5;
-            const int prow = (ow & 3) * FK_A, pcol = (ow >> 2) * 128 + 4 * (ot & 31);
-            float* base = (n_splits == 1 ? out : ws_o + (size_t)z * rows_total * ATTN_DV)
-                          + (grow0 + prow) * ATTN_DV + pcol;
-#pragma unroll
-            for (int r = 0; r < FK_A; ++r) {
-                if (prow + r < nr) {
-                    float* p = base + r * ATTN_DV;
-                    float4 v = make_float4(o[r][0], o[r][1], o[r][2], o[r][3]);
-                    if (had) {
-                        const float a = sAlpha[prow + r];
-                        const float4 prev = *(const float4*)p;
-                        v = make_float4(fmaf(a, prev.x, v.x), fmaf(a, prev.y, v.y),
-                                        fmaf(a, prev.z, v.z), fmaf(a, prev.w, v.w));
-                    }
-                    *(float4*)p = v;
-                }
-            }
-        }
-    }
-    if (n_splits == 1) {                 // out = O / l over this thread's own rows (written above)
-        float* base = out + (grow0 + prow) * ATTN_DV + pcol;
-#pragma unroll 1
-        for (int r = 0; r < FK_A; ++r) {
-            const int row = prow + r;
-            if (row < nrows) {
-                float* p = base + r * ATTN_DV;
-                const float l = sL[row];
-                const float4 v = *(const float4*)p;
-                *(float4*)p = make_float4(v.x / l, v.y / l, v.z / l, v.w / l);
-            }
-        }
-    }
-#else
         // ---- O = alpha O_prev + O_tile (O_prev: this thread's own earlier write), normalise at the end
         {
             const bool last = tt + 1 == ntiles;
@@ -542,7 +437,6 @@ verify_attn_fp32_gemm(const float* __restrict__ q, const float* __restrict__ kv,
         }
     }
 
-#endif
     if (tid < nrows) {                   // stats: the last tile's softmax ran before >= 8 barriers
         const float m = sM[tid], l = sL[tid];
         const size_t grow = grow0 + tid;

@@ -191,8 +191,7 @@ def cache_dir(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("defines", [{}, {"FK_RING": 4}, {"FK_ROWS": 64}, {"FK_ROWS": 32, "FK_RING": 2},
-                                     {"FK_QB": 1}, {"FK_QB": 1, "FK_PB": 1}, {"FK_PB": 1},
-                                     {"FK_VCH": 16, "FK_RING": 2}, {"FK_VCH": 16, "FK_RING": 2, "FK_PB": 1}])
+                                     {"FK_QB": 1}, {"FK_QB": 1, "FK_PB": 1}])
 def test_host_shared_memory_formula_matches_the_kernel(defines, cache_dir):
     """fp32_gemm_sizing (host) must equal the .cu's FK_SMEM_BYTES: FK_EXPECT_SMEM makes the .cu
     #error out when they differ; everything must fit the H200's 227 KB opt-in limit."""
@@ -201,24 +200,3 @@ def test_host_shared_memory_formula_matches_the_kernel(defines, cache_dir):
     rows, smem = fp32_gemm_sizing(defines)
     assert smem <= 232448 and rows == int(defines.get("FK_ROWS", 68))
     compile_kernel("verify_attn_fp32_gemm.cu", "sm_90", defines={**defines, "FK_EXPECT_SMEM": smem})
-
-
-@pytest.mark.parametrize("vch", [8, 16])
-def test_pass_b_chunks_read_each_key_once_in_ascending_order(vch):
-    """FK_VCH keys per pass-B chunk: chunk c holds tile keys [c * vch, (c + 1) * vch), its float4
-    steps s < vch / 4 keys 4s..4s+3; the fmaf chain of every O element therefore still runs over the
-    tile's 64 keys in ascending order, once each (the model's p @ V grouping, so its tolerances hold)."""
-    order = [c * vch + 4 * s + j for c in range(KEYS // vch) for s in range(vch // 4) for j in range(4)]
-    assert order == list(range(KEYS))
-    # the copy: thread t of 512 copies float4 column t % 128 of keys t // 128 + 4 i (i < vch / 4)
-    copied = sorted((t // 128 + 4 * i, t % 128) for t in range(512) for i in range(vch // 4))
-    assert copied == [(k, col) for k in range(vch) for col in range(LATENT // 4)]
-
-
-@pytest.mark.parametrize("defines", [{"FK_VCH": 16, "FK_RING": 5}, {"FK_VCH": 32, "FK_RING": 2}, {"FK_RING": 9}])
-def test_host_rejects_knobs_the_kernel_rejects(defines):
-    """FK_RING in [2, 64 / FK_VCH] (the partials alias the pass-A ring only while V chunks are in
-    flight), FK_VCH 8 or 16: the .cu #errors on the same settings. (FK_VCH=16 with FK_RING 3 or 4 is
-    legal but needs 259 / 292 KB: only FK_RING=2 fits the H200's 227 KB.)"""
-    with pytest.raises(ValueError, match="FK_VCH"):
-        fp32_gemm_sizing(defines)

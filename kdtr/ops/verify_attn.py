@@ -298,8 +298,8 @@ class VerifyAttn(Op):
                                 32, 16, 512, 183680),
         # two register-tiled GEMMs per 64-key tile, one exact softmax between them, 68-row tiles x
         # 64-key splits (132 blocks at B=1 H=16 Q=17 P=2048): 59.1 us there against fp32_ffma's
-        # 66.5 on an H200 (kernels/NOTES.md, "fp32_gemm"). Knobs FK_ROWS / FK_RING / FK_QB / FK_VCH
-        # resize it through `sizing`.
+        # 66.5 on an H200 (kernels/NOTES.md, "fp32_gemm"). Knobs FK_ROWS / FK_RING / FK_QB resize
+        # it through `sizing`.
         "fp32_gemm": CudaKernel("fp32", "verify_attn_fp32_gemm.cu", "verify_attn_fp32_gemm",
                                 "verify_attn_fp32_gemm_merge", 68, 64, 512, 210048, split_min_tiles=1,
                                 sizing=lambda defines: fp32_gemm_sizing(defines)),
@@ -642,20 +642,19 @@ class VerifyAttn(Op):
 
 def fp32_gemm_sizing(defines) -> tuple[int, int]:
     """(rows per block, dynamic shared bytes) of kernels/verify_attn_fp32_gemm.cu for its knobs
-    FK_ROWS (default 68, a multiple of 4), FK_RING (default 3), FK_QB (default 0, the pass-A lane
-    layout, which sets the partials' layout) and FK_VCH (default 8, keys per pass-B chunk: the V
-    ring's slot size): the .cu's FK_SMEM_BYTES, written out again here (the kernel traps when
-    launched with less than it needs)."""
+    FK_ROWS (default 68, a multiple of 4), FK_RING (default 3) and FK_QB (default 0, the pass-A lane
+    layout, which sets the partials' layout): the .cu's FK_SMEM_BYTES, written out again here (the
+    kernel traps when launched with less than it needs)."""
     rows, ring = int(defines.get("FK_ROWS", 68)), int(defines.get("FK_RING", 3))
-    qb, vch = int(defines.get("FK_QB", 0)), int(defines.get("FK_VCH", 8))
+    qb = int(defines.get("FK_QB", 0))
+    if rows < 4 or rows % 4 or not 2 <= ring <= 8 or qb not in (0, 1):
+        raise ValueError(f"fp32_gemm: FK_ROWS must be a positive multiple of 4, FK_RING in [2, 8] and "
+                         f"FK_QB 0 or 1, got {rows}, {ring}, {qb}")
     keys, stride = 64, 68                                      # FK_KEYS; FK_STR = FK_PS = 64 + 4
-    if rows < 4 or rows % 4 or qb not in (0, 1) or vch not in (8, 16) or not 2 <= ring <= keys // vch:
-        raise ValueError(f"fp32_gemm: FK_ROWS must be a positive multiple of 4, FK_QB 0 or 1, FK_VCH 8 "
-                         f"or 16 and FK_RING in [2, 64 / FK_VCH], got {rows}, {qb}, {vch}, {ring}")
     stage = (rows + keys) * stride
     # partials: 8 dim groups of [rows][keys] (QB=1) or of 4 row quarters [rows/4][keys] + 16 (QB=0)
     partials = 8 * rows * keys if qb else 8 * 4 * (rows // 4 * keys + 16)
-    floats = max(ring * stage, partials) + rows * stride + ring * vch * LATENT + 4 * ((rows + 3) // 4 * 4)
+    floats = max(ring * stage, partials) + rows * stride + ring * 8 * LATENT + 4 * ((rows + 3) // 4 * 4)
     return rows, 4 * floats
 
 
