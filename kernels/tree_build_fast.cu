@@ -77,6 +77,17 @@
 //     no node and walks the valid dummy candidate 0, so its table reads stay in the L + 2 rows;
 //   * the liveness tests are integer tests of the high word (sl_live), not DSETPs; the node
 //     record is one 16-byte store.
+// TB_LEAN (compile-time, default 0 = the v4 loop above, SASS unchanged; status: NOT YET RUN ON A GPU):
+//   1 drops the prefetches: at the end of each pop the next head (s_wins ? runner-up : first) is
+//   chosen first and its three log-probs are then loaded from its own candidate (T[off],
+//   T[off + 1], T[(d + 1) * W]; hd, not the alive-gated hq: every candidate ever made reads inside
+//   the L + 2 rows, the addresses v4's prefetches read). No c1 / cc / b1, no runner-up triple
+//   (m0 / m1 / mc leave SlState), no 12 selects among triples; one LDS latency (~29 cycles plus
+//   ~10 of address math) joins the head's chain. Same values on every live pop, so the same
+//   outputs. sm_90 TB_NPL 2: 93 instructions a pop instead of 112 (FSEL 19 vs 31, LDS 3 vs 6),
+//   70 registers instead of 92. Whether it is faster is the GPU's call: an issue count says
+//   ~175 cycles a pop instead of 209, an in-order latency model of the SASS says no change at
+//   TB_NPL 2 (-8..-12% at TB_NPL 1 and 4); kernels/runs/next/tb_lean.sh runs the checks and the timing.
 // Knobs (compile-time): TB_CK pops per checkpoint (a multiple of TB_UNROLL); TB_FORCE_EXACT=1
 // runs the exact pop only, no checkpoints (the GPU tests run it on every shape:
 // KDTREE_TEST_DEFINES="tb_sorted:TB_FORCE_EXACT=1"); TB_PROFILE=1 is a timing diagnostic with
@@ -114,6 +125,9 @@
 #endif
 #ifndef TB_PROFILE
 #define TB_PROFILE 0
+#endif
+#ifndef TB_LEAN
+#define TB_LEAN 0       // 1: the next head's log-probs loaded after it is chosen (see the header)
 #endif
 #ifndef TB_CK
 #define TB_CK 8         // pops per checkpoint (a multiple of TB_UNROLL)
@@ -205,7 +219,11 @@ struct SlState {
     double cs[TB_NPL];
     u32 cd[TB_NPL];
     double hs, l0, l1, lc;                                // head (slot 0) and its log-probs
+#if TB_LEAN
+    double ss;                                            // runner-up (slot 1)
+#else
     double ss, m0, m1, mc;                                // runner-up (slot 1) and its log-probs
+#endif
     u32 hd, sd;
     bool alive;
     int n;
@@ -228,9 +246,11 @@ __device__ __forceinline__ void sl_pop(SlState& st, double (&es)[TB_NPL + 2], u3
     const u32 hq = alive ? st.hd : 0u;                    // a dead pop walks candidate 0
     const int off = sl_off(hq), dm1 = sl_dm1(hq);
     const int rowc = (dm1 + 1) * W;
+#if !TB_LEAN
     // prefetch for the next pop: the log-probs the child or the sibling would need as the
     // next head (its own, next and child-row ones; the rest are l1 / lc already here)
     const double c1 = T[rowc + 1], cc = T[rowc + W], b1 = T[off + 2];
+#endif
     // the node record (score, candidate): lane 0 alone writes it, one 16-byte store
     if (lane == 0 && alive)
         rec[node] = make_uint4((u32)__double2loint(st.hs), (u32)__double2hiint(st.hs), st.hd, 0u);
@@ -244,7 +264,9 @@ __device__ __forceinline__ void sl_pop(SlState& st, double (&es)[TB_NPL + 2], u3
     const bool cfirst = chi >= sib;                       // exact tie: the child's tuple is smaller
     const double fs = cfirst ? chi : sib, s2 = cfirst ? sib : chi;
     const u32 fd = cfirst ? chid : sibd, d2 = cfirst ? sibd : chid;
+#if !TB_LEAN
     const double f0 = cfirst ? st.lc : st.l1, f1 = cfirst ? c1 : b1, fc = cfirst ? cc : st.lc;
+#endif
     const bool flive = sl_live(fs), live2 = sl_live(s2);
 
     bool s_wins = st.ss > fs;                             // the runner-up beats first: next head
@@ -298,6 +320,22 @@ __device__ __forceinline__ void sl_pop(SlState& st, double (&es)[TB_NPL + 2], u3
             __syncwarp();
         }
     }
+#if TB_LEAN
+    // the next head (slot 0 = fA[1] ? S : first, the same in every lane), then its three
+    // log-probs loaded from its own candidate: one LDS latency on the head's chain, no prefetch
+    // of three candidates' triples and no selects among them. The load uses hd, not the
+    // alive-gated hq: every candidate ever made (live pops, or dead pops from candidate 0) reads
+    // inside the L + 2 rows, the same addresses v4's prefetches read.
+    st.hs = s_wins ? st.ss : fs;
+    st.hd = s_wins ? st.sd : fd;
+    st.l0 = T[sl_off(st.hd)];
+    st.l1 = T[sl_off(st.hd) + 1];
+    st.lc = T[(sl_dm1(st.hd) + 1) * W];
+    // the next runner-up, broadcast: first needed a pop from now
+    const int s_lane = TB_NPL == 1 ? 1 : 0;
+    st.ss = __shfl_sync(FULL_MASK, st.cs[TB_NPL == 1 ? 0 : 1], s_lane);
+    st.sd = __shfl_sync(FULL_MASK, st.cd[TB_NPL == 1 ? 0 : 1], s_lane);
+#else
     // the next head (slot 0 = fA[1] ? S : first, the same in every lane) with its log-probs, all
     // in registers: no load on the head's chain
     st.hs = s_wins ? st.ss : fs;
@@ -312,6 +350,7 @@ __device__ __forceinline__ void sl_pop(SlState& st, double (&es)[TB_NPL + 2], u3
     st.m0 = T[sl_off(st.sd)];
     st.m1 = T[sl_off(st.sd) + 1];
     st.mc = T[(sl_dm1(st.sd) + 1) * W];
+#endif
     // the next pop's window: its shuffles run under that pop's additions
     sl_window(st.cs, st.cd, es, ed);
 }
@@ -354,7 +393,9 @@ __device__ __forceinline__ int sl_build(const double* __restrict__ T, int W, int
     st.hd = sl_pack(0, 0, 0);
     st.l0 = T[0]; st.l1 = T[1]; st.lc = T[W];
     st.ss = NEG_INF; st.sd = 0u;
+#if !TB_LEAN
     st.m0 = st.l0; st.m1 = st.l1; st.mc = st.lc;
+#endif
     st.alive = true;
     st.n = 0;
     if (lane == 0) { st.cs[0] = st.hs; st.cd[0] = st.hd; }

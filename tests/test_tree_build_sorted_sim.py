@@ -9,8 +9,9 @@ TB_CK pops: a checkpoint of the state, the fast pops with per-lane sticky tie fl
 on a flagged tie the restore (window recomputed from the slots) and the exact replay of the chunk
 over the same records, with the rank-tuple redo on its warp-uniform tie branch. Every table read is
 bounds-checked, also in fast chunks that went wrong after a tie. Each fast chunk that flagged no
-tie is asserted equal to the reference's pops (the claim v4 rests on). It runs
-without a GPU; the GPU tests (tests/test_cuda_kernels.py) run the kernel.
+tie is asserted equal to the reference's pops (the claim v4 rests on). TB_LEAN=1 (lean=True: the
+next head's log-probs read from its candidate after it is chosen, no prefetches) is modelled too. It
+runs without a GPU; the GPU tests (tests/test_cuda_kernels.py) run the kernel.
 """
 
 from __future__ import annotations
@@ -104,14 +105,16 @@ def _live(x: float) -> bool:
 TB_CK = 8                           # the kernel's default pops per checkpoint
 
 
-def _build(table, width, budget, npl, rec, *, force_exact=False, ck=TB_CK, stats=None, want=None):
+def _build(table, width, budget, npl, rec, *, force_exact=False, ck=TB_CK, stats=None, want=None, lean=False):
     """sl_build: the whole pop loop from the initial state; writes rec[1..n] (lane 0's stores, into
     the caller's array, so that a replay overwrites the abandoned fast records as in the kernel)
     and returns n. Chunks of `ck` pops (the last padded with dead pops past `budget`): checkpoint,
     fast pops with per-lane sticky tie flags, one vote; on a flagged tie the checkpoint is restored
     (the window recomputed from the slots) and the chunk replayed by the exact pop. force_exact:
     the exact pop throughout. With `want` (the reference), every chunk that flagged no tie is
-    asserted equal to the reference's pops (the claim v4 rests on)."""
+    asserted equal to the reference's pops (the claim v4 rests on). lean (TB_LEAN=1): no
+    prefetches; at the end of each pop the next head's triple is read from its own candidate
+    (bounds-checked for every pop, dead ones included)."""
     def t(i):                       # a table read (LDS.64), bounds-checked against the L + 2 rows
         assert 0 <= i < len(table), f"table read {i} outside [0, {len(table)})"
         return table[i]
@@ -139,7 +142,8 @@ def _build(table, width, budget, npl, rec, *, force_exact=False, ck=TB_CK, stats
         hq = hd if alive else 0                                          # a dead pop walks candidate 0
         off, dm1 = _off(hq), _dm1(hq)
         rowc = (dm1 + 1) * width
-        c1, cc, b1 = t(rowc + 1), t(rowc + width), t(off + 2)
+        if not lean:
+            c1, cc, b1 = t(rowc + 1), t(rowc + width), t(off + 2)
         if alive:
             rec[node] = (hs, hd)                                         # lane 0's store
             st["n"] = node
@@ -150,7 +154,8 @@ def _build(table, width, budget, npl, rec, *, force_exact=False, ck=TB_CK, stats
         cfirst = chi >= sib
         fs, s2 = (chi, sib) if cfirst else (sib, chi)
         fd, d2 = (chid, sibd) if cfirst else (sibd, chid)
-        f0, f1, fc = (lc, c1, cc) if cfirst else (l1, b1, lc)
+        if not lean:
+            f0, f1, fc = (lc, c1, cc) if cfirst else (l1, b1, lc)
         flive, live2 = _live(fs), _live(s2)
         eqs = ss == fs
         ties = []
@@ -190,7 +195,11 @@ def _build(table, width, budget, npl, rec, *, force_exact=False, ck=TB_CK, stats
             lane_cs, lane_cd = _merge(es, ed, fs, fd, s2, d2, fa, fb, npl)
             new_cs.append(lane_cs)
             new_cd.append(lane_cd)
-            nxt = (ss, sd, m0, m1, mc) if s_wins else (fs, fd, f0, f1, fc)
+            if lean:                                                     # load after the choice
+                nxt = (ss, sd) if s_wins else (fs, fd)
+                nxt = nxt + triple(nxt[1])
+            else:
+                nxt = (ss, sd, m0, m1, mc) if s_wins else (fs, fd, f0, f1, fc)
             new_heads.add((_bits(nxt[0]), nxt[1]) + tuple(map(_bits, nxt[2:])))
         assert len(new_heads) == 1, "the head differs between lanes"
         st["cs"], st["cd"] = cs, cd = new_cs, new_cd
@@ -200,7 +209,8 @@ def _build(table, width, budget, npl, rec, *, force_exact=False, ck=TB_CK, stats
             assert (_bits(st["hs"]), st["hd"]) == (_bits(cs[0][0]), cd[0][0]), "uniform head != lane 0's slot 0"
         s_lane, s_reg = (1, 0) if npl == 1 else (0, 1)
         st["ss"], st["sd"] = cs[s_lane][s_reg], cd[s_lane][s_reg]
-        st["m0"], st["m1"], st["mc"] = triple(st["sd"])                  # in range for any sd
+        if not lean:
+            st["m0"], st["m1"], st["mc"] = triple(st["sd"])              # in range for any sd
         return _window(cs, cd, npl)
 
     def snapshot(st):
@@ -248,7 +258,7 @@ def _nodes(rec, width, n, first=1):
 
 
 def simulate(topk_logp: np.ndarray, budget: int, stats: dict | None = None, *, force_exact: bool = False,
-             ck: int = TB_CK, want: list | None = None) -> list[tuple[tuple[int, ...], int, float]]:
+             ck: int = TB_CK, want: list | None = None, lean: bool = False) -> list[tuple[tuple[int, ...], int, float]]:
     """The kernel's pop order for one request, as build_one reports it (TB_FORCE_EXACT: the exact
     pop only). With `want` (the reference), asserts that every unflagged fast chunk is exact."""
     depth_count, k = topk_logp.shape
@@ -264,7 +274,7 @@ def simulate(topk_logp: np.ndarray, budget: int, stats: dict | None = None, *, f
     rec = [None] * (q + 1)
     if stats is not None:
         stats["runs"] = stats.get("runs", 0) + 1
-    n = _build(table, width, budget, npl, rec, force_exact=force_exact, ck=ck, stats=stats, want=want)
+    n = _build(table, width, budget, npl, rec, force_exact=force_exact, ck=ck, stats=stats, want=want, lean=lean)
     return _nodes(rec, width, n)
 
 
@@ -283,9 +293,9 @@ def _same(got, want, what: str) -> None:
 
 
 def _check(topk_logp: np.ndarray, budget: int, what: str, stats: dict | None = None,
-           force_exact: bool = False, ck: int = TB_CK) -> None:
+           force_exact: bool = False, ck: int = TB_CK, lean: bool = False) -> None:
     want = build_one(topk_logp, budget)
-    _same(simulate(topk_logp, budget, stats, force_exact=force_exact, ck=ck, want=want), want, what)
+    _same(simulate(topk_logp, budget, stats, force_exact=force_exact, ck=ck, want=want, lean=lean), want, what)
 
 
 TREE_BUILD = get_op("tree_build")
@@ -310,12 +320,15 @@ CASES = [
 @pytest.mark.parametrize("seed", [1, 2, 3])
 @pytest.mark.parametrize("params", CASES, ids=lambda p: "-".join(f"{k}{v}" for k, v in p.items()))
 def test_sorted_model_matches_reference(params, seed):
-    """Both builds: the default (fast chunks, an exact replay of a chunk with a flagged tie) and TB_FORCE_EXACT."""
+    """Both builds: the default (fast chunks, an exact replay of a chunk with a flagged tie) and
+    TB_FORCE_EXACT, each with TB_LEAN 0 and 1."""
     gen = TREE_BUILD.generate(Case("sim", "tree_build", "default", seed, dict(TREE_BUILD._defaults, **params)))
     for b in range(gen.inputs["topk_logp"].shape[0]):
         for force_exact in (False, True):
-            _check(gen.inputs["topk_logp"][b], params["budget"],
-                   f"{params} seed {seed} request {b} force_exact {force_exact}", force_exact=force_exact)
+            for lean in (False, True):
+                _check(gen.inputs["topk_logp"][b], params["budget"],
+                       f"{params} seed {seed} request {b} force_exact {force_exact} lean {lean}",
+                       force_exact=force_exact, lean=lean)
 
 
 def test_sorted_model_signed_zero_and_equal_rows():
@@ -326,7 +339,7 @@ def test_sorted_model_signed_zero_and_equal_rows():
         levels = np.array([0.0, -0.0, -0.5, -1.0, -1.5, -3.0], np.float32)
         lp = np.sort(rng.choice(levels, size=(depth, k)), axis=1)[:, ::-1].copy()
         for budget in (1, 5, 17, 40):
-            _check(lp, budget, f"levels trial {trial} budget {budget}")
+            _check(lp, budget, f"levels trial {trial} budget {budget}", lean=trial % 2 == 1)
 
 
 def test_sorted_model_rounding_lifts_siblings():
@@ -358,7 +371,8 @@ def test_sorted_model_fuzz_edges():
             lp = np.round(rng.standard_normal((depth, k)) * 2) / 4
         lp = np.sort(lp.astype(np.float32), axis=1)[:, ::-1].copy()
         for budget in (1, 7, 33, 64, 100):
-            _check(lp, budget, f"fuzz trial {trial} budget {budget}")
+            for lean in (False, True):
+                _check(lp, budget, f"fuzz trial {trial} budget {budget} lean {lean}", lean=lean)
 
 
 def test_sorted_model_few_ties():
@@ -372,7 +386,7 @@ def test_sorted_model_few_ties():
         lp = -np.round(np.abs(rng.standard_normal((depth, k))) * 8) / 8
         lp = np.sort(lp.astype(np.float32), axis=1)[:, ::-1].copy()
         for budget in (4, 8, 16):
-            _check(lp, budget, f"coarse trial {trial} budget {budget}")
+            _check(lp, budget, f"coarse trial {trial} budget {budget}", lean=trial % 2 == 1)
 
 
 def test_sorted_model_replay_is_rare_on_the_production_shape():
