@@ -46,6 +46,24 @@ def attend_reference(q: np.ndarray, keys: np.ndarray, prefix_len: int, visibilit
     return out, lse
 
 
+def fp32_gemm_sizing(defines) -> tuple[int, int]:
+    """(rows per block, dynamic shared bytes) of kernels/verify_attn_fp32_gemm.cu for its knobs
+    FK_ROWS (default 68, a multiple of 4), FK_RING (default 3) and FK_QB (default 0, the pass-A lane
+    layout, which sets the partials' layout): the .cu's FK_SMEM_BYTES, written out again here (the
+    kernel traps when launched with less than it needs)."""
+    rows, ring = int(defines.get("FK_ROWS", 68)), int(defines.get("FK_RING", 3))
+    qb = int(defines.get("FK_QB", 0))
+    if rows < 4 or rows % 4 or not 2 <= ring <= 8 or qb not in (0, 1):
+        raise ValueError(f"fp32_gemm: FK_ROWS must be a positive multiple of 4, FK_RING in [2, 8] and "
+                         f"FK_QB 0 or 1, got {rows}, {ring}, {qb}")
+    keys, stride = 64, 68                                      # FK_KEYS; FK_STR = FK_PS = 64 + 4
+    stage = (rows + keys) * stride
+    # partials: 8 dim groups of [rows][keys] (QB=1) or of 4 row quarters [rows/4][keys] + 16 (QB=0)
+    partials = 8 * rows * keys if qb else 8 * 4 * (rows // 4 * keys + 16)
+    floats = max(ring * stage, partials) + rows * stride + ring * 8 * LATENT + 4 * ((rows + 3) // 4 * 4)
+    return rows, 4 * floats
+
+
 class VerifyAttn(Op):
     name = "verify_attn"
     variants = ("fp32", "bf16_paged")
@@ -302,7 +320,7 @@ class VerifyAttn(Op):
         # it through `sizing`.
         "fp32_gemm": CudaKernel("fp32", "verify_attn_fp32_gemm.cu", "verify_attn_fp32_gemm",
                                 "verify_attn_fp32_gemm_merge", 68, 64, 512, 210048, split_min_tiles=1,
-                                sizing=lambda defines: fp32_gemm_sizing(defines)),
+                                sizing=fp32_gemm_sizing),
         "bf16_mma": CudaKernel("bf16_paged", "verify_attn_bf16_paged.cu", "verify_attn_bf16_paged",
                                "verify_attn_bf16_merge", 64, 32, 256, 166144),
         "bf16_wgmma2": CudaKernel("bf16_paged", "verify_attn_bf16_wgmma2.cu", "verify_attn_bf16_wgmma2",
@@ -638,24 +656,6 @@ class VerifyAttn(Op):
         if variant == "fp32":
             return {"out": out, "lse": lse}
         return {"out": out.view(batch * q_len, heads, LATENT), "lse": lse.view(batch * q_len, heads)}
-
-
-def fp32_gemm_sizing(defines) -> tuple[int, int]:
-    """(rows per block, dynamic shared bytes) of kernels/verify_attn_fp32_gemm.cu for its knobs
-    FK_ROWS (default 68, a multiple of 4), FK_RING (default 3) and FK_QB (default 0, the pass-A lane
-    layout, which sets the partials' layout): the .cu's FK_SMEM_BYTES, written out again here (the
-    kernel traps when launched with less than it needs)."""
-    rows, ring = int(defines.get("FK_ROWS", 68)), int(defines.get("FK_RING", 3))
-    qb = int(defines.get("FK_QB", 0))
-    if rows < 4 or rows % 4 or not 2 <= ring <= 8 or qb not in (0, 1):
-        raise ValueError(f"fp32_gemm: FK_ROWS must be a positive multiple of 4, FK_RING in [2, 8] and "
-                         f"FK_QB 0 or 1, got {rows}, {ring}, {qb}")
-    keys, stride = 64, 68                                      # FK_KEYS; FK_STR = FK_PS = 64 + 4
-    stage = (rows + keys) * stride
-    # partials: 8 dim groups of [rows][keys] (QB=1) or of 4 row quarters [rows/4][keys] + 16 (QB=0)
-    partials = 8 * rows * keys if qb else 8 * 4 * (rows // 4 * keys + 16)
-    floats = max(ring * stage, partials) + rows * stride + ring * 8 * LATENT + 4 * ((rows + 3) // 4 * 4)
-    return rows, 4 * floats
 
 
 SDPA_MEMORY_FRACTION = 0.85             # of free device memory SDPA's estimated need may take
