@@ -340,6 +340,7 @@ class TreeBuild(Op):
 
         from ..device import get_kernel, max_shared_optin
 
+        defines = defines or {}
         lp = inputs["topk_logp"]
         batch, depth, k = lp.shape
         budget = int(params["budget"])
@@ -362,7 +363,7 @@ class TreeBuild(Op):
                 raise ValueError(f"tb_sorted needs {smem} B of shared memory at budget {budget}, depth "
                                  f"{depth}, K {k}; the device has {limit} B")
             kernel_fn = get_kernel("tree_build_fast.cu", "tree_build_sorted",
-                                   defines={"TB_NPL": slots, **(defines or {})})
+                                   defines={"TB_NPL": slots, **defines})
             kernel_fn.launch(batch, 256, args + args_out, shared_mem=smem)
             return
         smem = kernel_shared_bytes(budget, depth)
@@ -372,9 +373,9 @@ class TreeBuild(Op):
         args += [c_int(int(staged))] + args_out
         if name == "tb_warp":        # capacity 32 x per_lane >= budget (slots in use <= budget): 1..16
             per_lane = 1 << (slots - 1).bit_length()
-            kernel_fn = get_kernel("tree_build.cu", "tree_build_warp", defines={"TB_NPL": per_lane, **(defines or {})})
+            kernel_fn = get_kernel("tree_build.cu", "tree_build_warp", defines={"TB_NPL": per_lane, **defines})
         else:
-            kernel_fn = get_kernel("tree_build.cu", "tree_build", defines=defines or {})
+            kernel_fn = get_kernel("tree_build.cu", "tree_build", defines=defines)
         kernel_fn.launch(batch, 256, args, shared_mem=smem)
 
     # -- reports --------------------------------------------------------------------------
