@@ -443,11 +443,14 @@ __device__ __forceinline__ long long tb_globaltimer() {
 }
 #endif
 
-// Visibility byte f (0 <= f < Q * Q) of a request's flat [Q][Q] block: bit j of row i's ancestor
-// mask, (i, j) = divmod(f, Q).
-__device__ __forceinline__ u32 vis_byte(const u32* amask, int nw, int Q, int f) {
-    const int i = f / Q, j = f - i * Q;
+// Visibility (i, j): bit j of node i's ancestor-or-self mask (nw words per node).
+__device__ __forceinline__ u32 vis_bit(const u32* amask, int nw, int i, int j) {
     return (amask[i * nw + (j >> 5)] >> (j & 31)) & 1u;
+}
+// Visibility byte f (0 <= f < Q * Q) of a request's flat [Q][Q] block: (i, j) = divmod(f, Q).
+__device__ __forceinline__ u32 vis_byte(const u32* amask, int nw, int Q, int f) {
+    const int i = f / Q;
+    return vis_bit(amask, nw, i, f - i * Q);
 }
 
 extern "C" __global__ void __launch_bounds__(TB_THREADS, 1)
@@ -593,7 +596,7 @@ tree_build_sorted(const float* __restrict__ topk_logp, const int* __restrict__ t
             int ii = i, jj = j;
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                w |= ((amask[ii * nw + (jj >> 5)] >> (jj & 31)) & 1u) << (8 * e);
+                w |= vis_bit(amask, nw, ii, jj) << (8 * e);
                 ++jj;
                 if (jj == Q) { jj = 0; ++ii; }
             }
