@@ -55,6 +55,30 @@ __device__ __forceinline__ void set_slot(double (&cs)[TB_NPL], u64 (&cd)[TB_NPL]
     }
 }
 
+// Stages request b's top-K table into shared memory when `staged` (s.lp, s.ids: [L][Kc]) and
+// writes the root's node record (and its path entry when the kernel keeps paths during the loop).
+template <bool ROOT_PATH>
+__device__ __forceinline__ void stage_request(const TreeSmem& s, const float* __restrict__ g_lp,
+                                              const int* __restrict__ g_ids, const int* __restrict__ root_token,
+                                              int b, int L, int K, int Kc, int staged) {
+    const int tid = threadIdx.x;
+    if (staged) {
+        for (int e = tid; e < L * Kc; e += TB_THREADS) {
+            int d = e / Kc, r = e - d * Kc;
+            s.lp[e] = g_lp[(size_t)d * K + r];
+            s.ids[e] = g_ids[(size_t)d * K + r];
+        }
+    }
+    if (tid == 0) {
+        s.node_score[0] = 0.0;
+        s.node_parent[0] = -1;
+        s.node_depth[0] = 0;
+        s.node_rank[0] = -1;
+        s.node_token[0] = root_token[b];
+        if (ROOT_PATH) s.path[0] = 0;
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(TB_THREADS)
 tree_build_warp(const float* __restrict__ topk_logp, const int* __restrict__ topk_ids,
                 const int* __restrict__ root_token, const int* __restrict__ start,
@@ -78,20 +102,7 @@ tree_build_warp(const float* __restrict__ topk_logp, const int* __restrict__ top
     const float* lp = staged ? s.lp : g_lp;
     const int* ids = staged ? s.ids : g_ids;
     const int ld = staged ? Kc : K;
-    if (staged) {
-        for (int e = tid; e < L * Kc; e += TB_THREADS) {
-            int d = e / Kc, r = e - d * Kc;
-            s.lp[e] = g_lp[(size_t)d * K + r];
-            s.ids[e] = g_ids[(size_t)d * K + r];
-        }
-    }
-    if (tid == 0) {
-        s.node_score[0] = 0.0;
-        s.node_parent[0] = -1;
-        s.node_depth[0] = 0;
-        s.node_rank[0] = -1;
-        s.node_token[0] = root_token[b];
-    }
+    stage_request<false>(s, g_lp, g_ids, root_token, b, L, K, Kc, staged);
     __syncthreads();
 
     if (tid < 32) {
@@ -218,21 +229,7 @@ tree_build(const float* __restrict__ topk_logp, const int* __restrict__ topk_ids
     const float* lp = staged ? s.lp : g_lp;
     const int* ids = staged ? s.ids : g_ids;
     const int ld = staged ? Kc : K;
-    if (staged) {
-        for (int e = tid; e < L * Kc; e += TB_THREADS) {
-            int d = e / Kc, r = e - d * Kc;
-            s.lp[e] = g_lp[(size_t)d * K + r];
-            s.ids[e] = g_ids[(size_t)d * K + r];
-        }
-    }
-    if (tid == 0) {
-        s.node_score[0] = 0.0;
-        s.node_parent[0] = -1;
-        s.node_depth[0] = 0;
-        s.node_rank[0] = -1;
-        s.node_token[0] = root_token[b];
-        s.path[0] = 0;
-    }
+    stage_request<true>(s, g_lp, g_ids, root_token, b, L, K, Kc, staged);
     __shared__ int s_num_nodes;
     __syncthreads();
 
