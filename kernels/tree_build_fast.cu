@@ -132,6 +132,25 @@
 #ifndef TB_CK
 #define TB_CK 8         // pops per checkpoint (a multiple of TB_UNROLL)
 #endif
+#ifndef TB_STREAM
+#define TB_STREAM 1     // 1: warps 1-3 and 5-7 write each checkpointed chunk's outputs during the pops
+#endif
+#ifndef TB_REPLAY
+#define TB_REPLAY 1     // 1: a replay runs fast pops and redoes exactly only the pop that flags a tie
+#endif
+// Named barriers of the streamed epilogue (0 is __syncthreads): warp 0 arrives on BAR_FULL when a
+// chunk is final, the consumer warps arrive on BAR_FREE when they have read it; BAR_CONS orders the
+// consumers' mask stores before their visibility loads.
+#define BAR_FULL 1
+#define BAR_FREE 2
+#define BAR_CONS 3
+#define TB_CONSUMERS (TB_THREADS - 64)   // warps 1..7 less warp 4, which shares warp 0's scheduler
+__device__ __forceinline__ void bar_sync(int id, int threads) {
+    asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void bar_arrive(int id, int threads) {
+    asm volatile("bar.arrive %0, %1;" :: "r"(id), "r"(threads) : "memory");
+}
 #if TB_CK % TB_UNROLL != 0
 #error "TB_CK must be a multiple of TB_UNROLL"
 #endif
@@ -375,7 +394,7 @@ struct SlProfile {
 // Warp-uniform counted loops (a kernel argument and compile-time counts): no BRA.DIV around the
 // shuffles, and the inner body (TB_UNROLL pops) is one basic block.
 __device__ __forceinline__ int sl_build(const double* __restrict__ T, int W, int budget, uint4* rec, int lane,
-                                        SlProfile& prof) {
+                                        int* commit, SlProfile& prof) {
     const double NEG_INF = __longlong_as_double((long long)0xfff0000000000000ull);
     const SortedNodes nodes{rec, W};
     // E[k] = global slot lane * TB_NPL + k - 1: E[0] the left neighbour, E[1..TB_NPL] own,
@@ -421,8 +440,23 @@ __device__ __forceinline__ int sl_build(const double* __restrict__ T, int W, int
             st = ck;
             sl_window(st.cs, st.cd, es, ed);
 #pragma unroll 1
-            for (int u = 0; u < TB_CK; ++u)
+            for (int u = 0; u < TB_CK; ++u) {
+#if TB_REPLAY
+                // a fast pop from an exact state that flags no tie is exact (the chunk claim for
+                // one pop); the one that flags a tie is redone from its own start by the exact pop
+                const SlState pre = st;
+                bool flagged = false;
+                sl_pop<false>(st, es, ed, node0 + u, budget, T, W, rec, nodes, g0_k0, g0_k1, lane, flagged);
+                if (__any_sync(FULL_MASK, flagged)) {
+                    __syncwarp();                         // lane 0's record before the exact pop's walks
+                    st = pre;
+                    sl_window(st.cs, st.cd, es, ed);
+                    sl_pop<true>(st, es, ed, node0 + u, budget, T, W, rec, nodes, g0_k0, g0_k1, lane, tie_seen);
+                }
+#else
                 sl_pop<true>(st, es, ed, node0 + u, budget, T, W, rec, nodes, g0_k0, g0_k1, lane, tie_seen);
+#endif
+            }
             tie_seen = false;
 #if TB_PROFILE
             prof.replay_cycles += clock64() - t0;
@@ -430,6 +464,14 @@ __device__ __forceinline__ int sl_build(const double* __restrict__ T, int W, int
             prof.replayed += st.n - ck.n;
 #endif
         }
+#if TB_STREAM
+        // publish the chunk: its records are final. The consumers must have read the previous
+        // chunk's count (BAR_FREE) before it is overwritten; then the count, and BAR_FULL.
+        if (node0 > 1) bar_sync(BAR_FREE, 32 + TB_CONSUMERS);
+        if (lane == 0) *commit = st.n;
+        __threadfence_block();
+        bar_arrive(BAR_FULL, 32 + TB_CONSUMERS);
+#endif
     }
 #endif
     return st.n;
@@ -453,6 +495,95 @@ __device__ __forceinline__ u32 vis_byte(const u32* amask, int nw, int Q, int f) 
     return vis_bit(amask, nw, i, f - i * Q);
 }
 
+// The outputs of one request the epilogue writes (row0 = b * Q).
+struct TreeOut {
+    int *tokens, *parents, *depths, *positions, *ranks;
+    double* scores;
+    size_t row0;
+    int root, start, W, Kc, nw;
+};
+
+// Output column i <= nn (a built node; 0 is the root): its per-node outputs straight from its record,
+// and its ancestor-or-self mask, built in registers by walking its parent links (<= depth dependent
+// loads) and stored as nw words. Reads only final records (i's and its ancestors').
+__device__ __forceinline__ void write_node(const TreeOut& o, const uint4* rec, const int* ids, u32* amask, int i) {
+    u32 m[TB_NPL + 1];
+#pragma unroll
+    for (int k = 0; k <= TB_NPL; ++k) m[k] = 0u;
+    int tok = o.root, par = -1, dep = 0, rk = -1;
+    double sc = 0.0;
+    if (i > 0) {
+        const uint4 r = rec[i];
+        const int dm1 = sl_dm1(r.z);
+        rk = sl_off(r.z) - dm1 * o.W;
+        par = sl_parent(r.z);
+        dep = dm1 + 1;
+        sc = __hiloint2double((int)r.y, (int)r.x);
+        tok = ids[dm1 * o.Kc + rk];
+    }
+    o.tokens[o.row0 + i] = tok;
+    o.parents[o.row0 + i] = par;
+    o.depths[o.row0 + i] = dep;
+    o.positions[o.row0 + i] = o.start + dep;
+    o.ranks[o.row0 + i] = rk;
+    o.scores[o.row0 + i] = sc;
+    int x = i;                                            // i, then its ancestors up to the root
+    for (;;) {
+#pragma unroll
+        for (int k = 0; k <= TB_NPL; ++k) m[k] |= (x >> 5) == k ? 1u << (x & 31) : 0u;
+        if (x == 0) break;
+        x = sl_parent(rec[x].z);
+    }
+#pragma unroll
+    for (int k = 0; k <= TB_NPL; ++k)
+        if (k < o.nw) amask[i * o.nw + k] = m[k];
+}
+
+// Output column i > nn: padding, and an empty mask.
+__device__ __forceinline__ void write_padding(const TreeOut& o, u32* amask, int i) {
+    o.tokens[o.row0 + i] = -1;
+    o.parents[o.row0 + i] = -1;
+    o.depths[o.row0 + i] = -1;
+    o.positions[o.row0 + i] = -1;
+    o.ranks[o.row0 + i] = -1;
+    o.scores[o.row0 + i] = __longlong_as_double((long long)0xfff0000000000000ull);
+    for (int k = 0; k < o.nw; ++k) amask[i * o.nw + k] = 0u;
+}
+
+// The request's visibility block is Q * Q bytes at `vis`, stored as aligned 32-bit words: `head`
+// leading bytes up to the first 4-byte boundary, then whole words, then a tail (< 4 bytes), so that
+// no store touches another request's bytes. Byte f = (i, j) is bit j of row i's mask. Words
+// [k0, k1), word k by thread t of nt (k = k0 + t, k0 + t + nt, ...): (i, j) of its first byte from
+// one division, then advanced by 4 nt bytes a trip (di rows, dj columns).
+__device__ __forceinline__ void vis_words(u32* vw, const u32* amask, int nw, int Q, int head, int k0, int k1,
+                                          int t, int nt) {
+    if (k0 + t >= k1) return;
+    const int f0 = head + 4 * (k0 + t);
+    int i = f0 / Q, j = f0 - i * Q;
+    const int di = (4 * nt) / Q, dj = (4 * nt) - di * Q;
+    for (int k = k0 + t; k < k1; k += nt) {
+        u32 w = 0u;
+        int ii = i, jj = j;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            w |= vis_bit(amask, nw, ii, jj) << (8 * e);
+            ++jj;
+            if (jj == Q) { jj = 0; ++ii; }
+        }
+        vw[k] = w;
+        i += di;
+        j += dj;
+        if (j >= Q) { j -= Q; ++i; }
+    }
+}
+
+// Whole visibility words that lie in rows 0..row (all final once node `row` is).
+__device__ __forceinline__ int words_through_row(int row, int Q, int head, int nwords) {
+    const int bytes = (row + 1) * Q - head;
+    const int k = bytes > 0 ? bytes >> 2 : 0;
+    return k < nwords ? k : nwords;
+}
+
 extern "C" __global__ void __launch_bounds__(TB_THREADS, 1)
 tree_build_sorted(const float* __restrict__ topk_logp, const int* __restrict__ topk_ids,
                   const int* __restrict__ root_token, const int* __restrict__ start,
@@ -461,7 +592,7 @@ tree_build_sorted(const float* __restrict__ topk_logp, const int* __restrict__ t
                   int* __restrict__ positions, int* __restrict__ ranks, double* __restrict__ scores,
                   u8* __restrict__ visibility, int* __restrict__ num_nodes) {
     extern __shared__ __align__(16) char smem_raw[];
-    __shared__ int s_num_nodes;
+    __shared__ int s_num_nodes, s_commit;
 #if TB_PROFILE
     const long long p_c0 = clock64(), p_g0 = tb_globaltimer();
     long long p_c1 = 0, p_c3 = 0, p_g1 = 0, p_g3 = 0;
@@ -480,131 +611,101 @@ tree_build_sorted(const float* __restrict__ topk_logp, const int* __restrict__ t
     uint4* rec = (uint4*)((char*)ids + align_up((size_t)L * Kc * 4, 16));   // [Q] node records
     u32* amask = (u32*)(rec + Q);                         // [Q][nw] ancestor-or-self bit masks
     // the epilogue's two global scalars, loaded now: their latency hides under the staging
-    const int root = root_token[b], st0 = start[b];
+    const TreeOut o{tokens, parents, depths, positions, ranks, scores, (size_t)b * Q, root_token[b], start[b],
+                    W, Kc, nw};
 
     const float* g_lp = topk_logp + (size_t)b * L * K;
     const int* g_ids = topk_ids + (size_t)b * L * K;
     const int t_size = (L + 2) * W;                       // rows L, L + 1: -inf
-    for (int e0 = tid; e0 < t_size; e0 += TB_STAGE * TB_THREADS) {   // all loads, then all stores
-        double v[TB_STAGE];
+    {
+        // element e = e0 + u * TB_THREADS is (d, r) = divmod(e, W): one division, then stepped
+        int d = tid / W, r = tid - d * W;
+        const int dd = TB_THREADS / W, dr = TB_THREADS - dd * W;
+        for (int e0 = tid; e0 < t_size; e0 += TB_STAGE * TB_THREADS) {   // all loads, then all stores
+            double v[TB_STAGE];
 #pragma unroll
-        for (int u = 0; u < TB_STAGE; ++u) {
-            const int e = e0 + u * TB_THREADS, d = e / W, r = e - d * W;
-            v[u] = (e < t_size && d < L && r < Kc) ? (double)g_lp[(size_t)d * K + r] : NEG_INF;
+            for (int u = 0; u < TB_STAGE; ++u) {
+                v[u] = (e0 + u * TB_THREADS < t_size && d < L && r < Kc) ? (double)g_lp[(size_t)d * K + r] : NEG_INF;
+                d += dd;
+                r += dr;
+                if (r >= W) { r -= W; ++d; }
+            }
+#pragma unroll
+            for (int u = 0; u < TB_STAGE; ++u)
+                if (e0 + u * TB_THREADS < t_size) T[e0 + u * TB_THREADS] = v[u];
         }
-#pragma unroll
-        for (int u = 0; u < TB_STAGE; ++u)
-            if (e0 + u * TB_THREADS < t_size) T[e0 + u * TB_THREADS] = v[u];
     }
     __syncthreads();
 #if TB_PROFILE
     if (tid == 0) { p_c1 = clock64(); p_g1 = tb_globaltimer(); }
 #endif
 
+    u8* vis = visibility + (size_t)b * Q * Q;
+    const int QQ = Q * Q;
+    int head = (int)((4u - (u32)((size_t)vis & 3u)) & 3u);
+    head = head < QQ ? head : QQ;
+    const int nwords = (QQ - head) >> 2;
+    u32* vw = (u32*)(vis + head);
+    // chunks warp 0 publishes (TB_STREAM): one per TB_CK pops; none with the exact pop forced
+    const int chunks = (TB_STREAM && !TB_FORCE_EXACT) ? (budget + TB_CK - 1) / TB_CK : 0;
+
     // the warp index as a shuffle result: provably warp-uniform, so the pop loop's shuffles need
     // no divergence guards
-    if (__shfl_sync(FULL_MASK, tid / 32, 0) == 0) {
+    const int warp = __shfl_sync(FULL_MASK, tid / 32, 0);
+    if (warp == 0) {
         const int lane = tid;
-        const int n = sl_build(T, W, budget, rec, lane, prof);
+        const int n = sl_build(T, W, budget, rec, lane, &s_commit, prof);
 #if TB_PROFILE
         if (lane == 0) { p_c3 = clock64(); p_g3 = tb_globaltimer(); }
 #endif
         if (lane == 0) s_num_nodes = n;
-    } else {                                              // warps 1..7, during the pops: token ids
-        for (int e0 = tid - 32; e0 < L * Kc; e0 += TB_STAGE * (TB_THREADS - 32)) {
+    } else if (!TB_STREAM || warp != 4) {
+        // during the pops: the token ids (TB_STREAM: the consumer warps, then each published chunk's
+        // outputs; warp 4, on warp 0's scheduler, stays idle)
+        const int t = TB_STREAM ? tid - 32 - (warp > 4 ? 32 : 0) : tid - 32;
+        const int nt = TB_STREAM ? TB_CONSUMERS : TB_THREADS - 32;
+        for (int e0 = t; e0 < L * Kc; e0 += TB_STAGE * nt) {
             int v[TB_STAGE];
 #pragma unroll
             for (int u = 0; u < TB_STAGE; ++u) {
-                const int e = e0 + u * (TB_THREADS - 32), d = e / Kc;
+                const int e = e0 + u * nt, d = e / Kc;
                 v[u] = e < L * Kc ? g_ids[(size_t)d * K + (e - d * Kc)] : 0;
             }
 #pragma unroll
             for (int u = 0; u < TB_STAGE; ++u)
-                if (e0 + u * (TB_THREADS - 32) < L * Kc) ids[e0 + u * (TB_THREADS - 32)] = v[u];
+                if (e0 + u * nt < L * Kc) ids[e0 + u * nt] = v[u];
+        }
+        if (chunks > 0) bar_sync(BAR_CONS, TB_CONSUMERS);          // the ids before the first node
+        int next = 0, wdone = 0;                          // columns and words written so far
+        for (int c = 0; c < chunks; ++c) {
+            bar_sync(BAR_FULL, 32 + TB_CONSUMERS);
+            const int upto = s_commit;                    // nodes 0..upto are final
+            for (int i = next + t; i <= upto; i += nt) write_node(o, rec, ids, amask, i);
+            next = upto + 1;
+            bar_sync(BAR_CONS, TB_CONSUMERS);             // the masks before the words read them
+            const int whi = words_through_row(upto, Q, head, nwords);
+            vis_words(vw, amask, nw, Q, head, wdone, whi, t, nt);
+            wdone = whi > wdone ? whi : wdone;
+            if (c + 1 < chunks) bar_arrive(BAR_FREE, 32 + TB_CONSUMERS);
         }
     }
     __syncthreads();
+    // Epilogue (all threads): what the chunks left. The last chunk published nn, so with TB_STREAM
+    // that is the padding columns, the words past row nn, the head and tail bytes; without it, all.
     const int nn = s_num_nodes;
-    // Epilogue, part 1: one thread per output column i < Q: the per-node outputs straight from the
-    // record (padding past nn), and node i's ancestor-or-self mask, built in registers by walking
-    // its parent links (<= depth dependent loads) and stored as nw words.
-    const size_t row0 = (size_t)b * Q;
-    for (int i = tid; i < Q; i += TB_THREADS) {
-        u32 m[TB_NPL + 1];
-#pragma unroll
-        for (int k = 0; k <= TB_NPL; ++k) m[k] = 0u;
-        if (i <= nn) {
-            int tok = root, par = -1, dep = 0, rk = -1;
-            double sc = 0.0;
-            if (i > 0) {
-                const uint4 r = rec[i];
-                const int dm1 = sl_dm1(r.z);
-                rk = sl_off(r.z) - dm1 * W;
-                par = sl_parent(r.z);
-                dep = dm1 + 1;
-                sc = __hiloint2double((int)r.y, (int)r.x);
-                tok = ids[dm1 * Kc + rk];
-            }
-            tokens[row0 + i] = tok;
-            parents[row0 + i] = par;
-            depths[row0 + i] = dep;
-            positions[row0 + i] = st0 + dep;
-            ranks[row0 + i] = rk;
-            scores[row0 + i] = sc;
-            int x = i;                                    // i, then its ancestors up to the root
-            for (;;) {
-#pragma unroll
-                for (int k = 0; k <= TB_NPL; ++k) m[k] |= (x >> 5) == k ? 1u << (x & 31) : 0u;
-                if (x == 0) break;
-                x = sl_parent(rec[x].z);
-            }
-        } else {
-            tokens[row0 + i] = -1;
-            parents[row0 + i] = -1;
-            depths[row0 + i] = -1;
-            positions[row0 + i] = -1;
-            ranks[row0 + i] = -1;
-            scores[row0 + i] = NEG_INF;
-        }
-#pragma unroll
-        for (int k = 0; k <= TB_NPL; ++k)
-            if (k < nw) amask[i * nw + k] = m[k];
+    const int next = chunks > 0 ? nn + 1 : 0;
+    const int wdone = chunks > 0 ? words_through_row(nn, Q, head, nwords) : 0;
+    for (int i = next + tid; i < Q; i += TB_THREADS) {
+        if (i <= nn) write_node(o, rec, ids, amask, i);
+        else write_padding(o, amask, i);
     }
     if (tid == 0) num_nodes[b] = nn;
     __syncthreads();
-    // Epilogue, part 2: the request's visibility block, Q * Q bytes from vis, as aligned 32-bit
-    // words: `head` leading bytes up to the first 4-byte boundary and the tail after the last
-    // whole word are byte stores (threads 0..3 and 4..7), every word in between one store, so no
-    // store touches another request's bytes. Byte f = (i, j) is bit j of row i's mask.
     {
-        u8* vis = visibility + (size_t)b * Q * Q;
-        const int QQ = Q * Q;
-        int head = (int)((4u - (u32)((size_t)vis & 3u)) & 3u);
-        head = head < QQ ? head : QQ;
-        const int nwords = (QQ - head) >> 2;
         const int tail0 = head + 4 * nwords;              // bytes tail0 .. QQ - 1: the tail (< 4)
         if (tid < head) vis[tid] = (u8)vis_byte(amask, nw, Q, tid);
         if (tid >= 4 && tid < 4 + QQ - tail0) vis[tail0 + tid - 4] = (u8)vis_byte(amask, nw, Q, tail0 + tid - 4);
-        u32* vw = (u32*)(vis + head);
-        // word k holds bytes f = head + 4k .. +3; (i, j) of its first byte, advanced by 4 * TB_THREADS
-        // bytes per trip (di rows and dj columns) instead of a division per word
-        const int f0 = head + 4 * tid;
-        int i = f0 / Q, j = f0 - i * Q;
-        const int di = (4 * TB_THREADS) / Q, dj = (4 * TB_THREADS) - di * Q;
-        for (int k = tid; k < nwords; k += TB_THREADS) {
-            u32 w = 0u;
-            int ii = i, jj = j;
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                w |= vis_bit(amask, nw, ii, jj) << (8 * e);
-                ++jj;
-                if (jj == Q) { jj = 0; ++ii; }
-            }
-            vw[k] = w;
-            i += di;
-            j += dj;
-            if (j >= Q) { j -= Q; ++i; }
-        }
+        vis_words(vw, amask, nw, Q, head, wdone, nwords, tid, TB_THREADS);
     }
 #if TB_PROFILE
     // timing diagnostic (wrong outputs): thread 0 overwrites scores[b][0..9] with the fields listed

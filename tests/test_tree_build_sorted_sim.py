@@ -105,7 +105,8 @@ def _live(x: float) -> bool:
 TB_CK = 8                           # the kernel's default pops per checkpoint
 
 
-def _build(table, width, budget, npl, rec, *, force_exact=False, ck=TB_CK, stats=None, want=None, lean=False):
+def _build(table, width, budget, npl, rec, *, force_exact=False, ck=TB_CK, stats=None, want=None, lean=False,
+           replay_fast=True):
     """sl_build: the whole pop loop from the initial state; writes rec[1..n] (lane 0's stores, into
     the caller's array, so that a replay overwrites the abandoned fast records as in the kernel)
     and returns n. Chunks of `ck` pops (the last padded with dead pops past `budget`): checkpoint,
@@ -114,7 +115,8 @@ def _build(table, width, budget, npl, rec, *, force_exact=False, ck=TB_CK, stats
     the exact pop throughout. With `want` (the reference), every chunk that flagged no tie is
     asserted equal to the reference's pops (the claim v4 rests on). lean (TB_LEAN=1): no
     prefetches; at the end of each pop the next head's triple is read from its own candidate
-    (bounds-checked for every pop, dead ones included)."""
+    (bounds-checked for every pop, dead ones included). replay_fast (TB_REPLAY=1, the default): the
+    replay runs fast pops and redoes exactly, from its own start, only a pop that flags a tie."""
     def t(i):                       # a table read (LDS.64), bounds-checked against the L + 2 rows
         assert 0 <= i < len(table), f"table read {i} outside [0, {len(table)})"
         return table[i]
@@ -231,7 +233,18 @@ def _build(table, width, budget, npl, rec, *, force_exact=False, ck=TB_CK, stats
             st = snapshot(saved)
             win = _window(st["cs"], st["cd"], npl)
             for u in range(ck):
-                win = pop(st, win, node0 + u, True, [False] * LANES)
+                if not replay_fast:                                      # TB_REPLAY=0: the exact pop
+                    win = pop(st, win, node0 + u, True, [False] * LANES)
+                    continue
+                pre = snapshot(st)                                       # TB_REPLAY=1: the fast pop,
+                flagged = [False] * LANES                                # redone exactly if it flags
+                win = pop(st, win, node0 + u, False, flagged)
+                if any(flagged):
+                    st = snapshot(pre)
+                    win = _window(st["cs"], st["cd"], npl)
+                    win = pop(st, win, node0 + u, True, [False] * LANES)
+                    if stats is not None:
+                        stats["redone"] = stats.get("redone", 0) + 1
             if stats is not None:
                 stats["restores"] = stats.get("restores", 0) + 1
                 stats["replayed"] = stats.get("replayed", 0) + st["n"] - saved["n"]
@@ -258,7 +271,8 @@ def _nodes(rec, width, n, first=1):
 
 
 def simulate(topk_logp: np.ndarray, budget: int, stats: dict | None = None, *, force_exact: bool = False,
-             ck: int = TB_CK, want: list | None = None, lean: bool = False) -> list[tuple[tuple[int, ...], int, float]]:
+             ck: int = TB_CK, want: list | None = None, lean: bool = False,
+             replay_fast: bool = True) -> list[tuple[tuple[int, ...], int, float]]:
     """The kernel's pop order for one request, as build_one reports it (TB_FORCE_EXACT: the exact
     pop only). With `want` (the reference), asserts that every unflagged fast chunk is exact."""
     depth_count, k = topk_logp.shape
@@ -274,7 +288,8 @@ def simulate(topk_logp: np.ndarray, budget: int, stats: dict | None = None, *, f
     rec = [None] * (q + 1)
     if stats is not None:
         stats["runs"] = stats.get("runs", 0) + 1
-    n = _build(table, width, budget, npl, rec, force_exact=force_exact, ck=ck, stats=stats, want=want, lean=lean)
+    n = _build(table, width, budget, npl, rec, force_exact=force_exact, ck=ck, stats=stats, want=want, lean=lean,
+               replay_fast=replay_fast)
     return _nodes(rec, width, n)
 
 
@@ -293,9 +308,10 @@ def _same(got, want, what: str) -> None:
 
 
 def _check(topk_logp: np.ndarray, budget: int, what: str, stats: dict | None = None,
-           force_exact: bool = False, ck: int = TB_CK, lean: bool = False) -> None:
+           force_exact: bool = False, ck: int = TB_CK, lean: bool = False, replay_fast: bool = True) -> None:
     want = build_one(topk_logp, budget)
-    _same(simulate(topk_logp, budget, stats, force_exact=force_exact, ck=ck, want=want, lean=lean), want, what)
+    _same(simulate(topk_logp, budget, stats, force_exact=force_exact, ck=ck, want=want, lean=lean,
+                   replay_fast=replay_fast), want, what)
 
 
 TREE_BUILD = get_op("tree_build")
@@ -404,17 +420,23 @@ def test_sorted_model_replay_is_rare_on_the_production_shape():
         restores = stats.get("restores", 0)
         assert (restores > 0) == ties, (params, stats)
         assert stats.get("replayed", 0) <= TB_CK * restores, (params, stats)
+        # TB_REPLAY=1: the replay meets the flagged pop again (same checkpoint, same fast pops), so
+        # each restore redoes at least one pop exactly, and not every pop of the chunk
+        assert restores <= stats.get("redone", 0) < TB_CK * restores or not ties, (params, stats)
 
 
 def test_sorted_model_other_checkpoint_intervals():
-    """TB_CK = 2 and 16 (and 1, a checkpoint every pop) on tie-heavy and tie-free shapes."""
+    """TB_CK = 2 and 16 (and 1, a checkpoint every pop) on tie-heavy and tie-free shapes, with either
+    replay (fast pops redone where flagged, or the exact pop throughout)."""
     for params in (dict(batch=2, depth=6, vocab=6, budget=64, quantize=1.0, sharpness=0.5),
                    dict(batch=2, depth=4, vocab=16, budget=37, quantize=0.5),
                    dict(batch=1, depth=15, vocab=300, budget=70)):
         gen = TREE_BUILD.generate(Case("sim", "tree_build", "default", 9, dict(TREE_BUILD._defaults, **params)))
         for ck in (1, 2, 16):
             for b in range(params["batch"]):
-                _check(gen.inputs["topk_logp"][b], params["budget"], f"{params} ck {ck} request {b}", ck=ck)
+                for replay_fast in (True, False):                       # TB_REPLAY 1 and 0
+                    _check(gen.inputs["topk_logp"][b], params["budget"], f"{params} ck {ck} request {b}", ck=ck,
+                           replay_fast=replay_fast)
 
 
 def test_sorted_model_child_equal_to_its_parent_is_no_tie():
@@ -449,10 +471,49 @@ def _ancestor_masks(parents: list[int], q: int, npl: int) -> np.ndarray:
     return masks
 
 
-def _visibility_stores(masks: np.ndarray, q: int, block_addr: int) -> list[tuple[int, int, int]]:
-    """Part 2 as the kernel's 256 threads issue it: (byte address, size, value) per store, for a
-    block at address block_addr (the kernel knows only its own block's address)."""
+CONSUMERS = THREADS - 64            # TB_STREAM: warps 1..7 less warp 4
+
+
+def _word_stores(masks, q, head, block_addr, k0, k1, nt, max_row):
+    """vis_words: words [k0, k1), word k by thread t of nt (k = k0 + t + m nt), (i, j) of its first
+    byte from one division, then advanced by di rows and dj columns a trip as in the kernel; every
+    mask row it reads is asserted <= max_row (the rows final when the words are written)."""
+    stores = []
+    di, dj = (4 * nt) // q, (4 * nt) - ((4 * nt) // q) * q
+    for t in range(nt):
+        if k0 + t >= k1:
+            break
+        f0 = head + 4 * (k0 + t)
+        i, j = f0 // q, f0 - (f0 // q) * q
+        for k in range(k0 + t, k1, nt):
+            w, ii, jj = 0, i, j
+            for e in range(4):
+                assert ii <= max_row, f"word {k} reads row {ii} before it is final (rows <= {max_row})"
+                w |= ((int(masks[ii, jj >> 5]) >> (jj & 31)) & 1) << (8 * e)
+                jj += 1
+                if jj == q:
+                    jj, ii = 0, ii + 1
+            addr = block_addr + head + 4 * k
+            assert addr % 4 == 0, "a word store must be aligned"
+            stores.append((addr, 4, w))
+            i, j = i + di, j + dj
+            if j >= q:
+                j, i = j - q, i + 1
+    return stores
+
+
+def _words_through_row(row, q, head, nwords):
+    return min(max((row + 1) * q - head, 0) >> 2, nwords)
+
+
+def _visibility_stores(masks: np.ndarray, q: int, block_addr: int, commits=()) -> list[tuple[int, int, int]]:
+    """The visibility stores as the kernel issues them: (byte address, size, value) per store, for a
+    block at address block_addr (the kernel knows only its own block's address). `commits`: the
+    node counts warp 0 published chunk by chunk (TB_STREAM; the last one is nn), after each of which
+    the consumer threads store the words lying in rows 0..commit; then all threads store the rest,
+    the head and the tail bytes."""
     qq = q * q
+    nn_rows = q - 1
 
     def byte(f):
         i, j = divmod(f, q)
@@ -462,48 +523,25 @@ def _visibility_stores(masks: np.ndarray, q: int, block_addr: int) -> list[tuple
     nwords = (qq - head) >> 2
     tail0 = head + 4 * nwords
     stores = []
+    wdone = 0
+    for upto in commits:
+        whi = _words_through_row(upto, q, head, nwords)
+        stores += _word_stores(masks, q, head, block_addr, wdone, whi, CONSUMERS, upto)
+        wdone = max(wdone, whi)
     for tid in range(THREADS):
         if tid < head:
             stores.append((block_addr + tid, 1, byte(tid)))
         if 4 <= tid < 4 + qq - tail0:
             stores.append((block_addr + tail0 + tid - 4, 1, byte(tail0 + tid - 4)))
-    # the word loop, vectorised over the threads: (i, j) of each word's first byte, advanced by
-    # di rows and dj columns per trip as in the kernel (no division in the loop)
-    tid = np.arange(THREADS)
-    f0 = head + 4 * tid
-    i, j = f0 // q, f0 - (f0 // q) * q
-    di, dj = (4 * THREADS) // q, (4 * THREADS) - ((4 * THREADS) // q) * q
-    k = tid.copy()
-    while True:
-        act = k < nwords
-        if not act.any():
-            break
-        w = np.zeros(THREADS, np.int64)
-        ii, jj = i.copy(), j.copy()
-        for e in range(4):
-            rows = np.where(act, ii, 0)
-            word = masks[rows, np.where(act, jj >> 5, 0)].astype(np.int64)
-            w |= ((word >> (jj & 31)) & 1) << (8 * e)
-            jj = jj + 1
-            wrap = jj == q
-            jj = np.where(wrap, 0, jj)
-            ii = ii + wrap
-        for t in np.nonzero(act)[0]:
-            addr = block_addr + head + 4 * int(k[t])
-            assert addr % 4 == 0, "a word store must be aligned"
-            stores.append((addr, 4, int(w[t])))
-        i, j = i + di, j + dj
-        over = j >= q
-        j, i = np.where(over, j - q, j), i + over
-        k = k + THREADS
-    return stores
+    return stores + _word_stores(masks, q, head, block_addr, wdone, nwords, THREADS, nn_rows)
 
 
 @pytest.mark.parametrize("q", [1, 2, 3, 5, 17, 65, 129, 513])
 def test_epilogue_visibility_every_byte_once(q):
     """Every byte of every request's [Q][Q] visibility block is written exactly once, by a store of
     its own request, aligned words in between byte-stored heads and tails (odd Q, odd b, a base
-    pointer off a 4-byte boundary), and equals the reference (row n = row parent | bit n)."""
+    pointer off a 4-byte boundary), and equals the reference (row n = row parent | bit n); with the
+    chunk-by-chunk words of TB_STREAM no word reads a row before its node is published."""
     rng = np.random.default_rng(q)
     npl = max(1, -(-(q - 1) // 32))
     batch = 5
@@ -519,7 +557,10 @@ def test_epilogue_visibility_every_byte_once(q):
                 want[n, n] = 1
             masks = _ancestor_masks(parents, q, npl)
             block = base + b * q * q
-            for addr, size, value in _visibility_stores(masks, q, block):
+            # TB_STREAM: one commit per 8 pops, capped at nn (the heap emptied); b % 3 == 0: none
+            # (TB_STREAM=0 or the exact pop forced: the whole block after the pops)
+            commits = [] if b % 3 == 0 else [min(c, nn) for c in range(8, q - 1 + 8, 8)]
+            for addr, size, value in _visibility_stores(masks, q, block, commits):
                 assert block <= addr and addr + size <= block + q * q, (q, b, base, addr, size)
                 for e in range(size):
                     f = addr + e - block

@@ -1,0 +1,51 @@
+"""tb_sorted session 4 against v4 (CUDA-graph replay, warm L2), outputs checked bit for bit against
+the reference after each timing: v4 as committed (tb_v4.cu) and the new kernel with the streamed
+epilogue (TB_STREAM) and the fast replay (TB_REPLAY) each on and off. B=64 and B=1 at budget 64,
+L=15, K=64 (the bench's generator: its batch of 64 holds one request with an exact tie, request 36,
+whose chunk the loop replays), and budget 128 (TB_NPL 4) at B=64. Rounds in rotated order, so that
+drift shows as a spread rather than as a difference."""
+import json, math, os
+from ctypes import c_int
+from pathlib import Path
+import numpy as np
+from kdtr.device import get_kernel
+from kdtr.dtypes import to_numpy, to_torch
+from kdtr.ops.tree_build import sorted_shared_bytes
+from tests.test_cuda_kernels import (TREE_BUILD, assert_bit_exact, generated, gpu_warmup_and_ceilings,
+                                     poisoned_outputs, time_graph)
+
+HERE = Path(__file__).parent
+VARIANTS = {"v4": (HERE / "tb_v4.cu", {}),
+            "S0R0": ("tree_build_fast.cu", {"TB_STREAM": 0, "TB_REPLAY": 0}),
+            "S1R0": ("tree_build_fast.cu", {"TB_STREAM": 1, "TB_REPLAY": 0}),
+            "S0R1": ("tree_build_fast.cu", {"TB_STREAM": 0, "TB_REPLAY": 1}),
+            "S1R1": ("tree_build_fast.cu", {"TB_STREAM": 1, "TB_REPLAY": 1})}
+
+gpu_warmup_and_ceilings(lambda *a, **k: None)
+res = {}
+for batch, budget in ((64, 64), (1, 64), (64, 128)):
+    gen = generated(TREE_BUILD, "default", 1, batch=batch, depth=15, vocab=32000, budget=budget)
+    ins = {n: to_torch(a, "cuda") for n, a in gen.inputs.items()}
+    want = TREE_BUILD.reference("default", gen.inputs, gen.params)
+    lp = ins["topk_logp"]
+    _, depth, k = lp.shape
+    smem = sorted_shared_bytes(budget, depth, k)
+    npl = max(1, math.ceil(budget / 32))
+    kernels = {name: get_kernel(src, "tree_build_sorted", defines={"TB_NPL": npl, **d})
+               for name, (src, d) in VARIANTS.items()}
+    names = list(VARIANTS)
+    for rep in range(3):
+        for name in names[rep % len(names):] + names[:rep % len(names)]:
+            outs = poisoned_outputs(TREE_BUILD, "default", gen.inputs, gen.params)
+            args = [lp, ins["topk_ids"], ins["root_token"], ins["start"], c_int(batch), c_int(depth), c_int(k),
+                    c_int(budget)] + [outs[n] for n in ("tokens", "parents", "depths", "positions", "ranks",
+                                                        "scores", "visibility", "num_nodes")]
+            t = time_graph(lambda: kernels[name].launch(batch, 256, args, shared_mem=smem))
+            key = f"B={batch} budget={budget} {name}"
+            assert_bit_exact(f"{key} rep {rep}", {n: to_numpy(v) for n, v in outs.items()}, want)
+            res.setdefault(key, []).append(round(float(np.median(t)), 2))
+    for name in names:
+        key = f"B={batch} budget={budget} {name}"
+        print(f"{key:<28} {' '.join(f'{x:6.2f}' for x in res[key])} us (bit exact)", flush=True)
+if os.environ.get("OUT"):
+    Path(os.environ["OUT"], "tb_stream.json").write_text(json.dumps(res, indent=1))
