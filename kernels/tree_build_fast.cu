@@ -135,21 +135,15 @@
 #ifndef TB_STREAM
 #define TB_STREAM 1     // 1: warps 1-3 and 5-7 write each checkpointed chunk's outputs during the pops
 #endif
-#ifndef TB_REPLAY
-#define TB_REPLAY 1     // 1: a replay runs fast pops and redoes exactly only the pop that flags a tie
-#endif
-// Named barriers of the streamed epilogue (0 is __syncthreads): warp 0 arrives on BAR_FULL when a
-// chunk is final, the consumer warps arrive on BAR_FREE when they have read it; BAR_CONS orders the
-// consumers' mask stores before their visibility loads.
+#define TB_NO_TIE 0x7fffffff
+// Named barriers of the streamed epilogue (0 is __syncthreads): warp 0 and the consumer warps meet
+// at BAR_FULL when a chunk is final (the consumers wait there long before warp 0 arrives); BAR_CONS
+// orders the consumers' mask stores before their reads of them.
 #define BAR_FULL 1
-#define BAR_FREE 2
-#define BAR_CONS 3
+#define BAR_CONS 2
 #define TB_CONSUMERS (TB_THREADS - 64)   // warps 1..7 less warp 4, which shares warp 0's scheduler
 __device__ __forceinline__ void bar_sync(int id, int threads) {
     asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(threads) : "memory");
-}
-__device__ __forceinline__ void bar_arrive(int id, int threads) {
-    asm volatile("bar.arrive %0, %1;" :: "r"(id), "r"(threads) : "memory");
 }
 #if TB_CK % TB_UNROLL != 0
 #error "TB_CK must be a multiple of TB_UNROLL"
@@ -259,7 +253,7 @@ template <bool EXACT>
 __device__ __forceinline__ void sl_pop(SlState& st, double (&es)[TB_NPL + 2], u32 (&ed)[TB_NPL + 2],
                                        int node, int budget, const double* __restrict__ T, int W,
                                        uint4* rec, const SortedNodes& nodes, bool g0_k0, bool g0_k1,
-                                       int lane, bool& tie_seen) {
+                                       int lane, int& tie_node) {
     st.alive = st.alive && sl_live(st.hs) && node <= budget;
     const bool alive = st.alive;
     const u32 hq = alive ? st.hd : 0u;                    // a dead pop walks candidate 0
@@ -302,7 +296,8 @@ __device__ __forceinline__ void sl_pop(SlState& st, double (&es)[TB_NPL + 2], u3
             eqa = eqa || (own && es[k] == fs);
             eqb = eqb || (own && es[k] == s2);
         }
-        tie_seen = tie_seen || (alive && ((flive && eqa) || (live2 && eqb)));
+        const bool tie = alive && ((flive && eqa) || (live2 && eqb));
+        tie_node = min(tie_node, tie ? node : TB_NO_TIE);   // the first flagged pop (nodes increase)
     } else {
         bool eqa = false, eqb = false;
 #pragma unroll
@@ -394,7 +389,7 @@ struct SlProfile {
 // Warp-uniform counted loops (a kernel argument and compile-time counts): no BRA.DIV around the
 // shuffles, and the inner body (TB_UNROLL pops) is one basic block.
 __device__ __forceinline__ int sl_build(const double* __restrict__ T, int W, int budget, uint4* rec, int lane,
-                                        int* commit, SlProfile& prof) {
+                                        int2* commit, SlProfile& prof) {
     const double NEG_INF = __longlong_as_double((long long)0xfff0000000000000ull);
     const SortedNodes nodes{rec, W};
     // E[k] = global slot lane * TB_NPL + k - 1: E[0] the left neighbour, E[1..TB_NPL] own,
@@ -421,56 +416,50 @@ __device__ __forceinline__ int sl_build(const double* __restrict__ T, int W, int
     double es[TB_NPL + 2];                                // the window, shuffled at the end of each pop
     u32 ed[TB_NPL + 2];
     sl_window(st.cs, st.cd, es, ed);
-    bool tie_seen = false;
+    int tie_node = TB_NO_TIE;                             // this lane's first flagged pop of the chunk
 #if TB_FORCE_EXACT
 #pragma unroll TB_UNROLL
     for (int node = 1; node <= budget; ++node)
-        sl_pop<true>(st, es, ed, node, budget, T, W, rec, nodes, g0_k0, g0_k1, lane, tie_seen);
+        sl_pop<true>(st, es, ed, node, budget, T, W, rec, nodes, g0_k0, g0_k1, lane, tie_node);
 #else
-    for (int node0 = 1; node0 <= budget; node0 += TB_CK) {
+    int chunk = 0;
+    for (int node0 = 1; node0 <= budget;) {
         const SlState ck = st;                            // the checkpoint
 #pragma unroll TB_UNROLL
         for (int u = 0; u < TB_CK; ++u)
-            sl_pop<false>(st, es, ed, node0 + u, budget, T, W, rec, nodes, g0_k0, g0_k1, lane, tie_seen);
-        if (__any_sync(FULL_MASK, tie_seen)) {           // rare: replay the chunk exactly
+            sl_pop<false>(st, es, ed, node0 + u, budget, T, W, rec, nodes, g0_k0, g0_k1, lane, tie_node);
+        int next0 = node0 + TB_CK;
+        if (__any_sync(FULL_MASK, tie_node != TB_NO_TIE)) {   // rare: redo from the first flagged pop
 #if TB_PROFILE
             const long long t0 = clock64();
 #endif
-            __syncwarp();                                 // the abandoned records before the replay's walks
+            // the pops before the first flagged one are exact (the chunk claim, pop by pop): rerun
+            // them fast from the checkpoint, the flagged one exactly, and start the next chunk after it
+            const int first = __reduce_min_sync(FULL_MASK, tie_node);
+            __syncwarp();                                 // the abandoned records before the exact pop's walks
             st = ck;
             sl_window(st.cs, st.cd, es, ed);
+            int unused = TB_NO_TIE;
 #pragma unroll 1
-            for (int u = 0; u < TB_CK; ++u) {
-#if TB_REPLAY
-                // a fast pop from an exact state that flags no tie is exact (the chunk claim for
-                // one pop); the one that flags a tie is redone from its own start by the exact pop
-                const SlState pre = st;
-                bool flagged = false;
-                sl_pop<false>(st, es, ed, node0 + u, budget, T, W, rec, nodes, g0_k0, g0_k1, lane, flagged);
-                if (__any_sync(FULL_MASK, flagged)) {
-                    __syncwarp();                         // lane 0's record before the exact pop's walks
-                    st = pre;
-                    sl_window(st.cs, st.cd, es, ed);
-                    sl_pop<true>(st, es, ed, node0 + u, budget, T, W, rec, nodes, g0_k0, g0_k1, lane, tie_seen);
-                }
-#else
-                sl_pop<true>(st, es, ed, node0 + u, budget, T, W, rec, nodes, g0_k0, g0_k1, lane, tie_seen);
-#endif
-            }
-            tie_seen = false;
+            for (int node = node0; node < first; ++node)
+                sl_pop<false>(st, es, ed, node, budget, T, W, rec, nodes, g0_k0, g0_k1, lane, unused);
+            sl_pop<true>(st, es, ed, first, budget, T, W, rec, nodes, g0_k0, g0_k1, lane, unused);
+            next0 = first + 1;
+            tie_node = TB_NO_TIE;
 #if TB_PROFILE
             prof.replay_cycles += clock64() - t0;
             prof.restores += 1;
-            prof.replayed += st.n - ck.n;
+            prof.replayed += first - node0 + 1;
 #endif
         }
+        node0 = next0;
 #if TB_STREAM
-        // publish the chunk: its records are final. The consumers must have read the previous
-        // chunk's count (BAR_FREE) before it is overwritten; then the count, and BAR_FULL.
-        if (node0 > 1) bar_sync(BAR_FREE, 32 + TB_CONSUMERS);
-        if (lane == 0) *commit = st.n;
-        __threadfence_block();
-        bar_arrive(BAR_FULL, 32 + TB_CONSUMERS);
+        // publish the chunk (its records are final): the node count and whether it is the last,
+        // double-buffered: slot chunk & 1 is rewritten only after the consumers have passed the
+        // next BAR_FULL, i.e. read this one
+        if (lane == 0) commit[chunk & 1] = make_int2(st.n, node0 > budget);
+        bar_sync(BAR_FULL, 32 + TB_CONSUMERS);
+        ++chunk;
 #endif
     }
 #endif
@@ -503,51 +492,53 @@ struct TreeOut {
     int root, start, W, Kc, nw;
 };
 
-// Output column i <= nn (a built node; 0 is the root): its per-node outputs straight from its record,
-// and its ancestor-or-self mask, built in registers by walking its parent links (<= depth dependent
-// loads) and stored as nw words. Reads only final records (i's and its ancestors').
-__device__ __forceinline__ void write_node(const TreeOut& o, const uint4* rec, const int* ids, u32* amask, int i) {
-    u32 m[TB_NPL + 1];
+// Columns [lo, hi) of one request, thread t of nt each: node i <= nn's ancestor-or-self mask, built in
+// registers by walking its parent links (<= depth dependent loads) and stored as nw words; a column
+// past nn (padding) gets an empty mask. Reads only final records (i's and its ancestors').
+__device__ __forceinline__ void write_masks(const TreeOut& o, const uint4* rec, u32* amask, int lo, int hi, int nn,
+                                            int t, int nt) {
+    for (int i = lo + t; i < hi; i += nt) {
+        u32 m[TB_NPL + 1];
 #pragma unroll
-    for (int k = 0; k <= TB_NPL; ++k) m[k] = 0u;
-    int tok = o.root, par = -1, dep = 0, rk = -1;
-    double sc = 0.0;
-    if (i > 0) {
-        const uint4 r = rec[i];
-        const int dm1 = sl_dm1(r.z);
-        rk = sl_off(r.z) - dm1 * o.W;
-        par = sl_parent(r.z);
-        dep = dm1 + 1;
-        sc = __hiloint2double((int)r.y, (int)r.x);
-        tok = ids[dm1 * o.Kc + rk];
+        for (int k = 0; k <= TB_NPL; ++k) m[k] = 0u;
+        for (int x = i; x <= nn;) {                       // i, then its ancestors up to the root
+#pragma unroll
+            for (int k = 0; k <= TB_NPL; ++k) m[k] |= (x >> 5) == k ? 1u << (x & 31) : 0u;
+            if (x == 0) break;
+            x = sl_parent(rec[x].z);
+        }
+#pragma unroll
+        for (int k = 0; k <= TB_NPL; ++k)
+            if (k < o.nw) amask[i * o.nw + k] = m[k];
     }
-    o.tokens[o.row0 + i] = tok;
-    o.parents[o.row0 + i] = par;
-    o.depths[o.row0 + i] = dep;
-    o.positions[o.row0 + i] = o.start + dep;
-    o.ranks[o.row0 + i] = rk;
-    o.scores[o.row0 + i] = sc;
-    int x = i;                                            // i, then its ancestors up to the root
-    for (;;) {
-#pragma unroll
-        for (int k = 0; k <= TB_NPL; ++k) m[k] |= (x >> 5) == k ? 1u << (x & 31) : 0u;
-        if (x == 0) break;
-        x = sl_parent(rec[x].z);
-    }
-#pragma unroll
-    for (int k = 0; k <= TB_NPL; ++k)
-        if (k < o.nw) amask[i * o.nw + k] = m[k];
 }
 
-// Output column i > nn: padding, and an empty mask.
-__device__ __forceinline__ void write_padding(const TreeOut& o, u32* amask, int i) {
-    o.tokens[o.row0 + i] = -1;
-    o.parents[o.row0 + i] = -1;
-    o.depths[o.row0 + i] = -1;
-    o.positions[o.row0 + i] = -1;
-    o.ranks[o.row0 + i] = -1;
-    o.scores[o.row0 + i] = __longlong_as_double((long long)0xfff0000000000000ull);
-    for (int k = 0; k < o.nw; ++k) amask[i * o.nw + k] = 0u;
+// The per-node outputs of columns [lo, hi) straight from the records (column 0 the root; past nn
+// padding), thread t of nt each.
+__device__ __forceinline__ void write_outputs(const TreeOut& o, const uint4* rec, const int* ids, int lo, int hi,
+                                              int nn, int t, int nt) {
+    for (int i = lo + t; i < hi; i += nt) {
+        int tok = -1, par = -1, dep = -1, pos = -1, rk = -1;
+        double sc = __longlong_as_double((long long)0xfff0000000000000ull);
+        if (i == 0) {
+            tok = o.root; dep = 0; pos = o.start; sc = 0.0;
+        } else if (i <= nn) {
+            const uint4 r = rec[i];
+            const int dm1 = sl_dm1(r.z);
+            rk = sl_off(r.z) - dm1 * o.W;
+            par = sl_parent(r.z);
+            dep = dm1 + 1;
+            pos = o.start + dep;
+            sc = __hiloint2double((int)r.y, (int)r.x);
+            tok = ids[dm1 * o.Kc + rk];
+        }
+        o.tokens[o.row0 + i] = tok;
+        o.parents[o.row0 + i] = par;
+        o.depths[o.row0 + i] = dep;
+        o.positions[o.row0 + i] = pos;
+        o.ranks[o.row0 + i] = rk;
+        o.scores[o.row0 + i] = sc;
+    }
 }
 
 // The request's visibility block is Q * Q bytes at `vis`, stored as aligned 32-bit words: `head`
@@ -577,6 +568,13 @@ __device__ __forceinline__ void vis_words(u32* vw, const u32* amask, int nw, int
     }
 }
 
+// The head bytes (threads 0..head-1) and the tail bytes (threads 4..) of the visibility block.
+__device__ __forceinline__ void vis_edges(u8* vis, const u32* amask, int nw, int Q, int head, int nwords, int t) {
+    const int tail0 = head + 4 * nwords;                  // bytes tail0 .. Q * Q - 1: the tail (< 4)
+    if (t < head) vis[t] = (u8)vis_byte(amask, nw, Q, t);
+    if (t >= 4 && t < 4 + Q * Q - tail0) vis[tail0 + t - 4] = (u8)vis_byte(amask, nw, Q, tail0 + t - 4);
+}
+
 // Whole visibility words that lie in rows 0..row (all final once node `row` is).
 __device__ __forceinline__ int words_through_row(int row, int Q, int head, int nwords) {
     const int bytes = (row + 1) * Q - head;
@@ -592,7 +590,8 @@ tree_build_sorted(const float* __restrict__ topk_logp, const int* __restrict__ t
                   int* __restrict__ positions, int* __restrict__ ranks, double* __restrict__ scores,
                   u8* __restrict__ visibility, int* __restrict__ num_nodes) {
     extern __shared__ __align__(16) char smem_raw[];
-    __shared__ int s_num_nodes, s_commit;
+    __shared__ int s_num_nodes;
+    __shared__ int2 s_commit[2];
 #if TB_PROFILE
     const long long p_c0 = clock64(), p_g0 = tb_globaltimer();
     long long p_c1 = 0, p_c3 = 0, p_g1 = 0, p_g3 = 0;
@@ -646,24 +645,26 @@ tree_build_sorted(const float* __restrict__ topk_logp, const int* __restrict__ t
     head = head < QQ ? head : QQ;
     const int nwords = (QQ - head) >> 2;
     u32* vw = (u32*)(vis + head);
-    // chunks warp 0 publishes (TB_STREAM): one per TB_CK pops; none with the exact pop forced
-    const int chunks = (TB_STREAM && !TB_FORCE_EXACT) ? (budget + TB_CK - 1) / TB_CK : 0;
+    // TB_STREAM: warp 0 publishes every chunk it has made final, and the consumer warps write its
+    // columns while the pops go on; the last chunk's consumers write everything left and exit. With
+    // the exact pop forced, or no pops, there are no chunks: all threads write the columns after.
+    const bool stream = TB_STREAM && !TB_FORCE_EXACT && budget > 0;
 
     // the warp index as a shuffle result: provably warp-uniform, so the pop loop's shuffles need
     // no divergence guards
     const int warp = __shfl_sync(FULL_MASK, tid / 32, 0);
     if (warp == 0) {
         const int lane = tid;
-        const int n = sl_build(T, W, budget, rec, lane, &s_commit, prof);
+        const int n = sl_build(T, W, budget, rec, lane, s_commit, prof);
 #if TB_PROFILE
         if (lane == 0) { p_c3 = clock64(); p_g3 = tb_globaltimer(); }
 #endif
-        if (lane == 0) s_num_nodes = n;
-    } else if (!TB_STREAM || warp != 4) {
-        // during the pops: the token ids (TB_STREAM: the consumer warps, then each published chunk's
-        // outputs; warp 4, on warp 0's scheduler, stays idle)
-        const int t = TB_STREAM ? tid - 32 - (warp > 4 ? 32 : 0) : tid - 32;
-        const int nt = TB_STREAM ? TB_CONSUMERS : TB_THREADS - 32;
+        if (lane == 0) { s_num_nodes = n; num_nodes[b] = n; }
+    } else if (!stream || warp != 4) {
+        // during the pops: the token ids (streamed: the consumer warps, then each published chunk's
+        // columns; warp 4, on warp 0's scheduler, stays idle)
+        const int t = stream ? tid - 32 - (warp > 4 ? 32 : 0) : tid - 32;
+        const int nt = stream ? TB_CONSUMERS : TB_THREADS - 32;
         for (int e0 = t; e0 < L * Kc; e0 += TB_STAGE * nt) {
             int v[TB_STAGE];
 #pragma unroll
@@ -675,37 +676,33 @@ tree_build_sorted(const float* __restrict__ topk_logp, const int* __restrict__ t
             for (int u = 0; u < TB_STAGE; ++u)
                 if (e0 + u * nt < L * Kc) ids[e0 + u * nt] = v[u];
         }
-        if (chunks > 0) bar_sync(BAR_CONS, TB_CONSUMERS);          // the ids before the first node
-        int next = 0, wdone = 0;                          // columns and words written so far
-        for (int c = 0; c < chunks; ++c) {
+        // per chunk: the masks of its columns, BAR_CONS (which also orders the ids before their
+        // first reader), then the global stores, none of which a barrier waits behind
+        for (int c = 0, next = 0, wdone = 0; stream; ++c) {
             bar_sync(BAR_FULL, 32 + TB_CONSUMERS);
-            const int upto = s_commit;                    // nodes 0..upto are final
-            for (int i = next + t; i <= upto; i += nt) write_node(o, rec, ids, amask, i);
-            next = upto + 1;
-            bar_sync(BAR_CONS, TB_CONSUMERS);             // the masks before the words read them
-            const int whi = words_through_row(upto, Q, head, nwords);
+            const int2 cm = s_commit[c & 1];              // nodes 0..cm.x final; cm.y: the last chunk
+            const int hi = cm.y ? Q : cm.x + 1;           // the last chunk also owns the padding columns
+            write_masks(o, rec, amask, next, hi, cm.x, t, nt);
+            bar_sync(BAR_CONS, TB_CONSUMERS);
+            write_outputs(o, rec, ids, next, hi, cm.x, t, nt);
+            const int whi = cm.y ? nwords : words_through_row(cm.x, Q, head, nwords);
             vis_words(vw, amask, nw, Q, head, wdone, whi, t, nt);
+            if (cm.y) {
+                vis_edges(vis, amask, nw, Q, head, nwords, t);
+                break;
+            }
+            next = hi;
             wdone = whi > wdone ? whi : wdone;
-            if (c + 1 < chunks) bar_arrive(BAR_FREE, 32 + TB_CONSUMERS);
         }
     }
-    __syncthreads();
-    // Epilogue (all threads): what the chunks left. The last chunk published nn, so with TB_STREAM
-    // that is the padding columns, the words past row nn, the head and tail bytes; without it, all.
-    const int nn = s_num_nodes;
-    const int next = chunks > 0 ? nn + 1 : 0;
-    const int wdone = chunks > 0 ? words_through_row(nn, Q, head, nwords) : 0;
-    for (int i = next + tid; i < Q; i += TB_THREADS) {
-        if (i <= nn) write_node(o, rec, ids, amask, i);
-        else write_padding(o, amask, i);
-    }
-    if (tid == 0) num_nodes[b] = nn;
-    __syncthreads();
-    {
-        const int tail0 = head + 4 * nwords;              // bytes tail0 .. QQ - 1: the tail (< 4)
-        if (tid < head) vis[tid] = (u8)vis_byte(amask, nw, Q, tid);
-        if (tid >= 4 && tid < 4 + QQ - tail0) vis[tail0 + tid - 4] = (u8)vis_byte(amask, nw, Q, tail0 + tid - 4);
-        vis_words(vw, amask, nw, Q, head, wdone, nwords, tid, TB_THREADS);
+    if (!stream) {
+        __syncthreads();
+        const int nn = s_num_nodes;
+        write_masks(o, rec, amask, 0, Q, nn, tid, TB_THREADS);
+        __syncthreads();
+        write_outputs(o, rec, ids, 0, Q, nn, tid, TB_THREADS);
+        vis_words(vw, amask, nw, Q, head, 0, nwords, tid, TB_THREADS);
+        vis_edges(vis, amask, nw, Q, head, nwords, tid);
     }
 #if TB_PROFILE
     // timing diagnostic (wrong outputs): thread 0 overwrites scores[b][0..9] with the fields listed
@@ -715,7 +712,7 @@ tree_build_sorted(const float* __restrict__ topk_logp, const int* __restrict__ t
         const long long c4 = clock64(), g4 = tb_globaltimer();
         const double v[10] = {(double)(p_c1 - p_c0), (double)(p_c3 - p_c1 - prof.replay_cycles),
                               (double)prof.replay_cycles, (double)(c4 - p_c3), (double)(c4 - p_c0),
-                              (double)(g4 - p_g0), (double)nn, (double)prof.restores,
+                              (double)(g4 - p_g0), (double)s_num_nodes, (double)prof.restores,
                               (double)(p_g3 - p_g1), (double)prof.replayed};
 #pragma unroll
         for (int j = 0; j < 10; ++j)

@@ -5,9 +5,10 @@ candidates, shuffles (a lane whose source is out of range reads its own value, a
 forced slot-0 flags, five-way merge, uniform head and broadcast runner-up, the counted loop with its
 sticky `alive` (liveness as the kernel's high-word test, so a NaN counts as live) and the dummy
 candidate of dead pops (past the heap's end or past `budget` in the last chunk); then the chunks of
-TB_CK pops: a checkpoint of the state, the fast pops with per-lane sticky tie flags, one vote, and
-on a flagged tie the restore (window recomputed from the slots) and the exact replay of the chunk
-over the same records, with the rank-tuple redo on its warp-uniform tie branch. Every table read is
+TB_CK pops: a checkpoint of the state, the fast pops with per-lane tie flags, one vote, and on a
+flagged tie the restore (window recomputed from the slots), the fast rerun up to the first flagged
+pop and that pop exactly, over the same records, with the rank-tuple redo on its warp-uniform tie
+branch; the next chunk starts after it. Every table read is
 bounds-checked, also in fast chunks that went wrong after a tie. Each fast chunk that flagged no
 tie is asserted equal to the reference's pops (the claim v4 rests on). TB_LEAN=1 (lean=True: the
 next head's log-probs read from its candidate after it is chosen, no prefetches) is modelled too. It
@@ -105,18 +106,18 @@ def _live(x: float) -> bool:
 TB_CK = 8                           # the kernel's default pops per checkpoint
 
 
-def _build(table, width, budget, npl, rec, *, force_exact=False, ck=TB_CK, stats=None, want=None, lean=False,
-           replay_fast=True):
+def _build(table, width, budget, npl, rec, *, force_exact=False, ck=TB_CK, stats=None, want=None, lean=False):
     """sl_build: the whole pop loop from the initial state; writes rec[1..n] (lane 0's stores, into
     the caller's array, so that a replay overwrites the abandoned fast records as in the kernel)
     and returns n. Chunks of `ck` pops (the last padded with dead pops past `budget`): checkpoint,
-    fast pops with per-lane sticky tie flags, one vote; on a flagged tie the checkpoint is restored
-    (the window recomputed from the slots) and the chunk replayed by the exact pop. force_exact:
-    the exact pop throughout. With `want` (the reference), every chunk that flagged no tie is
-    asserted equal to the reference's pops (the claim v4 rests on). lean (TB_LEAN=1): no
-    prefetches; at the end of each pop the next head's triple is read from its own candidate
-    (bounds-checked for every pop, dead ones included). replay_fast (TB_REPLAY=1, the default): the
-    replay runs fast pops and redoes exactly, from its own start, only a pop that flags a tie."""
+    fast pops with per-lane tie flags (each lane's first flagged pop), one vote; on a flagged tie
+    the checkpoint is restored (the window recomputed from the slots), the pops before the first
+    flagged one rerun fast (asserted to flag nothing), that one exactly, and the next chunk starts
+    after it. force_exact: the exact pop throughout. With `want` (the reference), every chunk that
+    flagged no tie is asserted equal to the reference's pops (the claim v4 rests on). lean
+    (TB_LEAN=1): no prefetches; at the end of each pop the next head's triple is read from its own
+    candidate (bounds-checked for every pop, dead ones included). stats["commits"]: (n, last) as
+    warp 0 publishes each chunk to the consumer warps."""
     def t(i):                       # a table read (LDS.64), bounds-checked against the L + 2 rows
         assert 0 <= i < len(table), f"table read {i} outside [0, {len(table)})"
         return table[i]
@@ -222,38 +223,42 @@ def _build(table, width, budget, npl, rec, *, force_exact=False, ck=TB_CK, stats
         for node in range(1, budget + 1):
             win = pop(st, win, node, True, [False] * LANES)
         return st["n"]
-    for node0 in range(1, budget + 1, ck):
+    node0 = 1
+    while node0 <= budget:
         saved = snapshot(st)                                             # the checkpoint
         tie_seen = [False] * LANES
+        first_tie = [None] * LANES                                       # each lane's first flagged pop
         for u in range(ck):
+            before = list(tie_seen)
             win = pop(st, win, node0 + u, False, tie_seen)
+            for lane in range(LANES):
+                if tie_seen[lane] and not before[lane]:
+                    first_tie[lane] = node0 + u
         if stats is not None:
             stats["chunks"] = stats.get("chunks", 0) + 1
-        if any(tie_seen):                                                # __any_sync: replay exactly
+        next0 = node0 + ck
+        if any(tie_seen):                                                # __any_sync: redo from the tie
+            first = min(f for f in first_tie if f is not None)           # __reduce_min_sync
             st = snapshot(saved)
             win = _window(st["cs"], st["cd"], npl)
-            for u in range(ck):
-                if not replay_fast:                                      # TB_REPLAY=0: the exact pop
-                    win = pop(st, win, node0 + u, True, [False] * LANES)
-                    continue
-                pre = snapshot(st)                                       # TB_REPLAY=1: the fast pop,
-                flagged = [False] * LANES                                # redone exactly if it flags
-                win = pop(st, win, node0 + u, False, flagged)
-                if any(flagged):
-                    st = snapshot(pre)
-                    win = _window(st["cs"], st["cd"], npl)
-                    win = pop(st, win, node0 + u, True, [False] * LANES)
-                    if stats is not None:
-                        stats["redone"] = stats.get("redone", 0) + 1
+            for node in range(node0, first):                             # the pops before it, fast again
+                clean = [False] * LANES
+                win = pop(st, win, node, False, clean)
+                assert not any(clean), f"pop {node} flags a tie on the rerun but not the first run"
+            win = pop(st, win, first, True, [False] * LANES)             # the flagged pop, exactly
+            next0 = first + 1
             if stats is not None:
                 stats["restores"] = stats.get("restores", 0) + 1
-                stats["replayed"] = stats.get("replayed", 0) + st["n"] - saved["n"]
+                stats["replayed"] = stats.get("replayed", 0) + first - node0 + 1
         elif want is not None:                                           # an unflagged chunk is exact
             n = st["n"]
             got = _nodes(rec, width, n, first=node0)
             _same(got, want[node0 - 1:n], f"unflagged chunk at node {node0}")
             if n < min(node0 + ck - 1, budget):
                 assert n == len(want), f"chunk at node {node0}: heap empty after {n} pops, reference {len(want)}"
+        if stats is not None:
+            stats.setdefault("commits", []).append((st["n"], next0 > budget))
+        node0 = next0
     return st["n"]
 
 
@@ -271,8 +276,7 @@ def _nodes(rec, width, n, first=1):
 
 
 def simulate(topk_logp: np.ndarray, budget: int, stats: dict | None = None, *, force_exact: bool = False,
-             ck: int = TB_CK, want: list | None = None, lean: bool = False,
-             replay_fast: bool = True) -> list[tuple[tuple[int, ...], int, float]]:
+             ck: int = TB_CK, want: list | None = None, lean: bool = False) -> list[tuple[tuple[int, ...], int, float]]:
     """The kernel's pop order for one request, as build_one reports it (TB_FORCE_EXACT: the exact
     pop only). With `want` (the reference), asserts that every unflagged fast chunk is exact."""
     depth_count, k = topk_logp.shape
@@ -288,8 +292,7 @@ def simulate(topk_logp: np.ndarray, budget: int, stats: dict | None = None, *, f
     rec = [None] * (q + 1)
     if stats is not None:
         stats["runs"] = stats.get("runs", 0) + 1
-    n = _build(table, width, budget, npl, rec, force_exact=force_exact, ck=ck, stats=stats, want=want, lean=lean,
-               replay_fast=replay_fast)
+    n = _build(table, width, budget, npl, rec, force_exact=force_exact, ck=ck, stats=stats, want=want, lean=lean)
     return _nodes(rec, width, n)
 
 
@@ -308,10 +311,9 @@ def _same(got, want, what: str) -> None:
 
 
 def _check(topk_logp: np.ndarray, budget: int, what: str, stats: dict | None = None,
-           force_exact: bool = False, ck: int = TB_CK, lean: bool = False, replay_fast: bool = True) -> None:
+           force_exact: bool = False, ck: int = TB_CK, lean: bool = False) -> None:
     want = build_one(topk_logp, budget)
-    _same(simulate(topk_logp, budget, stats, force_exact=force_exact, ck=ck, want=want, lean=lean,
-                   replay_fast=replay_fast), want, what)
+    _same(simulate(topk_logp, budget, stats, force_exact=force_exact, ck=ck, want=want, lean=lean), want, what)
 
 
 TREE_BUILD = get_op("tree_build")
@@ -420,23 +422,21 @@ def test_sorted_model_replay_is_rare_on_the_production_shape():
         restores = stats.get("restores", 0)
         assert (restores > 0) == ties, (params, stats)
         assert stats.get("replayed", 0) <= TB_CK * restores, (params, stats)
-        # TB_REPLAY=1: the replay meets the flagged pop again (same checkpoint, same fast pops), so
-        # each restore redoes at least one pop exactly, and not every pop of the chunk
-        assert restores <= stats.get("redone", 0) < TB_CK * restores or not ties, (params, stats)
+        # warp 0 publishes one commit per chunk; node counts never fall and only the last is last
+        commits = stats["commits"]                                      # every request's, in order
+        assert all(a[0] <= b[0] for a, b in zip(commits, commits[1:]) if not a[1]), (params, stats)
+        assert [last for _, last in commits].count(True) == params["batch"] and commits[-1][1], (params, stats)
 
 
 def test_sorted_model_other_checkpoint_intervals():
-    """TB_CK = 2 and 16 (and 1, a checkpoint every pop) on tie-heavy and tie-free shapes, with either
-    replay (fast pops redone where flagged, or the exact pop throughout)."""
+    """TB_CK = 2 and 16 (and 1, a checkpoint every pop) on tie-heavy and tie-free shapes."""
     for params in (dict(batch=2, depth=6, vocab=6, budget=64, quantize=1.0, sharpness=0.5),
                    dict(batch=2, depth=4, vocab=16, budget=37, quantize=0.5),
                    dict(batch=1, depth=15, vocab=300, budget=70)):
         gen = TREE_BUILD.generate(Case("sim", "tree_build", "default", 9, dict(TREE_BUILD._defaults, **params)))
         for ck in (1, 2, 16):
             for b in range(params["batch"]):
-                for replay_fast in (True, False):                       # TB_REPLAY 1 and 0
-                    _check(gen.inputs["topk_logp"][b], params["budget"], f"{params} ck {ck} request {b}", ck=ck,
-                           replay_fast=replay_fast)
+                _check(gen.inputs["topk_logp"][b], params["budget"], f"{params} ck {ck} request {b}", ck=ck)
 
 
 def test_sorted_model_child_equal_to_its_parent_is_no_tie():

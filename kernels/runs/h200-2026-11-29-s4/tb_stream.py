@@ -1,6 +1,7 @@
 """tb_sorted session 4 against v4 (CUDA-graph replay, warm L2), outputs checked bit for bit against
-the reference after each timing: v4 as committed (tb_v4.cu) and the new kernel with the streamed
-epilogue (TB_STREAM) and the fast replay (TB_REPLAY) each on and off. B=64 and B=1 at budget 64,
+the reference after each timing: v4 as committed (tb_v4.cu) and the new kernel (stepped staging,
+redo from the first flagged pop) with the streamed epilogue off (S0) and on (S1, the default), and
+S1 with TB_LEAN=1. call2 ran an earlier set (TB_REPLAY, since removed). B=64 and B=1 at budget 64,
 L=15, K=64 (the bench's generator: its batch of 64 holds one request with an exact tie, request 36,
 whose chunk the loop replays), and budget 128 (TB_NPL 4) at B=64. Rounds in rotated order, so that
 drift shows as a spread rather than as a difference."""
@@ -16,10 +17,9 @@ from tests.test_cuda_kernels import (TREE_BUILD, assert_bit_exact, generated, gp
 
 HERE = Path(__file__).parent
 VARIANTS = {"v4": (HERE / "tb_v4.cu", {}),
-            "S0R0": ("tree_build_fast.cu", {"TB_STREAM": 0, "TB_REPLAY": 0}),
-            "S1R0": ("tree_build_fast.cu", {"TB_STREAM": 1, "TB_REPLAY": 0}),
-            "S0R1": ("tree_build_fast.cu", {"TB_STREAM": 0, "TB_REPLAY": 1}),
-            "S1R1": ("tree_build_fast.cu", {"TB_STREAM": 1, "TB_REPLAY": 1})}
+            "S0": ("tree_build_fast.cu", {"TB_STREAM": 0}),
+            "S1": ("tree_build_fast.cu", {}),
+            "S1 lean": ("tree_build_fast.cu", {"TB_LEAN": 1})}
 
 gpu_warmup_and_ceilings(lambda *a, **k: None)
 res = {}
