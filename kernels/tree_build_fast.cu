@@ -127,7 +127,7 @@
 #define TB_PROFILE 0
 #endif
 #ifndef TB_LEAN
-#define TB_LEAN 0       // 1: the next head's log-probs loaded after it is chosen (see the header)
+#define TB_LEAN 1       // 1: the next head's log-probs loaded after it is chosen (see the header)
 #endif
 #ifndef TB_CK
 #define TB_CK 8         // pops per checkpoint (a multiple of TB_UNROLL)
@@ -145,6 +145,10 @@
 __device__ __forceinline__ void bar_sync(int id, int threads) {
     asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(threads) : "memory");
 }
+// BAR_FULL for warp 0 and the consumers alike: bar.sync is barrier.sync.aligned, whose participants
+// must all execute the same instruction (synccheck reports divergent threads otherwise; barrier.sync
+// without .aligned compiles to the same BAR.SYNC), so that instruction lives in one function
+__device__ __noinline__ void full_sync() { bar_sync(BAR_FULL, 32 + TB_CONSUMERS); }
 #if TB_CK % TB_UNROLL != 0
 #error "TB_CK must be a multiple of TB_UNROLL"
 #endif
@@ -458,7 +462,7 @@ __device__ __forceinline__ int sl_build(const double* __restrict__ T, int W, int
         // double-buffered: slot chunk & 1 is rewritten only after the consumers have passed the
         // next BAR_FULL, i.e. read this one
         if (lane == 0) commit[chunk & 1] = make_int2(st.n, node0 > budget);
-        bar_sync(BAR_FULL, 32 + TB_CONSUMERS);
+        full_sync();
         ++chunk;
 #endif
     }
@@ -679,7 +683,7 @@ tree_build_sorted(const float* __restrict__ topk_logp, const int* __restrict__ t
         // per chunk: the masks of its columns, BAR_CONS (which also orders the ids before their
         // first reader), then the global stores, none of which a barrier waits behind
         for (int c = 0, next = 0, wdone = 0; stream; ++c) {
-            bar_sync(BAR_FULL, 32 + TB_CONSUMERS);
+            full_sync();
             const int2 cm = s_commit[c & 1];              // nodes 0..cm.x final; cm.y: the last chunk
             const int hi = cm.y ? Q : cm.x + 1;           // the last chunk also owns the padding columns
             write_masks(o, rec, amask, next, hi, cm.x, t, nt);

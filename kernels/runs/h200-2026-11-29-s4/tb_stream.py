@@ -1,7 +1,8 @@
 """tb_sorted session 4 against v4 (CUDA-graph replay, warm L2), outputs checked bit for bit against
 the reference after each timing: v4 as committed (tb_v4.cu) and the new kernel (stepped staging,
-redo from the first flagged pop) with the streamed epilogue off (S0) and on (S1, the default), and
-S1 with TB_LEAN=1. call2 ran an earlier set (TB_REPLAY, since removed). B=64 and B=1 at budget 64,
+redo from the first flagged pop, TB_LEAN=1 since call4) with the streamed epilogue off (S0) and on
+(S1, the default), and S1 with v4's prefetches (TB_LEAN=0). call2 and call3 ran earlier sets
+(call2: TB_REPLAY, since removed; call3: TB_LEAN still 0 by default, "S1 lean" there is S1 here). B=64 and B=1 at budget 64,
 L=15, K=64 (the bench's generator: its batch of 64 holds one request with an exact tie, request 36,
 whose chunk the loop replays), and budget 128 (TB_NPL 4) at B=64. Rounds in rotated order, so that
 drift shows as a spread rather than as a difference."""
@@ -19,7 +20,7 @@ HERE = Path(__file__).parent
 VARIANTS = {"v4": (HERE / "tb_v4.cu", {}),
             "S0": ("tree_build_fast.cu", {"TB_STREAM": 0}),
             "S1": ("tree_build_fast.cu", {}),
-            "S1 lean": ("tree_build_fast.cu", {"TB_LEAN": 1})}
+            "S1 prefetch": ("tree_build_fast.cu", {"TB_LEAN": 0})}
 
 gpu_warmup_and_ceilings(lambda *a, **k: None)
 res = {}
