@@ -5,8 +5,8 @@
 //   the host's sorted_shared_bytes (tree_build.py), laid out as
 //   * T, the log-probs as doubles, (L + 2) x W with W = Kc + 1, Kc = min(K, Q): T[d-1][r] =
 //     (double)lp[d-1][r] for r < Kc, T[d-1][Kc] = -inf (the sibling of the last usable rank), rows
-//     L and L + 1 all -inf (the child of a depth-L node; the row the loop prefetches for that
-//     child's child); first, so that its address is a constant;
+//     L and L + 1 all -inf (the child of a depth-L node; the row a depth-L candidate's child-row
+//     load reads); first, so that its address is a constant;
 //   * the token ids [L][Kc] (i32), staged by warps 1..7 while warp 0 pops;
 //   * the node records rec[Q] (16 B: score, packed candidate; rec[0] unused);
 //   * the ancestor-or-self masks [Q][nw] (u32, nw = ceil(Q / 32) <= TB_NPL + 1), built by the epilogue.
@@ -77,38 +77,45 @@
 //     no node and walks the valid dummy candidate 0, so its table reads stay in the L + 2 rows;
 //   * the liveness tests are integer tests of the high word (sl_live), not DSETPs; the node
 //     record is one 16-byte store.
-// TB_LEAN (compile-time, default 0 = the v4 loop above, SASS unchanged; status: NOT YET RUN ON A GPU):
-//   1 drops the prefetches: at the end of each pop the next head (s_wins ? runner-up : first) is
-//   chosen first and its three log-probs are then loaded from its own candidate (T[off],
-//   T[off + 1], T[(d + 1) * W]; hd, not the alive-gated hq: every candidate ever made reads inside
-//   the L + 2 rows, the addresses v4's prefetches read). No c1 / cc / b1, no runner-up triple
-//   (m0 / m1 / mc leave SlState), no 12 selects among triples; one LDS latency (~29 cycles plus
-//   ~10 of address math) joins the head's chain. Same values on every live pop, so the same
-//   outputs. sm_90 TB_NPL 2: 93 instructions a pop instead of 112 (FSEL 19 vs 31, LDS 3 vs 6),
-//   70 registers instead of 92. Whether it is faster is the GPU's call: an issue count says
-//   ~175 cycles a pop instead of 209, an in-order latency model of the SASS says no change at
-//   TB_NPL 2 (-8..-12% at TB_NPL 1 and 4); kernels/runs/next/tb_lean.sh runs the checks and the timing.
+// Version 5 (session 4; v4 measured 11.5-11.8 us at B=64 budget 64 in call4's same-process A/B,
+// 9.58-9.75 for v5; kernels/NOTES.md, "Session 4"):
+//   * LEAN pop (was the TB_LEAN knob): no prefetches; at the end of each pop the next head
+//     (s_wins ? runner-up : first) is chosen first and its three log-probs are then loaded from its
+//     own candidate (T[off], T[off + 1], T[(d + 1) * W]; hd, not the alive-gated hq: every
+//     candidate ever made reads inside the L + 2 rows). No runner-up triple in SlState and no
+//     selects among triples: 89 instructions a pop at TB_NPL 2 instead of 112;
+//   * a flagged chunk is REDONE FROM ITS FIRST FLAGGED POP: each lane keeps the first pop it
+//     flagged (min, no branch); on the vote, __reduce_min_sync gives the warp's first, the
+//     checkpoint is restored, the pops before it rerun fast (they flagged nothing, so they are
+//     exact), that pop runs exactly, and the next chunk starts after it: a tie costs the chunk's
+//     fast pops once more plus one exact pop, not TB_CK exact pops;
+//   * the staging steps (d, r) = divmod(e, W) per element instead of dividing;
+//   * the epilogue writes the masks, then one __syncthreads, then every global store (outputs,
+//     visibility words, the edge bytes): no barrier waits behind a global store, and num_nodes is
+//     stored by lane 0 as the loop ends. (A streamed epilogue, consumer warps writing each chunk's
+//     columns during the pops behind named barriers, was measured and dropped: slower at budget 64,
+//     and synccheck reports its producer / consumer barrier as divergent.)
 // Knobs (compile-time): TB_CK pops per checkpoint (a multiple of TB_UNROLL); TB_FORCE_EXACT=1
 // runs the exact pop only, no checkpoints (the GPU tests run it on every shape:
 // KDTREE_TEST_DEFINES="tb_sorted:TB_FORCE_EXACT=1"); TB_PROFILE=1 is a timing diagnostic with
 // WRONG outputs: thread 0 of each block writes into scores[b][0..9] (as doubles, as many as Q
 // holds) the fields
 //   0 cyc_stage        clock64 cycles of the staging (to the first __syncthreads)
-//   1 cyc_fast_loop    cycles of the pop loop less those of the replays (field 2)
-//   2 cyc_replay       cycles inside the tie replays (restore + <= TB_CK exact pops each)
+//   1 cyc_fast_loop    cycles of the pop loop less those of the redos (field 2)
+//   2 cyc_replay       cycles inside the tie redos (restore, the fast rerun, one exact pop each)
 //   3 cyc_epilogue     cycles from the end of the loop (lane 0) to the end of the block
 //   4 cyc_total        cycles of the whole block
 //   5 ns_total         %globaltimer ns of the whole block
 //   6 pops             nodes built (n)
-//   7 restores         checkpoints restored (chunks replayed)
+//   7 restores         checkpoints restored (chunks redone)
 //   8 ns_loops         ns from after the staging to the end of the loop
-//   9 replayed         live pops replayed by the exact pop
+//   9 replayed         pops rerun by the redos (the fast ones and the exact one)
 // (kernels/runs/h200-2026-11-29-s3/tb_profile.py prints cycles per pop and the SM clock).
 // Race freedom (compute-sanitizer racecheck): lane 0 alone writes the node records; the fast pop
 // has no reader; the exact pop's only readers (the tie walks) run after a __syncwarp() on its
 // warp-uniform tie branch, and read only records of nodes before the current one, which the
-// replay or an earlier (exact) chunk wrote; a replay starts after the __any_sync and a
-// __syncwarp; the epilogue reads the records after __syncthreads(), and the masks after a second.
+// redo or an earlier (exact) chunk wrote; a redo starts after the __any_sync and a __syncwarp; the
+// epilogue reads the records after __syncthreads(), and the masks after a second.
 // kernels/NOTES.md has the per-pop instruction count, the measured and the predicted times.
 // tests/test_tree_build_sorted_sim.py models this loop lane by lane on the CPU.
 
@@ -126,32 +133,10 @@
 #ifndef TB_PROFILE
 #define TB_PROFILE 0
 #endif
-#ifndef TB_LEAN
-#define TB_LEAN 1       // 1: the next head's log-probs loaded after it is chosen (see the header)
-#endif
 #ifndef TB_CK
 #define TB_CK 8         // pops per checkpoint (a multiple of TB_UNROLL)
 #endif
-#ifndef TB_STREAM
-#define TB_STREAM 1     // 1: warps 1-3 and 5-7 write each checkpointed chunk's outputs during the pops
-#endif
 #define TB_NO_TIE 0x7fffffff
-// Named barriers of the streamed epilogue (0 is __syncthreads): warp 0 and the consumer warps meet
-// at BAR_FULL when a chunk is final (the consumers wait there long before warp 0 arrives); BAR_CONS
-// orders the consumers' mask stores before their reads of them.
-#define BAR_FULL 1
-#define BAR_CONS 2
-#define TB_CONSUMERS (TB_THREADS - 64)   // warps 1..7 less warp 4, which shares warp 0's scheduler
-__device__ __forceinline__ void bar_sync(int id, int threads) {
-    asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(threads) : "memory");
-}
-// BAR_FULL for warp 0 and the consumers alike: bar.sync is barrier.sync.aligned, whose participants
-// must all execute the same instruction (synccheck reports divergent threads otherwise; barrier.sync
-// without .aligned compiles to the same BAR.SYNC), so that instruction lives in one function
-__device__ __noinline__ void full_sync() { bar_sync(BAR_FULL, 32 + TB_CONSUMERS); }
-#if TB_CK % TB_UNROLL != 0
-#error "TB_CK must be a multiple of TB_UNROLL"
-#endif
 #define TB_STAGE 8      // elements per thread per staging round: their loads are all in flight at once
 
 // A sorted-list candidate: off = (d - 1) * W + r (bits 0..15), parent node (bits 16..25), d - 1
@@ -236,11 +221,7 @@ struct SlState {
     double cs[TB_NPL];
     u32 cd[TB_NPL];
     double hs, l0, l1, lc;                                // head (slot 0) and its log-probs
-#if TB_LEAN
     double ss;                                            // runner-up (slot 1)
-#else
-    double ss, m0, m1, mc;                                // runner-up (slot 1) and its log-probs
-#endif
     u32 hd, sd;
     bool alive;
     int n;
@@ -249,8 +230,8 @@ struct SlState {
 // One pop, node number `node` (warp-uniform). Writes rec[node] (lane 0) when alive; a pop past
 // `budget` or after the heap emptied is dead. EXACT = false (fast): the merge with plain compares
 // only; its tie test (an exact == between a live successor and a slot the lane owns, the popped
-// slot 0 left out) goes into `tie_seen`, per lane, sticky, off the chain: no vote, no barrier, no
-// branch. EXACT = true (version 2's pop): after the plain merge, one __any_sync of the tie test
+// slot 0 left out) keeps the first pop this lane flagged in `tie_node` (a min, off the chain: no
+// vote, no barrier, no branch). EXACT = true (version 2's pop): after the plain merge, one __any_sync of the tie test
 // (window and runner-up), and on a tie anywhere in the warp the merge is redone with the rank-tuple
 // walks after a __syncwarp (lane 0's records before the walks; warp-uniform branch).
 template <bool EXACT>
@@ -263,11 +244,6 @@ __device__ __forceinline__ void sl_pop(SlState& st, double (&es)[TB_NPL + 2], u3
     const u32 hq = alive ? st.hd : 0u;                    // a dead pop walks candidate 0
     const int off = sl_off(hq), dm1 = sl_dm1(hq);
     const int rowc = (dm1 + 1) * W;
-#if !TB_LEAN
-    // prefetch for the next pop: the log-probs the child or the sibling would need as the
-    // next head (its own, next and child-row ones; the rest are l1 / lc already here)
-    const double c1 = T[rowc + 1], cc = T[rowc + W], b1 = T[off + 2];
-#endif
     // the node record (score, candidate): lane 0 alone writes it, one 16-byte store
     if (lane == 0 && alive)
         rec[node] = make_uint4((u32)__double2loint(st.hs), (u32)__double2hiint(st.hs), st.hd, 0u);
@@ -281,9 +257,6 @@ __device__ __forceinline__ void sl_pop(SlState& st, double (&es)[TB_NPL + 2], u3
     const bool cfirst = chi >= sib;                       // exact tie: the child's tuple is smaller
     const double fs = cfirst ? chi : sib, s2 = cfirst ? sib : chi;
     const u32 fd = cfirst ? chid : sibd, d2 = cfirst ? sibd : chid;
-#if !TB_LEAN
-    const double f0 = cfirst ? st.lc : st.l1, f1 = cfirst ? c1 : b1, fc = cfirst ? cc : st.lc;
-#endif
     const bool flive = sl_live(fs), live2 = sl_live(s2);
 
     bool s_wins = st.ss > fs;                             // the runner-up beats first: next head
@@ -338,7 +311,6 @@ __device__ __forceinline__ void sl_pop(SlState& st, double (&es)[TB_NPL + 2], u3
             __syncwarp();
         }
     }
-#if TB_LEAN
     // the next head (slot 0 = fA[1] ? S : first, the same in every lane), then its three
     // log-probs loaded from its own candidate: one LDS latency on the head's chain, no prefetch
     // of three candidates' triples and no selects among them. The load uses hd, not the
@@ -353,47 +325,33 @@ __device__ __forceinline__ void sl_pop(SlState& st, double (&es)[TB_NPL + 2], u3
     const int s_lane = TB_NPL == 1 ? 1 : 0;
     st.ss = __shfl_sync(FULL_MASK, st.cs[TB_NPL == 1 ? 0 : 1], s_lane);
     st.sd = __shfl_sync(FULL_MASK, st.cd[TB_NPL == 1 ? 0 : 1], s_lane);
-#else
-    // the next head (slot 0 = fA[1] ? S : first, the same in every lane) with its log-probs, all
-    // in registers: no load on the head's chain
-    st.hs = s_wins ? st.ss : fs;
-    st.hd = s_wins ? st.sd : fd;
-    st.l0 = s_wins ? st.m0 : f0;
-    st.l1 = s_wins ? st.m1 : f1;
-    st.lc = s_wins ? st.mc : fc;
-    // the next runner-up, broadcast, and its log-probs: first needed a pop from now
-    const int s_lane = TB_NPL == 1 ? 1 : 0;
-    st.ss = __shfl_sync(FULL_MASK, st.cs[TB_NPL == 1 ? 0 : 1], s_lane);
-    st.sd = __shfl_sync(FULL_MASK, st.cd[TB_NPL == 1 ? 0 : 1], s_lane);
-    st.m0 = T[sl_off(st.sd)];
-    st.m1 = T[sl_off(st.sd) + 1];
-    st.mc = T[(sl_dm1(st.sd) + 1) * W];
-#endif
     // the next pop's window: its shuffles run under that pop's additions
     sl_window(st.cs, st.cd, es, ed);
 }
 
 // Profile counters of the loop (TB_PROFILE; otherwise unused and optimised away).
 struct SlProfile {
-    long long replay_cycles;                              // clock64 cycles inside the replays
+    long long replay_cycles;                              // clock64 cycles inside the redos
     int restores;                                         // checkpoints restored
-    int replayed;                                         // live pops replayed by the exact loop
+    int replayed;                                         // pops rerun by the redos
 };
 
 // The whole pop loop of warp 0, from the initial state (only the head (1,) in the list): writes the
 // node records rec[1..n] (lane 0) and returns n, the same in every lane. Called by the full warp.
 // Chunks of TB_CK pops (the last one padded with dead pops past `budget`): before each chunk the
 // state is saved (registers: SlState); the chunk runs the fast pop; then one __any_sync of the
-// lanes' tie flags: if any lane saw a tie, the chunk is replayed from the checkpoint by the exact
-// pop (its records overwrite the abandoned ones; a record the replay does not rewrite lies past
-// the final n and is never read). Up to a chunk's first tie the fast pops are the exact ones,
-// and a chunk that flagged none is exact (every compare the merge and the runner-up test make is
-// between a successor and some lane's own slot); tests/test_tree_build_sorted_sim.py asserts it on
-// every chunk. TB_FORCE_EXACT: the exact pop throughout, no checkpoints.
+// lanes' tie flags: if any lane saw a tie, the checkpoint is restored, the pops before the warp's
+// first flagged one rerun fast, that one runs exactly, and the next chunk starts after it (the
+// rerun's records overwrite the abandoned ones; a record it does not rewrite lies past the final
+// n, or is rewritten by the next chunk, before anything reads it). Up to a chunk's first tie the
+// fast pops are the exact ones, and a chunk that flagged none is exact (every compare the merge
+// and the runner-up test make is between a successor and some lane's own slot);
+// tests/test_tree_build_sorted_sim.py asserts it on every chunk. TB_FORCE_EXACT: the exact pop
+// throughout, no checkpoints.
 // Warp-uniform counted loops (a kernel argument and compile-time counts): no BRA.DIV around the
 // shuffles, and the inner body (TB_UNROLL pops) is one basic block.
 __device__ __forceinline__ int sl_build(const double* __restrict__ T, int W, int budget, uint4* rec, int lane,
-                                        int2* commit, SlProfile& prof) {
+                                        SlProfile& prof) {
     const double NEG_INF = __longlong_as_double((long long)0xfff0000000000000ull);
     const SortedNodes nodes{rec, W};
     // E[k] = global slot lane * TB_NPL + k - 1: E[0] the left neighbour, E[1..TB_NPL] own,
@@ -411,9 +369,6 @@ __device__ __forceinline__ int sl_build(const double* __restrict__ T, int W, int
     st.hd = sl_pack(0, 0, 0);
     st.l0 = T[0]; st.l1 = T[1]; st.lc = T[W];
     st.ss = NEG_INF; st.sd = 0u;
-#if !TB_LEAN
-    st.m0 = st.l0; st.m1 = st.l1; st.mc = st.lc;
-#endif
     st.alive = true;
     st.n = 0;
     if (lane == 0) { st.cs[0] = st.hs; st.cd[0] = st.hd; }
@@ -426,7 +381,6 @@ __device__ __forceinline__ int sl_build(const double* __restrict__ T, int W, int
     for (int node = 1; node <= budget; ++node)
         sl_pop<true>(st, es, ed, node, budget, T, W, rec, nodes, g0_k0, g0_k1, lane, tie_node);
 #else
-    int chunk = 0;
     for (int node0 = 1; node0 <= budget;) {
         const SlState ck = st;                            // the checkpoint
 #pragma unroll TB_UNROLL
@@ -457,14 +411,6 @@ __device__ __forceinline__ int sl_build(const double* __restrict__ T, int W, int
 #endif
         }
         node0 = next0;
-#if TB_STREAM
-        // publish the chunk (its records are final): the node count and whether it is the last,
-        // double-buffered: slot chunk & 1 is rewritten only after the consumers have passed the
-        // next BAR_FULL, i.e. read this one
-        if (lane == 0) commit[chunk & 1] = make_int2(st.n, node0 > budget);
-        full_sync();
-        ++chunk;
-#endif
     }
 #endif
     return st.n;
@@ -546,17 +492,16 @@ __device__ __forceinline__ void write_outputs(const TreeOut& o, const uint4* rec
 }
 
 // The request's visibility block is Q * Q bytes at `vis`, stored as aligned 32-bit words: `head`
-// leading bytes up to the first 4-byte boundary, then whole words, then a tail (< 4 bytes), so that
-// no store touches another request's bytes. Byte f = (i, j) is bit j of row i's mask. Words
-// [k0, k1), word k by thread t of nt (k = k0 + t, k0 + t + nt, ...): (i, j) of its first byte from
-// one division, then advanced by 4 nt bytes a trip (di rows, dj columns).
-__device__ __forceinline__ void vis_words(u32* vw, const u32* amask, int nw, int Q, int head, int k0, int k1,
-                                          int t, int nt) {
-    if (k0 + t >= k1) return;
-    const int f0 = head + 4 * (k0 + t);
+// leading bytes up to the first 4-byte boundary, then nwords whole words, then a tail (< 4 bytes),
+// so that no store touches another request's bytes. Byte f = (i, j) is bit j of row i's mask. Word
+// k by thread t of nt (k = t, t + nt, ...): (i, j) of its first byte from one division, then
+// advanced by 4 nt bytes a trip (di rows, dj columns).
+__device__ __forceinline__ void vis_words(u32* vw, const u32* amask, int nw, int Q, int head, int nwords, int t,
+                                          int nt) {
+    const int f0 = head + 4 * t;
     int i = f0 / Q, j = f0 - i * Q;
     const int di = (4 * nt) / Q, dj = (4 * nt) - di * Q;
-    for (int k = k0 + t; k < k1; k += nt) {
+    for (int k = t; k < nwords; k += nt) {
         u32 w = 0u;
         int ii = i, jj = j;
 #pragma unroll
@@ -579,13 +524,6 @@ __device__ __forceinline__ void vis_edges(u8* vis, const u32* amask, int nw, int
     if (t >= 4 && t < 4 + Q * Q - tail0) vis[tail0 + t - 4] = (u8)vis_byte(amask, nw, Q, tail0 + t - 4);
 }
 
-// Whole visibility words that lie in rows 0..row (all final once node `row` is).
-__device__ __forceinline__ int words_through_row(int row, int Q, int head, int nwords) {
-    const int bytes = (row + 1) * Q - head;
-    const int k = bytes > 0 ? bytes >> 2 : 0;
-    return k < nwords ? k : nwords;
-}
-
 extern "C" __global__ void __launch_bounds__(TB_THREADS, 1)
 tree_build_sorted(const float* __restrict__ topk_logp, const int* __restrict__ topk_ids,
                   const int* __restrict__ root_token, const int* __restrict__ start,
@@ -595,7 +533,6 @@ tree_build_sorted(const float* __restrict__ topk_logp, const int* __restrict__ t
                   u8* __restrict__ visibility, int* __restrict__ num_nodes) {
     extern __shared__ __align__(16) char smem_raw[];
     __shared__ int s_num_nodes;
-    __shared__ int2 s_commit[2];
 #if TB_PROFILE
     const long long p_c0 = clock64(), p_g0 = tb_globaltimer();
     long long p_c1 = 0, p_c3 = 0, p_g1 = 0, p_g3 = 0;
@@ -649,65 +586,37 @@ tree_build_sorted(const float* __restrict__ topk_logp, const int* __restrict__ t
     head = head < QQ ? head : QQ;
     const int nwords = (QQ - head) >> 2;
     u32* vw = (u32*)(vis + head);
-    // TB_STREAM: warp 0 publishes every chunk it has made final, and the consumer warps write its
-    // columns while the pops go on; the last chunk's consumers write everything left and exit. With
-    // the exact pop forced, or no pops, there are no chunks: all threads write the columns after.
-    const bool stream = TB_STREAM && !TB_FORCE_EXACT && budget > 0;
 
     // the warp index as a shuffle result: provably warp-uniform, so the pop loop's shuffles need
     // no divergence guards
-    const int warp = __shfl_sync(FULL_MASK, tid / 32, 0);
-    if (warp == 0) {
+    if (__shfl_sync(FULL_MASK, tid / 32, 0) == 0) {
         const int lane = tid;
-        const int n = sl_build(T, W, budget, rec, lane, s_commit, prof);
+        const int n = sl_build(T, W, budget, rec, lane, prof);
 #if TB_PROFILE
         if (lane == 0) { p_c3 = clock64(); p_g3 = tb_globaltimer(); }
 #endif
         if (lane == 0) { s_num_nodes = n; num_nodes[b] = n; }
-    } else if (!stream || warp != 4) {
-        // during the pops: the token ids (streamed: the consumer warps, then each published chunk's
-        // columns; warp 4, on warp 0's scheduler, stays idle)
-        const int t = stream ? tid - 32 - (warp > 4 ? 32 : 0) : tid - 32;
-        const int nt = stream ? TB_CONSUMERS : TB_THREADS - 32;
-        for (int e0 = t; e0 < L * Kc; e0 += TB_STAGE * nt) {
+    } else {                                              // warps 1..7, during the pops: token ids
+        for (int e0 = tid - 32; e0 < L * Kc; e0 += TB_STAGE * (TB_THREADS - 32)) {
             int v[TB_STAGE];
 #pragma unroll
             for (int u = 0; u < TB_STAGE; ++u) {
-                const int e = e0 + u * nt, d = e / Kc;
+                const int e = e0 + u * (TB_THREADS - 32), d = e / Kc;
                 v[u] = e < L * Kc ? g_ids[(size_t)d * K + (e - d * Kc)] : 0;
             }
 #pragma unroll
             for (int u = 0; u < TB_STAGE; ++u)
-                if (e0 + u * nt < L * Kc) ids[e0 + u * nt] = v[u];
-        }
-        // per chunk: the masks of its columns, BAR_CONS (which also orders the ids before their
-        // first reader), then the global stores, none of which a barrier waits behind
-        for (int c = 0, next = 0, wdone = 0; stream; ++c) {
-            full_sync();
-            const int2 cm = s_commit[c & 1];              // nodes 0..cm.x final; cm.y: the last chunk
-            const int hi = cm.y ? Q : cm.x + 1;           // the last chunk also owns the padding columns
-            write_masks(o, rec, amask, next, hi, cm.x, t, nt);
-            bar_sync(BAR_CONS, TB_CONSUMERS);
-            write_outputs(o, rec, ids, next, hi, cm.x, t, nt);
-            const int whi = cm.y ? nwords : words_through_row(cm.x, Q, head, nwords);
-            vis_words(vw, amask, nw, Q, head, wdone, whi, t, nt);
-            if (cm.y) {
-                vis_edges(vis, amask, nw, Q, head, nwords, t);
-                break;
-            }
-            next = hi;
-            wdone = whi > wdone ? whi : wdone;
+                if (e0 + u * (TB_THREADS - 32) < L * Kc) ids[e0 + u * (TB_THREADS - 32)] = v[u];
         }
     }
-    if (!stream) {
-        __syncthreads();
-        const int nn = s_num_nodes;
-        write_masks(o, rec, amask, 0, Q, nn, tid, TB_THREADS);
-        __syncthreads();
-        write_outputs(o, rec, ids, 0, Q, nn, tid, TB_THREADS);
-        vis_words(vw, amask, nw, Q, head, 0, nwords, tid, TB_THREADS);
-        vis_edges(vis, amask, nw, Q, head, nwords, tid);
-    }
+    __syncthreads();
+    // Epilogue: the masks first, one barrier, then every global store (none waits behind a barrier)
+    const int nn = s_num_nodes;
+    write_masks(o, rec, amask, 0, Q, nn, tid, TB_THREADS);
+    __syncthreads();
+    write_outputs(o, rec, ids, 0, Q, nn, tid, TB_THREADS);
+    vis_words(vw, amask, nw, Q, head, nwords, tid, TB_THREADS);
+    vis_edges(vis, amask, nw, Q, head, nwords, tid);
 #if TB_PROFILE
     // timing diagnostic (wrong outputs): thread 0 overwrites scores[b][0..9] with the fields listed
     // at the top of this file, as doubles
@@ -716,7 +625,7 @@ tree_build_sorted(const float* __restrict__ topk_logp, const int* __restrict__ t
         const long long c4 = clock64(), g4 = tb_globaltimer();
         const double v[10] = {(double)(p_c1 - p_c0), (double)(p_c3 - p_c1 - prof.replay_cycles),
                               (double)prof.replay_cycles, (double)(c4 - p_c3), (double)(c4 - p_c0),
-                              (double)(g4 - p_g0), (double)s_num_nodes, (double)prof.restores,
+                              (double)(g4 - p_g0), (double)nn, (double)prof.restores,
                               (double)(p_g3 - p_g1), (double)prof.replayed};
 #pragma unroll
         for (int j = 0; j < 10; ++j)
