@@ -1,18 +1,18 @@
-"""CPU model of the tb_sorted warp loop (kernels/tree_build_fast.cu, v4), lane by lane, against build_one.
+"""CPU model of tb_sorted (kernels/tree_build_fast.cu, v5), lane by lane, against build_one.
 
 The model follows the kernel statement by statement: the same padded log-prob table, packed
 candidates, shuffles (a lane whose source is out of range reads its own value, as SHFL does), flags,
 forced slot-0 flags, five-way merge, uniform head and broadcast runner-up, the counted loop with its
 sticky `alive` (liveness as the kernel's high-word test, so a NaN counts as live) and the dummy
-candidate of dead pops (past the heap's end or past `budget` in the last chunk); then the chunks of
-TB_CK pops: a checkpoint of the state, the fast pops with per-lane tie flags, one vote, and on a
+candidate of dead pops (past the heap's end or past `budget` in the last chunk). Each pop chooses
+the next head and then reads its three log-probs from its own candidate (no prefetches). The chunks
+of TB_CK pops: a checkpoint of the state, the fast pops with per-lane tie flags, one vote, and on a
 flagged tie the restore (window recomputed from the slots), the fast rerun up to the first flagged
 pop and that pop exactly, over the same records, with the rank-tuple redo on its warp-uniform tie
-branch; the next chunk starts after it. Every table read is
-bounds-checked, also in fast chunks that went wrong after a tie. Each fast chunk that flagged no
-tie is asserted equal to the reference's pops (the claim v4 rests on). TB_LEAN=1 (lean=True: the
-next head's log-probs read from its candidate after it is chosen, no prefetches) is modelled too. It
-runs without a GPU; the GPU tests (tests/test_cuda_kernels.py) run the kernel.
+branch; the next chunk starts after it. Every table read is bounds-checked, also in fast chunks
+that went wrong after a tie. Each fast chunk that flagged no tie is asserted equal to the
+reference's pops (the chunk claim). The epilogue's visibility stores (vis_words, vis_edges) are
+modelled too. It runs without a GPU; the GPU tests (tests/test_cuda_kernels.py) run the kernel.
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def _live(x: float) -> bool:
 TB_CK = 8                           # the kernel's default pops per checkpoint
 
 
-def _build(table, width, budget, npl, rec, *, force_exact=False, ck=TB_CK, stats=None, want=None, lean=False):
+def _build(table, width, budget, npl, rec, *, force_exact=False, ck=TB_CK, stats=None, want=None):
     """sl_build: the whole pop loop from the initial state; writes rec[1..n] (lane 0's stores, into
     the caller's array, so that a replay overwrites the abandoned fast records as in the kernel)
     and returns n. Chunks of `ck` pops (the last padded with dead pops past `budget`): checkpoint,
@@ -114,10 +114,9 @@ def _build(table, width, budget, npl, rec, *, force_exact=False, ck=TB_CK, stats
     the checkpoint is restored (the window recomputed from the slots), the pops before the first
     flagged one rerun fast (asserted to flag nothing), that one exactly, and the next chunk starts
     after it. force_exact: the exact pop throughout. With `want` (the reference), every chunk that
-    flagged no tie is asserted equal to the reference's pops (the claim v4 rests on). lean
-    (TB_LEAN=1): no prefetches; at the end of each pop the next head's triple is read from its own
-    candidate (bounds-checked for every pop, dead ones included). stats["commits"]: (n, last) as
-    warp 0 publishes each chunk to the consumer warps."""
+    flagged no tie is asserted equal to the reference's pops (the chunk claim). At the end of each
+    pop the next head's triple is read from its own candidate (bounds-checked for every pop, dead
+    ones included)."""
     def t(i):                       # a table read (LDS.64), bounds-checked against the L + 2 rows
         assert 0 <= i < len(table), f"table read {i} outside [0, {len(table)})"
         return table[i]
@@ -130,23 +129,21 @@ def _build(table, width, budget, npl, rec, *, force_exact=False, ck=TB_CK, stats
     hs = t(0) if budget > 0 else NEG_INF
     l0, l1, lc = t(0), t(1), t(width)
     cs[0][0], cd[0][0] = hs, _pack(0, 0, 0)
-    # SlState: slots, head + log-probs, runner-up + log-probs, alive, n
+    # SlState: slots, head + log-probs, runner-up, alive, n
     st = dict(cs=cs, cd=cd, hs=hs, hd=_pack(0, 0, 0), l0=l0, l1=l1, lc=lc, ss=NEG_INF, sd=0,
-              m0=l0, m1=l1, mc=lc, alive=True, n=0)
+              alive=True, n=0)
     win = _window(cs, cd, npl)
 
     def pop(st, win, node, exact, tie_seen):
         """sl_pop<exact>: one pop; updates st in place, returns the next window."""
         hs, hd, l0, l1, lc = st["hs"], st["hd"], st["l0"], st["l1"], st["lc"]
-        ss, sd, m0, m1, mc = st["ss"], st["sd"], st["m0"], st["m1"], st["mc"]
+        ss, sd = st["ss"], st["sd"]
         st["alive"] = alive = st["alive"] and _live(hs) and node <= budget
         if alive:
-            assert (_bits(l0), _bits(l1), _bits(lc)) == tuple(map(_bits, triple(hd))), "prefetched head log-probs"
+            assert (_bits(l0), _bits(l1), _bits(lc)) == tuple(map(_bits, triple(hd))), "held head log-probs"
         hq = hd if alive else 0                                          # a dead pop walks candidate 0
-        off, dm1 = _off(hq), _dm1(hq)
+        dm1 = _dm1(hq)
         rowc = (dm1 + 1) * width
-        if not lean:
-            c1, cc, b1 = t(rowc + 1), t(rowc + width), t(off + 2)
         if alive:
             rec[node] = (hs, hd)                                         # lane 0's store
             st["n"] = node
@@ -157,8 +154,6 @@ def _build(table, width, budget, npl, rec, *, force_exact=False, ck=TB_CK, stats
         cfirst = chi >= sib
         fs, s2 = (chi, sib) if cfirst else (sib, chi)
         fd, d2 = (chid, sibd) if cfirst else (sibd, chid)
-        if not lean:
-            f0, f1, fc = (lc, c1, cc) if cfirst else (l1, b1, lc)
         flive, live2 = _live(fs), _live(s2)
         eqs = ss == fs
         ties = []
@@ -198,22 +193,17 @@ def _build(table, width, budget, npl, rec, *, force_exact=False, ck=TB_CK, stats
             lane_cs, lane_cd = _merge(es, ed, fs, fd, s2, d2, fa, fb, npl)
             new_cs.append(lane_cs)
             new_cd.append(lane_cd)
-            if lean:                                                     # load after the choice
-                nxt = (ss, sd) if s_wins else (fs, fd)
-                nxt = nxt + triple(nxt[1])
-            else:
-                nxt = (ss, sd, m0, m1, mc) if s_wins else (fs, fd, f0, f1, fc)
+            nxt = (ss, sd) if s_wins else (fs, fd)                       # the next head, then
+            nxt = nxt + triple(nxt[1])                                   # its triple from hd
             new_heads.add((_bits(nxt[0]), nxt[1]) + tuple(map(_bits, nxt[2:])))
         assert len(new_heads) == 1, "the head differs between lanes"
         st["cs"], st["cd"] = cs, cd = new_cs, new_cd
-        (hbits, st["hd"], b0, b1_, bc), = new_heads
-        st["hs"], st["l0"], st["l1"], st["lc"] = (_unbits(x) for x in (hbits, b0, b1_, bc))
+        (hbits, st["hd"], b0, b1, bc), = new_heads
+        st["hs"], st["l0"], st["l1"], st["lc"] = (_unbits(x) for x in (hbits, b0, b1, bc))
         if alive and not any(tie_seen):
             assert (_bits(st["hs"]), st["hd"]) == (_bits(cs[0][0]), cd[0][0]), "uniform head != lane 0's slot 0"
         s_lane, s_reg = (1, 0) if npl == 1 else (0, 1)
         st["ss"], st["sd"] = cs[s_lane][s_reg], cd[s_lane][s_reg]
-        if not lean:
-            st["m0"], st["m1"], st["mc"] = triple(st["sd"])              # in range for any sd
         return _window(cs, cd, npl)
 
     def snapshot(st):
@@ -256,8 +246,6 @@ def _build(table, width, budget, npl, rec, *, force_exact=False, ck=TB_CK, stats
             _same(got, want[node0 - 1:n], f"unflagged chunk at node {node0}")
             if n < min(node0 + ck - 1, budget):
                 assert n == len(want), f"chunk at node {node0}: heap empty after {n} pops, reference {len(want)}"
-        if stats is not None:
-            stats.setdefault("commits", []).append((st["n"], next0 > budget))
         node0 = next0
     return st["n"]
 
@@ -276,7 +264,7 @@ def _nodes(rec, width, n, first=1):
 
 
 def simulate(topk_logp: np.ndarray, budget: int, stats: dict | None = None, *, force_exact: bool = False,
-             ck: int = TB_CK, want: list | None = None, lean: bool = False) -> list[tuple[tuple[int, ...], int, float]]:
+             ck: int = TB_CK, want: list | None = None) -> list[tuple[tuple[int, ...], int, float]]:
     """The kernel's pop order for one request, as build_one reports it (TB_FORCE_EXACT: the exact
     pop only). With `want` (the reference), asserts that every unflagged fast chunk is exact."""
     depth_count, k = topk_logp.shape
@@ -292,7 +280,7 @@ def simulate(topk_logp: np.ndarray, budget: int, stats: dict | None = None, *, f
     rec = [None] * (q + 1)
     if stats is not None:
         stats["runs"] = stats.get("runs", 0) + 1
-    n = _build(table, width, budget, npl, rec, force_exact=force_exact, ck=ck, stats=stats, want=want, lean=lean)
+    n = _build(table, width, budget, npl, rec, force_exact=force_exact, ck=ck, stats=stats, want=want)
     return _nodes(rec, width, n)
 
 
@@ -311,9 +299,9 @@ def _same(got, want, what: str) -> None:
 
 
 def _check(topk_logp: np.ndarray, budget: int, what: str, stats: dict | None = None,
-           force_exact: bool = False, ck: int = TB_CK, lean: bool = False) -> None:
+           force_exact: bool = False, ck: int = TB_CK) -> None:
     want = build_one(topk_logp, budget)
-    _same(simulate(topk_logp, budget, stats, force_exact=force_exact, ck=ck, want=want, lean=lean), want, what)
+    _same(simulate(topk_logp, budget, stats, force_exact=force_exact, ck=ck, want=want), want, what)
 
 
 TREE_BUILD = get_op("tree_build")
@@ -338,15 +326,13 @@ CASES = [
 @pytest.mark.parametrize("seed", [1, 2, 3])
 @pytest.mark.parametrize("params", CASES, ids=lambda p: "-".join(f"{k}{v}" for k, v in p.items()))
 def test_sorted_model_matches_reference(params, seed):
-    """Both builds: the default (fast chunks, an exact replay of a chunk with a flagged tie) and
-    TB_FORCE_EXACT, each with TB_LEAN 0 and 1."""
+    """Both builds: the default (fast chunks, a flagged chunk redone from its first flagged pop)
+    and TB_FORCE_EXACT."""
     gen = TREE_BUILD.generate(Case("sim", "tree_build", "default", seed, dict(TREE_BUILD._defaults, **params)))
     for b in range(gen.inputs["topk_logp"].shape[0]):
         for force_exact in (False, True):
-            for lean in (False, True):
-                _check(gen.inputs["topk_logp"][b], params["budget"],
-                       f"{params} seed {seed} request {b} force_exact {force_exact} lean {lean}",
-                       force_exact=force_exact, lean=lean)
+            _check(gen.inputs["topk_logp"][b], params["budget"],
+                   f"{params} seed {seed} request {b} force_exact {force_exact}", force_exact=force_exact)
 
 
 def test_sorted_model_signed_zero_and_equal_rows():
@@ -357,7 +343,7 @@ def test_sorted_model_signed_zero_and_equal_rows():
         levels = np.array([0.0, -0.0, -0.5, -1.0, -1.5, -3.0], np.float32)
         lp = np.sort(rng.choice(levels, size=(depth, k)), axis=1)[:, ::-1].copy()
         for budget in (1, 5, 17, 40):
-            _check(lp, budget, f"levels trial {trial} budget {budget}", lean=trial % 2 == 1)
+            _check(lp, budget, f"levels trial {trial} budget {budget}")
 
 
 def test_sorted_model_rounding_lifts_siblings():
@@ -374,7 +360,7 @@ def test_sorted_model_rounding_lifts_siblings():
 
 def test_sorted_model_fuzz_edges():
     """Random shapes: depth 64 (the packed depth wraps for a depth-64 node's child), K < budget,
-    positive log-probs, -0.0 / +0.0, quantised levels; the prefetched log-probs are asserted every
+    positive log-probs, -0.0 / +0.0, quantised levels; the head's held log-probs are asserted every
     pop and every table read stays inside the L + 2 rows."""
     rng = np.random.default_rng(23)
     for trial in range(150):
@@ -389,8 +375,7 @@ def test_sorted_model_fuzz_edges():
             lp = np.round(rng.standard_normal((depth, k)) * 2) / 4
         lp = np.sort(lp.astype(np.float32), axis=1)[:, ::-1].copy()
         for budget in (1, 7, 33, 64, 100):
-            for lean in (False, True):
-                _check(lp, budget, f"fuzz trial {trial} budget {budget} lean {lean}", lean=lean)
+            _check(lp, budget, f"fuzz trial {trial} budget {budget}")
 
 
 def test_sorted_model_few_ties():
@@ -404,7 +389,7 @@ def test_sorted_model_few_ties():
         lp = -np.round(np.abs(rng.standard_normal((depth, k))) * 8) / 8
         lp = np.sort(lp.astype(np.float32), axis=1)[:, ::-1].copy()
         for budget in (4, 8, 16):
-            _check(lp, budget, f"coarse trial {trial} budget {budget}", lean=trial % 2 == 1)
+            _check(lp, budget, f"coarse trial {trial} budget {budget}")
 
 
 def test_sorted_model_replay_is_rare_on_the_production_shape():
@@ -422,10 +407,6 @@ def test_sorted_model_replay_is_rare_on_the_production_shape():
         restores = stats.get("restores", 0)
         assert (restores > 0) == ties, (params, stats)
         assert stats.get("replayed", 0) <= TB_CK * restores, (params, stats)
-        # warp 0 publishes one commit per chunk; node counts never fall and only the last is last
-        commits = stats["commits"]                                      # every request's, in order
-        assert all(a[0] <= b[0] for a, b in zip(commits, commits[1:]) if not a[1]), (params, stats)
-        assert [last for _, last in commits].count(True) == params["batch"] and commits[-1][1], (params, stats)
 
 
 def test_sorted_model_other_checkpoint_intervals():
@@ -456,7 +437,7 @@ THREADS = 256
 
 
 def _ancestor_masks(parents: list[int], q: int, npl: int) -> np.ndarray:
-    """Part 1: node i's ancestor-or-self mask by walking its parent links (nw <= TB_NPL + 1 words,
+    """write_masks: node i's ancestor-or-self mask by walking its parent links (nw <= TB_NPL + 1 words,
     the kernel's register array); padding rows all zero."""
     nw = -(-q // 32)
     assert nw <= npl + 1
@@ -471,24 +452,18 @@ def _ancestor_masks(parents: list[int], q: int, npl: int) -> np.ndarray:
     return masks
 
 
-CONSUMERS = THREADS - 64            # TB_STREAM: warps 1..7 less warp 4
-
-
-def _word_stores(masks, q, head, block_addr, k0, k1, nt, max_row):
-    """vis_words: words [k0, k1), word k by thread t of nt (k = k0 + t + m nt), (i, j) of its first
-    byte from one division, then advanced by di rows and dj columns a trip as in the kernel; every
-    mask row it reads is asserted <= max_row (the rows final when the words are written)."""
+def _word_stores(masks, q, head, block_addr, nwords, nt):
+    """vis_words: word k by thread t of nt (k = t, t + nt, ...), (i, j) of its first byte from one
+    division, then advanced by di rows and dj columns a trip as in the kernel."""
     stores = []
     di, dj = (4 * nt) // q, (4 * nt) - ((4 * nt) // q) * q
     for t in range(nt):
-        if k0 + t >= k1:
-            break
-        f0 = head + 4 * (k0 + t)
+        f0 = head + 4 * t
         i, j = f0 // q, f0 - (f0 // q) * q
-        for k in range(k0 + t, k1, nt):
+        for k in range(t, nwords, nt):
             w, ii, jj = 0, i, j
             for e in range(4):
-                assert ii <= max_row, f"word {k} reads row {ii} before it is final (rows <= {max_row})"
+                assert ii < q, f"word {k} reads row {ii} of {q}"
                 w |= ((int(masks[ii, jj >> 5]) >> (jj & 31)) & 1) << (8 * e)
                 jj += 1
                 if jj == q:
@@ -502,18 +477,12 @@ def _word_stores(masks, q, head, block_addr, k0, k1, nt, max_row):
     return stores
 
 
-def _words_through_row(row, q, head, nwords):
-    return min(max((row + 1) * q - head, 0) >> 2, nwords)
-
-
-def _visibility_stores(masks: np.ndarray, q: int, block_addr: int, commits=()) -> list[tuple[int, int, int]]:
-    """The visibility stores as the kernel issues them: (byte address, size, value) per store, for a
-    block at address block_addr (the kernel knows only its own block's address). `commits`: the
-    node counts warp 0 published chunk by chunk (TB_STREAM; the last one is nn), after each of which
-    the consumer threads store the words lying in rows 0..commit; then all threads store the rest,
-    the head and the tail bytes."""
+def _visibility_stores(masks: np.ndarray, q: int, block_addr: int) -> list[tuple[int, int, int]]:
+    """The visibility stores as the kernel issues them after the masks' barrier: (byte address,
+    size, value) per store, for a block at address block_addr (the kernel knows only its own
+    block's address): vis_words by all THREADS threads, then vis_edges (the head bytes by threads
+    0..head-1, the tail bytes by threads 4..)."""
     qq = q * q
-    nn_rows = q - 1
 
     def byte(f):
         i, j = divmod(f, q)
@@ -522,26 +491,20 @@ def _visibility_stores(masks: np.ndarray, q: int, block_addr: int, commits=()) -
     head = min((4 - block_addr % 4) % 4, qq)
     nwords = (qq - head) >> 2
     tail0 = head + 4 * nwords
-    stores = []
-    wdone = 0
-    for upto in commits:
-        whi = _words_through_row(upto, q, head, nwords)
-        stores += _word_stores(masks, q, head, block_addr, wdone, whi, CONSUMERS, upto)
-        wdone = max(wdone, whi)
+    stores = _word_stores(masks, q, head, block_addr, nwords, THREADS)
     for tid in range(THREADS):
         if tid < head:
             stores.append((block_addr + tid, 1, byte(tid)))
         if 4 <= tid < 4 + qq - tail0:
             stores.append((block_addr + tail0 + tid - 4, 1, byte(tail0 + tid - 4)))
-    return stores + _word_stores(masks, q, head, block_addr, wdone, nwords, THREADS, nn_rows)
+    return stores
 
 
 @pytest.mark.parametrize("q", [1, 2, 3, 5, 17, 65, 129, 513])
 def test_epilogue_visibility_every_byte_once(q):
     """Every byte of every request's [Q][Q] visibility block is written exactly once, by a store of
     its own request, aligned words in between byte-stored heads and tails (odd Q, odd b, a base
-    pointer off a 4-byte boundary), and equals the reference (row n = row parent | bit n); with the
-    chunk-by-chunk words of TB_STREAM no word reads a row before its node is published."""
+    pointer off a 4-byte boundary), and equals the reference (row n = row parent | bit n)."""
     rng = np.random.default_rng(q)
     npl = max(1, -(-(q - 1) // 32))
     batch = 5
@@ -557,10 +520,7 @@ def test_epilogue_visibility_every_byte_once(q):
                 want[n, n] = 1
             masks = _ancestor_masks(parents, q, npl)
             block = base + b * q * q
-            # TB_STREAM: one commit per 8 pops, capped at nn (the heap emptied); b % 3 == 0: none
-            # (TB_STREAM=0 or the exact pop forced: the whole block after the pops)
-            commits = [] if b % 3 == 0 else [min(c, nn) for c in range(8, q - 1 + 8, 8)]
-            for addr, size, value in _visibility_stores(masks, q, block, commits):
+            for addr, size, value in _visibility_stores(masks, q, block):
                 assert block <= addr and addr + size <= block + q * q, (q, b, base, addr, size)
                 for e in range(size):
                     f = addr + e - block
