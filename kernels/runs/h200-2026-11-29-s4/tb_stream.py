@@ -1,12 +1,13 @@
 """tb_sorted session 4 against v4 (CUDA-graph replay, warm L2), outputs checked bit for bit against
-the reference after each timing: v4 as committed (tb_v4.cu) and the new kernel (stepped staging,
+the reference after each timing: v4 as committed in session 3 (`git show 025623f:kernels/tree_build_fast.cu`;
+calls 2-4 read it from a copy, tb_v4.cu, since replaced by this git read) and the new kernel (stepped staging,
 redo from the first flagged pop, TB_LEAN=1 since call4) with the streamed epilogue off (S0) and on
 (S1, the default), and S1 with v4's prefetches (TB_LEAN=0). call2 and call3 ran earlier sets
 (call2: TB_REPLAY, since removed; call3: TB_LEAN still 0 by default, "S1 lean" there is S1 here). B=64 and B=1 at budget 64,
 L=15, K=64 (the bench's generator: its batch of 64 holds one request with an exact tie, request 36,
 whose chunk the loop replays), and budget 128 (TB_NPL 4) at B=64. Rounds in rotated order, so that
 drift shows as a spread rather than as a difference."""
-import json, math, os
+import json, math, os, subprocess, tempfile
 from ctypes import c_int
 from pathlib import Path
 import numpy as np
@@ -16,8 +17,10 @@ from kdtr.ops.tree_build import sorted_shared_bytes
 from tests.test_cuda_kernels import (TREE_BUILD, assert_bit_exact, generated, gpu_warmup_and_ceilings,
                                      poisoned_outputs, time_graph)
 
-HERE = Path(__file__).parent
-VARIANTS = {"v4": (HERE / "tb_v4.cu", {}),
+V4 = Path(tempfile.mkdtemp()) / "tb_v4.cu"      # the baseline, from git (kernels/ is on the include path)
+V4.write_text(subprocess.run(["git", "show", "025623f:kernels/tree_build_fast.cu"], capture_output=True,
+                             text=True, check=True).stdout)
+VARIANTS = {"v4": (V4, {}),
             "S0": ("tree_build_fast.cu", {"TB_STREAM": 0}),
             "S1": ("tree_build_fast.cu", {}),
             "S1 prefetch": ("tree_build_fast.cu", {"TB_LEAN": 0})}
