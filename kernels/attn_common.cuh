@@ -64,6 +64,30 @@ __device__ __forceinline__ void named_barrier(int id, int count) {
     asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(count) : "memory");
 }
 
+// The end of a split-KV merge: out = acc / l (4 columns of `row`), lse = M + ln l (thread 0).
+template <typename Store>
+__device__ __forceinline__ void merge_finish(int row, int col, const float (&acc)[4], float l, float M,
+                                             float* __restrict__ lse, Store store) {
+    store((size_t)row * ATTN_DV + col, acc[0] / l, acc[1] / l, acc[2] / l, acc[3] / l);
+    if (threadIdx.x == 0) lse[row] = M + logf(l);
+}
+
+// merge_row's loop over one batch of N splits z0 .. z0 + N - 1 whose o rows (4 columns) are already
+// loaded into oz and whose m and l are in shared memory: the same arithmetic in the same order
+// (ascending z; past n_splits, or an empty split, m = -inf: skipped, its oz never read).
+template <int N>
+__device__ __forceinline__ void merge_batch(const float4 (&oz)[N], const float* s_m, const float* s_l, int z0,
+                                            int n_splits, float M, float& l, float (&acc)[4]) {
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+        const int zz = z0 + k;
+        if (zz >= n_splits || s_m[zz] == neg_inf()) continue;
+        const float w = expf(s_m[zz] - M);
+        l += w * s_l[zz];
+        acc[0] += w * oz[k].x; acc[1] += w * oz[k].y; acc[2] += w * oz[k].z; acc[3] += w * oz[k].w;
+    }
+}
+
 template <typename Store>
 __device__ __forceinline__ void merge_row(const float* __restrict__ ws_o, const float* __restrict__ ws_m,
                                           const float* __restrict__ ws_l, int n_splits, int rows,
@@ -83,8 +107,7 @@ __device__ __forceinline__ void merge_row(const float* __restrict__ ws_o, const 
         const float4 o = *(const float4*)(ws_o + ((size_t)z * rows + row) * ATTN_DV + col);
         acc[0] += w * o.x; acc[1] += w * o.y; acc[2] += w * o.z; acc[3] += w * o.w;
     }
-    store((size_t)row * ATTN_DV + col, acc[0] / l, acc[1] / l, acc[2] / l, acc[3] / l);
-    if (threadIdx.x == 0) lse[row] = M + logf(l);
+    merge_finish(row, col, acc, l, M, lse, store);
 }
 
 // Stores of merge_row's normalised output, 4 values per call: fp32, or bf16 (round to nearest even).

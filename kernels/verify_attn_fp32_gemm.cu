@@ -484,15 +484,7 @@ verify_attn_fp32_gemm_merge(const float* __restrict__ ws_o, const float* __restr
             oz[k] = ok ? *(const float4*)(ws_o + ((size_t)zz * rows + row) * ATTN_DV + col)
                        : make_float4(0.f, 0.f, 0.f, 0.f);
         }
-#pragma unroll
-        for (int k = 0; k < FK_MAXZ; ++k) {
-            const int zz = z0 + k;
-            if (zz >= n_splits || s_m[zz] == neg_inf()) continue;
-            const float w = expf(s_m[zz] - M);
-            l += w * s_l[zz];
-            acc[0] += w * oz[k].x; acc[1] += w * oz[k].y; acc[2] += w * oz[k].z; acc[3] += w * oz[k].w;
-        }
+        merge_batch(oz, s_m, s_l, z0, n_splits, M, l, acc);
     }
-    *(float4*)(out + (size_t)row * ATTN_DV + col) = make_float4(acc[0] / l, acc[1] / l, acc[2] / l, acc[3] / l);
-    if (threadIdx.x == 0) lse[row] = M + logf(l);
+    merge_finish(row, col, acc, l, M, lse, StoreF32{out});
 }
