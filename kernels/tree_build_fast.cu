@@ -5,8 +5,9 @@
 //   the host's sorted_shared_bytes (tree_build.py), laid out as
 //   * T, the log-probs as doubles, (L + 2) x W with W = Kc + 1, Kc = min(K, Q): T[d-1][r] =
 //     (double)lp[d-1][r] for r < Kc, T[d-1][Kc] = -inf (the sibling of the last usable rank), rows
-//     L and L + 1 all -inf (the child of a depth-L node; the row a depth-L candidate's child-row
-//     load reads); first, so that its address is a constant;
+//     L and L + 1 all -inf (row L: the child of a depth-L node; row L + 1: that child's child row,
+//     which a pop loads when the child is the next head of an empty list); first, so that its
+//     address is a constant;
 //   * the token ids [L][Kc] (i32), staged by warps 1..7 while warp 0 pops;
 //   * the node records rec[Q] (16 B: score, packed candidate; rec[0] unused);
 //   * the ancestor-or-self masks [Q][nw] (u32, nw = ceil(Q / 32) <= TB_NPL + 1), built by the epilogue.
