@@ -64,6 +64,33 @@ __device__ __forceinline__ void named_barrier(int id, int count) {
     asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(count) : "memory");
 }
 
+// mbarrier (shared memory, CTA scope): arrive has release and try_wait acquire semantics, so a
+// hand-off through one orders ordinary shared-memory accesses both ways (and compute-sanitizer
+// racecheck tracks it). Phase k of a barrier completes when `count` arrivals have been made; a
+// waiter for phase k passes parity k & 1 and must be at most one phase behind.
+__device__ __forceinline__ void mbar_init(unsigned addr, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(addr), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(unsigned addr) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"(addr) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(unsigned addr, unsigned parity) {
+    asm volatile(
+        "{\n.reg .pred done;\n"
+        "MBAR_WAIT:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra MBAR_WAIT;\n}\n"
+        :: "r"(addr), "r"(parity) : "memory");
+}
+
+// Bytes of dynamic shared memory this launch got: a kernel whose layout is sized by compile-time
+// knobs traps when the host gave it less, instead of corrupting memory.
+__device__ __forceinline__ unsigned dynamic_smem_bytes() {
+    unsigned r;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(r));
+    return r;
+}
+
 // The end of a split-KV merge: out = acc / l (4 columns of `row`), lse = M + ln l (thread 0).
 template <typename Store>
 __device__ __forceinline__ void merge_finish(int row, int col, const float (&acc)[4], float l, float M,
@@ -131,4 +158,51 @@ struct StoreBF16 {
          const float* __restrict__ ws_l, int n_splits, int rows, out_t* __restrict__ out,              \
          float* __restrict__ lse) {                                                                    \
         merge_row(ws_o, ws_m, ws_l, n_splits, rows, lse, Store{out});                                  \
+    }
+
+// merge_row's arithmetic in its order (ascending z, empty splits skipped), with the loads of MAXZ
+// splits in flight at once: every m and l first (one round trip, through shared memory), then the o
+// rows in batches of MAXZ (ceil(n_splits / MAXZ) round trips). More than 256 splits: merge_row.
+template <int MAXZ, typename Store>
+__device__ __forceinline__ void merge_row_batched(const float* __restrict__ ws_o, const float* __restrict__ ws_m,
+                                                  const float* __restrict__ ws_l, int n_splits, int rows,
+                                                  float* __restrict__ lse, Store store) {
+    __shared__ float s_m[256], s_l[256];
+    const int row = blockIdx.x;
+    if (row >= rows) return;
+    if (n_splits > 256) {
+        merge_row(ws_o, ws_m, ws_l, n_splits, rows, lse, store);
+        return;
+    }
+    for (int z = threadIdx.x; z < n_splits; z += MERGE_THREADS) {
+        s_m[z] = ws_m[(size_t)z * rows + row];
+        s_l[z] = ws_l[(size_t)z * rows + row];
+    }
+    __syncthreads();
+    float M = neg_inf();
+    for (int z = 0; z < n_splits; ++z) M = fmaxf(M, s_m[z]);
+    const int col = threadIdx.x * 4;
+    float l = 0.f;
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int z0 = 0; z0 < n_splits; z0 += MAXZ) {
+        float4 oz[MAXZ];
+#pragma unroll
+        for (int k = 0; k < MAXZ; ++k) {
+            const int zz = z0 + k;
+            const bool ok = zz < n_splits && s_m[zz] != neg_inf();      // the split saw a key
+            oz[k] = ok ? *(const float4*)(ws_o + ((size_t)zz * rows + row) * ATTN_DV + col)
+                       : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+        merge_batch(oz, s_m, s_l, z0, n_splits, M, l, acc);
+    }
+    merge_finish(row, col, acc, l, M, lse, store);
+}
+
+// An fp32 kernel's batched split-KV merge entry: grid = B*Q*H rows, block = MERGE_THREADS (128).
+#define ATTN_MERGE_BATCHED_ENTRY(name, maxz)                                                          \
+    extern "C" __global__ void __launch_bounds__(MERGE_THREADS)                                       \
+    name(const float* __restrict__ ws_o, const float* __restrict__ ws_m,                               \
+         const float* __restrict__ ws_l, int n_splits, int rows, float* __restrict__ out,              \
+         float* __restrict__ lse) {                                                                    \
+        merge_row_batched<maxz>(ws_o, ws_m, ws_l, n_splits, rows, lse, StoreF32{out});                 \
     }

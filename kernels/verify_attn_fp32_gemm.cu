@@ -144,12 +144,6 @@ __device__ __forceinline__ int fk_part_row(int row) {
 #endif
 }
 
-__device__ __forceinline__ unsigned dynamic_smem_bytes() {
-    unsigned r;
-    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(r));
-    return r;
-}
-
 extern "C" __global__ void __launch_bounds__(FK_THREADS, 1)
 verify_attn_fp32_gemm(const float* __restrict__ q, const float* __restrict__ kv,
                       const int* __restrict__ prefix_len, const u8* __restrict__ visibility,
@@ -450,41 +444,6 @@ verify_attn_fp32_gemm(const float* __restrict__ q, const float* __restrict__ kv,
     cp_async_wait<0>();                  // no copy may outlive the block (all are empty groups here)
 }
 
-// grid = B*Q*H rows, block = MERGE_THREADS (128). merge_row's arithmetic in its order (ascending z,
-// empty splits skipped), with the loads of FK_MAXZ splits in flight at once: every m and l first
-// (one round trip, through shared memory), then the o rows in batches of FK_MAXZ (ceil(n / 16) round
-// trips: 3 at 33 splits, against merge_row's ~2 per split).
-extern "C" __global__ void __launch_bounds__(MERGE_THREADS)
-verify_attn_fp32_gemm_merge(const float* __restrict__ ws_o, const float* __restrict__ ws_m,
-                            const float* __restrict__ ws_l, int n_splits, int rows,
-                            float* __restrict__ out, float* __restrict__ lse) {
-    __shared__ float s_m[256], s_l[256];
-    const int row = blockIdx.x;
-    if (row >= rows) return;
-    if (n_splits > 256) {                // more splits than s_m holds: merge_row
-        merge_row(ws_o, ws_m, ws_l, n_splits, rows, lse, StoreF32{out});
-        return;
-    }
-    for (int z = threadIdx.x; z < n_splits; z += MERGE_THREADS) {
-        s_m[z] = ws_m[(size_t)z * rows + row];
-        s_l[z] = ws_l[(size_t)z * rows + row];
-    }
-    __syncthreads();
-    float M = neg_inf();
-    for (int z = 0; z < n_splits; ++z) M = fmaxf(M, s_m[z]);
-    const int col = threadIdx.x * 4;
-    float l = 0.f;
-    float acc[4] = {0.f, 0.f, 0.f, 0.f};
-    for (int z0 = 0; z0 < n_splits; z0 += FK_MAXZ) {
-        float4 oz[FK_MAXZ];
-#pragma unroll
-        for (int k = 0; k < FK_MAXZ; ++k) {
-            const int zz = z0 + k;
-            const bool ok = zz < n_splits && s_m[zz] != neg_inf();      // the split saw a key
-            oz[k] = ok ? *(const float4*)(ws_o + ((size_t)zz * rows + row) * ATTN_DV + col)
-                       : make_float4(0.f, 0.f, 0.f, 0.f);
-        }
-        merge_batch(oz, s_m, s_l, z0, n_splits, M, l, acc);
-    }
-    merge_finish(row, col, acc, l, M, lse, StoreF32{out});
-}
+// grid = B*Q*H rows, block = MERGE_THREADS (128): attn_common.cuh's merge_row_batched, FK_MAXZ
+// splits' o rows in flight at once (3 round trips at 33 splits, against merge_row's ~2 per split).
+ATTN_MERGE_BATCHED_ENTRY(verify_attn_fp32_gemm_merge, FK_MAXZ)

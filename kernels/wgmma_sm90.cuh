@@ -101,22 +101,3 @@ __device__ __forceinline__ void wgmma_ss_n256_t(float (&d)[128], u64 da, u64 db,
         : WG_D128
         : "l"(da), "l"(db), "r"(scale_d));
 }
-
-// mbarrier (shared memory, CTA scope): arrive has release and try_wait acquire semantics, so a
-// hand-off through one orders ordinary shared-memory accesses both ways (and compute-sanitizer
-// racecheck tracks it). Phase k of a barrier completes when `count` arrivals have been made; a
-// waiter for phase k passes parity k & 1 and must be at most one phase behind.
-__device__ __forceinline__ void mbar_init(unsigned addr, unsigned count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(addr), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(unsigned addr) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"(addr) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(unsigned addr, unsigned parity) {
-    asm volatile(
-        "{\n.reg .pred done;\n"
-        "MBAR_WAIT:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra MBAR_WAIT;\n}\n"
-        :: "r"(addr), "r"(parity) : "memory");
-}

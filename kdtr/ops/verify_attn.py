@@ -321,6 +321,11 @@ class VerifyAttn(Op):
         "fp32_gemm": CudaKernel("fp32", "verify_attn_fp32_gemm.cu", "verify_attn_fp32_gemm",
                                 "verify_attn_fp32_gemm_merge", 68, 64, 512, 210048, split_min_tiles=1,
                                 sizing=fp32_gemm_sizing),
+        # scores on the FP64 tensor cores (exact products, fp64 sums) in 4 warps while 8 warps run
+        # the softmax and P.V on the FP32 FMA units (kernels/NOTES.md, "fp32_dmma"): 34-row tiles x
+        # 16-key sub-tiles, 8 x 16 = 128 blocks at B=1 H=16 Q=17 P=2048.
+        "fp32_dmma": CudaKernel("fp32", "verify_attn_fp32_dmma.cu", "verify_attn_fp32_dmma",
+                                "verify_attn_fp32_dmma_merge", 34, 16, 384, 228592, split_min_tiles=4),
         "bf16_mma": CudaKernel("bf16_paged", "verify_attn_bf16_paged.cu", "verify_attn_bf16_paged",
                                "verify_attn_bf16_merge", 64, 32, 256, 166144),
         "bf16_wgmma2": CudaKernel("bf16_paged", "verify_attn_bf16_wgmma2.cu", "verify_attn_bf16_wgmma2",
@@ -328,7 +333,7 @@ class VerifyAttn(Op):
     }
     # Kernels the launch may pick by default (each passed the GPU tests on an H200; kernels/NOTES.md);
     # others run only when named.
-    CUDA_DEFAULTS = ("fp32_gemm", "fp32_ffma", "bf16_mma", "bf16_wgmma2")
+    CUDA_DEFAULTS = ("fp32_dmma", "fp32_gemm", "fp32_ffma", "bf16_mma", "bf16_wgmma2")
 
     def cuda_kernels(self, variant):
         return tuple(name for name, k in self.CUDA_KERNELS.items() if k.variant == variant)
@@ -338,13 +343,16 @@ class VerifyAttn(Op):
 
     def kernel_choice(self, variant, inputs, params):
         """Name of the CUDA kernel run_cuda launches for these inputs here (a CUDA_KERNELS key):
-        fp32_gemm where its shared memory fits, else fp32_ffma; for bf16_paged the wgmma kernel on
-        sm_90 (H100/H200), else the portable one."""
+        for fp32 the first of fp32_dmma, fp32_gemm whose shared memory fits (Hopper: fp32_dmma),
+        else fp32_ffma; for bf16_paged the wgmma kernel on sm_90 (H100/H200), else the portable one."""
         from ..device import device_arch, gpu_available, max_shared_optin
 
-        if variant == "fp32":        # fp32_gemm where its shared memory fits (Hopper), else fp32_ffma
-            fits = gpu_available() and self.CUDA_KERNELS["fp32_gemm"].smem + 64 <= max_shared_optin()
-            return "fp32_gemm" if fits else "fp32_ffma"
+        if variant == "fp32":
+            for name in ("fp32_dmma", "fp32_gemm"):
+                if (name in self.CUDA_DEFAULTS and gpu_available()
+                        and self.CUDA_KERNELS[name].smem + 64 <= max_shared_optin()):
+                    return name
+            return "fp32_ffma"
         if "bf16_wgmma2" in self.CUDA_DEFAULTS and gpu_available() and device_arch() == "sm_90":
             return "bf16_wgmma2"
         return "bf16_mma"
