@@ -72,6 +72,15 @@
 #define FD_SMEM_BYTES (2 * FD_S_DOUBLES * 8 + \
                        (FD_Q_FLOATS + FD_RING * FD_KV_FLOATS + 2 * FD_P_FLOATS + 3 * FD_STAT) * 4 + 64)
 #define FD_MAXZ 16                               // merge: splits loaded per batch
+#ifndef FD_ACC2
+#define FD_ACC2 0                                // 1: two accumulator sets per S warp (k-steps 0-1 / 2-3)
+#endif
+#ifndef FD_UNROLL
+#define FD_UNROLL (FD_ACC2 ? 1 : 3)              // dim groups unrolled in the S loop
+#endif
+#ifndef FD_DIAG
+#define FD_DIAG 0                                // timing only: 1 no score MMAs, 2 no P.V FMAs
+#endif
 
 #if FD_NT * 8 < FD_ROWS || FD_ROWS % 2 != 0 || 4 * FD_ROWS > FD_OT || FD_STAT < FD_ROWS
 #error "row tiling: 34 rows need 5 n8 tiles, 2 O row halves and 136 softmax threads"
@@ -160,9 +169,11 @@ verify_attn_fp32_dmma(const float* __restrict__ q, const float* __restrict__ kv,
             cp_async_wait<0>();
         }
         if (tid == 0) {
-            mbar_init(mb_full, FD_SW); mbar_init(mb_full + 8, FD_SW);
-            mbar_init(mb_empty_s, 1); mbar_init(mb_empty_s + 8, 1);
-            for (int i = 0; i < FD_RING; ++i) mbar_init(mb_empty_kv + 8 * i, FD_OW);
+            // every thread of a side arrives after its own accesses (no hand-off through another
+            // thread's arrive: racecheck follows only direct release / acquire pairs)
+            mbar_init(mb_full, 32 * FD_SW); mbar_init(mb_full + 8, 32 * FD_SW);
+            mbar_init(mb_empty_s, FD_OT); mbar_init(mb_empty_s + 8, FD_OT);
+            for (int i = 0; i < FD_RING; ++i) mbar_init(mb_empty_kv + 8 * i, FD_OT);
         }
         __syncthreads();                                         // Q visible, mbarriers initialised
     }
@@ -177,10 +188,13 @@ verify_attn_fp32_dmma(const float* __restrict__ q, const float* __restrict__ kv,
             cp_async_wait<1>();                                  // sub-tile t (only t + 1 may be pending)
             named_barrier(1, 32 * FD_SW);                        // ... for every S thread
             const float* ks = sKV + (t % FD_RING) * FD_KV_FLOATS;
-            double acc[FD_NT][4];
+            double acc[FD_ACC2 + 1][FD_NT][4];
 #pragma unroll
-            for (int n = 0; n < FD_NT; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0;
-#pragma unroll 3
+            for (int h = 0; h <= FD_ACC2; ++h)
+#pragma unroll
+                for (int n = 0; n < FD_NT; ++n) acc[h][n][0] = acc[h][n][1] = acc[h][n][2] = acc[h][n][3] = 0.0;
+#if FD_DIAG != 1
+#pragma unroll FD_UNROLL
             for (int jg = 0; jg < FD_G; ++jg) {
                 const int off = 4 * ((4 * (FD_G * sw + jg) + t4) ^ swz);
                 const float4 ka = *(const float4*)(ks + g * ATTN_D + off);
@@ -194,9 +208,16 @@ verify_attn_fp32_dmma(const float* __restrict__ q, const float* __restrict__ kv,
                 for (int u = 0; u < 4; ++u) {
                     const double a0 = (double)f4_at(ka, u), a1 = (double)f4_at(kb, u);
 #pragma unroll
-                    for (int n = 0; n < FD_NT; ++n) dmma_16x8x4(acc[n], a0, a1, (double)f4_at(qv[n], u));
+                    for (int n = 0; n < FD_NT; ++n) dmma_16x8x4(acc[FD_ACC2 ? u >> 1 : 0][n], a0, a1, (double)f4_at(qv[n], u));
                 }
             }
+#endif
+#if FD_ACC2
+#pragma unroll
+            for (int n = 0; n < FD_NT; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[0][n][e] += acc[1][n][e];
+#endif
             // refill: sub-tile t + 2 goes to the slot of t - 1, free once the O warps are done with it
             if (t + 2 < nsub) {
                 if (t >= 1) mbar_wait(mb_empty_kv + 8 * ((t - 1) % FD_RING), ((t - 1) / FD_RING) & 1);
@@ -210,16 +231,15 @@ verify_attn_fp32_dmma(const float* __restrict__ q, const float* __restrict__ kv,
             for (int n = 0; n < FD_NT; ++n) {
                 const int r = 8 * n + 2 * t4;
                 if (r < FD_ROWS) {
-                    ss[r * FD_KEYS + g] = acc[n][0];
-                    ss[r * FD_KEYS + g + 8] = acc[n][2];
+                    ss[r * FD_KEYS + g] = acc[0][n][0];
+                    ss[r * FD_KEYS + g + 8] = acc[0][n][2];
                 }
                 if (r + 1 < FD_ROWS) {
-                    ss[(r + 1) * FD_KEYS + g] = acc[n][1];
-                    ss[(r + 1) * FD_KEYS + g + 8] = acc[n][3];
+                    ss[(r + 1) * FD_KEYS + g] = acc[0][n][1];
+                    ss[(r + 1) * FD_KEYS + g + 8] = acc[0][n][3];
                 }
             }
-            __syncwarp();
-            if (lane == 0) mbar_arrive(mb_full + 8 * (t & 1));
+            mbar_arrive(mb_full + 8 * (t & 1));
         }
         cp_async_wait<0>();                                      // only empty groups are left
         return;
@@ -288,8 +308,8 @@ verify_attn_fp32_dmma(const float* __restrict__ q, const float* __restrict__ kv,
                 if (skq == 0) ab[srow] = alpha;
             }
         }
-        named_barrier(2, FD_OT);                                 // P, alpha of t written; sS[buf] read
-        if (tid == 0) mbar_arrive(mb_empty_s + 8 * buf);
+        mbar_arrive(mb_empty_s + 8 * buf);                       // this thread's reads of sS[buf] done
+        named_barrier(2, FD_OT);                                 // P, alpha of t written
 
         const float* pr = pb + prow * FD_KEYS;
 #pragma unroll
@@ -298,6 +318,7 @@ verify_attn_fp32_dmma(const float* __restrict__ q, const float* __restrict__ kv,
             o[r][0] *= a; o[r][1] *= a; o[r][2] *= a; o[r][3] *= a;
         }
         const float* vs = sKV + (t % FD_RING) * FD_KV_FLOATS;
+#if FD_DIAG != 2
 #pragma unroll
         for (int s4 = 0; s4 < FD_KEYS / 4; ++s4) {
             float4 v4[4];
@@ -316,8 +337,8 @@ verify_attn_fp32_dmma(const float* __restrict__ q, const float* __restrict__ kv,
                 }
             }
         }
-        __syncwarp();
-        if (lane == 0) mbar_arrive(mb_empty_kv + 8 * (t % FD_RING));   // this warp is done with slot t % 3
+#endif
+        mbar_arrive(mb_empty_kv + 8 * (t % FD_RING));            // this thread is done with slot t % 3
     }
 
     // ---------------- epilogue: O rows (normalised when the keys are not split), then the stats
