@@ -78,6 +78,21 @@
 #ifndef FD_UNROLL
 #define FD_UNROLL (FD_ACC2 ? 1 : 3)              // dim groups unrolled in the S loop
 #endif
+#ifndef FD_PROFILE
+#define FD_PROFILE 0                             // timing only: clock64 stamps of warps 0, 7, 8 into `out`
+#endif
+#if FD_PROFILE   // out as int64 [block][warp 0 | 7 | 8][sub-tile 0..8, 9 = start / end][event 6]; run without the merge
+#define FD_STAMP(t, e)                                                                                   \
+    do {                                                                                                 \
+        const int wsel_ = warp == 0 ? 0 : warp == 7 ? 1 : warp == 8 ? 2 : -1;                          \
+        if (lane == 0 && wsel_ >= 0 && (t) < 10) {                                                       \
+            const int blk_ = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);            \
+            ((long long*)out)[((blk_ * 3 + wsel_) * 10 + (t)) * 6 + (e)] = clock64();                   \
+        }                                                                                                \
+    } while (0)
+#else
+#define FD_STAMP(t, e) do {} while (0)
+#endif
 #ifndef FD_DIAG
 #define FD_DIAG 0                                // timing only: 1 no score MMAs, 2 no P.V FMAs
 #endif
@@ -176,6 +191,7 @@ verify_attn_fp32_dmma(const float* __restrict__ q, const float* __restrict__ kv,
             for (int i = 0; i < FD_RING; ++i) mbar_init(mb_empty_kv + 8 * i, FD_OT);
         }
         __syncthreads();                                         // Q visible, mbarriers initialised
+    FD_STAMP(9, 0);
     }
 
     if (s_warp) {
@@ -185,8 +201,10 @@ verify_attn_fp32_dmma(const float* __restrict__ q, const float* __restrict__ kv,
         const bool row4 = 32 + g < FD_ROWS;                      // n tile 4: rows 32 + g exist
 #pragma unroll 1
         for (int t = 0; t < nsub; ++t) {
+            FD_STAMP(t, 0);
             cp_async_wait<1>();                                  // sub-tile t (only t + 1 may be pending)
             named_barrier(1, 32 * FD_SW);                        // ... for every S thread
+            FD_STAMP(t, 1);
             const float* ks = sKV + (t % FD_RING) * FD_KV_FLOATS;
             double acc[FD_ACC2 + 1][FD_NT][4];
 #pragma unroll
@@ -212,6 +230,7 @@ verify_attn_fp32_dmma(const float* __restrict__ q, const float* __restrict__ kv,
                 }
             }
 #endif
+            FD_STAMP(t, 2);
 #if FD_ACC2
 #pragma unroll
             for (int n = 0; n < FD_NT; ++n)
@@ -223,9 +242,11 @@ verify_attn_fp32_dmma(const float* __restrict__ q, const float* __restrict__ kv,
                 if (t >= 1) mbar_wait(mb_empty_kv + 8 * ((t - 1) % FD_RING), ((t - 1) / FD_RING) & 1);
                 issue_kv(t + 2);
             }
+            FD_STAMP(t, 3);
             cp_async_commit();
             // the partial to sS[t & 1] once the O warps have read sub-tile t - 2's
             if (t >= 2) mbar_wait(mb_empty_s + 8 * (t & 1), ((t >> 1) - 1) & 1);
+            FD_STAMP(t, 4);
             double* ss = sS + (t & 1) * FD_S_DOUBLES + sw * FD_ROWS * FD_KEYS;
 #pragma unroll
             for (int n = 0; n < FD_NT; ++n) {
@@ -240,7 +261,9 @@ verify_attn_fp32_dmma(const float* __restrict__ q, const float* __restrict__ kv,
                 }
             }
             mbar_arrive(mb_full + 8 * (t & 1));
+            FD_STAMP(t, 5);
         }
+        FD_STAMP(9, 1);
         cp_async_wait<0>();                                      // only empty groups are left
         return;
     }
@@ -262,8 +285,10 @@ verify_attn_fp32_dmma(const float* __restrict__ q, const float* __restrict__ kv,
 
 #pragma unroll 1
     for (int t = 0; t < nsub; ++t) {
+        FD_STAMP(t, 0);
         const int buf = t & 1;
         mbar_wait(mb_full + 8 * buf, (t >> 1) & 1);              // partials of t (and its kv rows)
+        FD_STAMP(t, 1);
         float* pb = sP + buf * FD_P_FLOATS;
         float* ab = sAlpha + buf * FD_STAT;
         if (s_role) {
@@ -308,8 +333,10 @@ verify_attn_fp32_dmma(const float* __restrict__ q, const float* __restrict__ kv,
                 if (skq == 0) ab[srow] = alpha;
             }
         }
+        FD_STAMP(t, 2);
         mbar_arrive(mb_empty_s + 8 * buf);                       // this thread's reads of sS[buf] done
         named_barrier(2, FD_OT);                                 // P, alpha of t written
+        FD_STAMP(t, 3);
 
         const float* pr = pb + prow * FD_KEYS;
 #pragma unroll
@@ -338,12 +365,15 @@ verify_attn_fp32_dmma(const float* __restrict__ q, const float* __restrict__ kv,
             }
         }
 #endif
+        FD_STAMP(t, 4);
         mbar_arrive(mb_empty_kv + 8 * (t % FD_RING));            // this thread is done with slot t % 3
+        FD_STAMP(t, 5);
     }
 
     // ---------------- epilogue: O rows (normalised when the keys are not split), then the stats
     if (s_role && srow_in && skq == 0) sL[srow] = l_run;
     named_barrier(2, FD_OT);
+    FD_STAMP(9, 1);
     const bool direct = n_splits == 1;
     float* base = (direct ? out : ws_o + (size_t)z * rows_total * ATTN_DV) + (grow0 + prow) * ATTN_DV + 4 * pch;
 #pragma unroll
