@@ -1,6 +1,7 @@
 """Run pipes.cu: the DMMA loop (4 warps an SM) and FFMA chains (8 warps) alone and together, same work
 each time; if the SM runs both units at once, `together` is close to the larger of the two alone, if
-they share an issue or math path it is close to their sum."""
+they share an issue or math path it is close to their sum. Call 4: each operand mode (CVT 1 F2F from
+fp32, 0 fp64 shared memory, 2 registers only, 3 conversions without MMAs)."""
 import json, os
 from ctypes import c_int
 from pathlib import Path
@@ -11,8 +12,8 @@ SRC = Path(__file__).with_name("pipes.cu")
 inp = torch.randn(4096, device="cuda") * 1e-3
 iters, fiters = 200, 5000
 res = {}
-for dw, fw in ((4, 0), (0, 8), (4, 8), (8, 0), (8, 8)):
-    k = get_kernel(str(SRC), "pipes", defines={"DW": dw, "FW": fw})
+for cvt, dw, fw in ((1, 0, 8), (1, 4, 0), (1, 4, 8), (0, 4, 0), (0, 4, 8), (2, 4, 0), (2, 4, 8), (3, 4, 0), (3, 4, 8)):
+    k = get_kernel(str(SRC), "pipes", defines={"DW": dw, "FW": fw, "CVT": cvt})
     out = torch.empty(132 * 32 * (dw + fw), dtype=torch.float64, device="cuda")
     launch = lambda: k.launch(132, 32 * (dw + fw), [inp, out, c_int(iters), c_int(fiters)])  # noqa: E731
     launch(); torch.cuda.synchronize()
@@ -22,7 +23,7 @@ for dw, fw in ((4, 0), (0, 8), (4, 8), (8, 0), (8, 8)):
         a.record(); [launch() for _ in range(3)]; b.record(); b.synchronize()
         ts.append(a.elapsed_time(b) / 3 * 1e3)
     t = sorted(ts)[2]
-    label = f"DMMA warps {dw} + FFMA warps {fw}"
+    label = f"CVT={cvt} DMMA warps {dw} + FFMA warps {fw}"
     res[label] = round(t, 1)
     dflop = 132 * dw * iters * 9 * 4 * 5 * 1024
     fflop = 132 * fw * 32 * 64 * fiters * 2
