@@ -237,16 +237,9 @@ verify_attn_fp32_dmma(const float* __restrict__ q, const float* __restrict__ kv,
 #pragma unroll
                 for (int e = 0; e < 4; ++e) acc[0][n][e] += acc[1][n][e];
 #endif
-            // refill: sub-tile t + 2 goes to the slot of t - 1, free once the O warps are done with it
-            if (t + 2 < nsub) {
-                if (t >= 1) mbar_wait(mb_empty_kv + 8 * ((t - 1) % FD_RING), ((t - 1) / FD_RING) & 1);
-                issue_kv(t + 2);
-            }
-            FD_STAMP(t, 3);
-            cp_async_commit();
             // the partial to sS[t & 1] once the O warps have read sub-tile t - 2's
             if (t >= 2) mbar_wait(mb_empty_s + 8 * (t & 1), ((t >> 1) - 1) & 1);
-            FD_STAMP(t, 4);
+            FD_STAMP(t, 3);
             double* ss = sS + (t & 1) * FD_S_DOUBLES + sw * FD_ROWS * FD_KEYS;
 #pragma unroll
             for (int n = 0; n < FD_NT; ++n) {
@@ -261,6 +254,14 @@ verify_attn_fp32_dmma(const float* __restrict__ q, const float* __restrict__ kv,
                 }
             }
             mbar_arrive(mb_full + 8 * (t & 1));
+            FD_STAMP(t, 4);
+            // then the refill (off the O warps' path: ~700 cycles of cp.async issue): sub-tile t + 2
+            // goes to the slot of t - 1, free once the O warps are done with it
+            if (t + 2 < nsub) {
+                if (t >= 1) mbar_wait(mb_empty_kv + 8 * ((t - 1) % FD_RING), ((t - 1) / FD_RING) & 1);
+                issue_kv(t + 2);
+            }
+            cp_async_commit();
             FD_STAMP(t, 5);
         }
         FD_STAMP(9, 1);

@@ -19,7 +19,9 @@ def patched(self, *a, **kw):
     if not self.name.endswith("_merge"):
         return launch(self, *a, **kw)
 dev.Kernel.launch = patched
-S_EV = ("kv wait+bar", "MMAs", "EMPTY_KV wait+issue", "EMPTY_S wait", "write+FULL")
+# S-warp events since call 5 (call 3 had the refill before the partial: "EMPTY_KV wait+issue",
+# "EMPTY_S wait", "write+FULL" for the last three)
+S_EV = ("kv wait+bar", "MMAs", "EMPTY_S wait", "write+FULL", "EMPTY_KV wait+refill")
 O_EV = ("FULL wait", "softmax", "arrive+barrier", "alpha+FFMA", "EMPTY_KV arrive")
 settings = json.loads(os.environ.get("FD_PROFILE_DEFINES", "[{}, {\"FD_DIAG\": 1}, {\"FD_DIAG\": 2}]"))
 report = {}
