@@ -72,6 +72,9 @@
 #define FD_SMEM_BYTES (2 * FD_S_DOUBLES * 8 + \
                        (FD_Q_FLOATS + FD_RING * FD_KV_FLOATS + 2 * FD_P_FLOATS + 3 * FD_STAT) * 4 + 64)
 #define FD_MAXZ 16                               // merge: splits loaded per batch
+#ifndef FD_SFMA
+#define FD_SFMA 0                                // 1: the S warps compute the scores with FFMA in fp32
+#endif
 #ifndef FD_ACC2
 #define FD_ACC2 0                                // 1: two accumulator sets per S warp (k-steps 0-1 / 2-3)
 #endif
@@ -104,10 +107,18 @@
 #error "FD_SMEM_BYTES differs from the host's CUDA_KERNELS entry (kdtr/ops/verify_attn.py)"
 #endif
 
-// float offset of 16-byte chunk `chunk` of row `row` in a swizzled [rows][576] tile
+// float offset of 16-byte chunk `chunk` of row `row` in a swizzled [rows][576] tile. MMA scores: chunk
+// ^ 4 (row & 1) (a quarter-warp reads rows g, g + 1 at chunks 4G + t); FFMA scores: chunk ^ (row & 7)
+// (a K load reads 16 keys at one chunk, a Q load rows r and r + 17)
+__device__ __forceinline__ int fd_swz(int row) { return FD_SFMA ? (row & 7) : ((row & 1) << 2); }
 __device__ __forceinline__ int fd_at(int row, int chunk) {
-    return row * ATTN_D + 4 * (chunk ^ ((row & 1) << 2));
+    return row * ATTN_D + 4 * (chunk ^ fd_swz(row));
 }
+#if FD_SFMA
+typedef float fd_score_t;                        // partial scores in sS (the buffer is sized for fp64)
+#else
+typedef double fd_score_t;
+#endif
 
 // D (16x8 f64) += A (16x4 f64, row) * B (4x8 f64, col)
 __device__ __forceinline__ void dmma_16x8x4(double (&d)[4], double a0, double a1, double b0) {
@@ -127,8 +138,8 @@ verify_attn_fp32_dmma(const float* __restrict__ q, const float* __restrict__ kv,
                       float* __restrict__ ws_o, float* __restrict__ ws_m, float* __restrict__ ws_l) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     if (dynamic_smem_bytes() < FD_SMEM_BYTES) __trap();         // host and kernel disagree
-    double* sS = (double*)smem_raw;
-    float* sQ = (float*)(sS + 2 * FD_S_DOUBLES);
+    fd_score_t* sS = (fd_score_t*)smem_raw;
+    float* sQ = (float*)(smem_raw + 2 * FD_S_DOUBLES * 8);
     float* sKV = sQ + FD_Q_FLOATS;
     float* sP = sKV + FD_RING * FD_KV_FLOATS;
     float* sAlpha = sP + 2 * FD_P_FLOATS;
@@ -197,8 +208,12 @@ verify_attn_fp32_dmma(const float* __restrict__ q, const float* __restrict__ kv,
     if (s_warp) {
         // ---------------- S warps: scores of each sub-tile, fp64 partial over dims [144w, 144w+144)
         const int sw = warp - FD_OW, g = lane >> 2, t4 = lane & 3;
+#if FD_SFMA
+        const int skey = lane & 15, shalf = lane >> 4;           // FFMA scores: key, rows 17 shalf ..+16
+#else
         const int swz = (g & 1) << 2;                            // rows / keys g, g + 8, 8n + g: parity of g
         const bool row4 = 32 + g < FD_ROWS;                      // n tile 4: rows 32 + g exist
+#endif
 #pragma unroll 1
         for (int t = 0; t < nsub; ++t) {
             FD_STAMP(t, 0);
@@ -206,6 +221,29 @@ verify_attn_fp32_dmma(const float* __restrict__ q, const float* __restrict__ kv,
             named_barrier(1, 32 * FD_SW);                        // ... for every S thread
             FD_STAMP(t, 1);
             const float* ks = sKV + (t % FD_RING) * FD_KV_FLOATS;
+#if FD_SFMA
+            // lane: key skey, rows 17 shalf + r; dims [144 sw, 144 sw + 144) in ascending float4
+            // chunks, one fmaf chain a row (x, y, z, w of each chunk in order)
+            float acc[FD_A];
+#pragma unroll
+            for (int r = 0; r < FD_A; ++r) acc[r] = 0.f;
+#if FD_DIAG != 1
+            const float* kr = ks + skey * ATTN_D;
+            const float* qr = sQ + FD_A * shalf * ATTN_D;
+#pragma unroll 2
+            for (int c = 36 * sw; c < 36 * sw + 36; ++c) {
+                const float4 k4 = *(const float4*)(kr + 4 * (c ^ (skey & 7)));
+#pragma unroll
+                for (int r = 0; r < FD_A; ++r) {
+                    const float4 q4 = *(const float4*)(qr + r * ATTN_D + 4 * (c ^ ((shalf + r) & 7)));
+                    acc[r] = fmaf(q4.x, k4.x, acc[r]);
+                    acc[r] = fmaf(q4.y, k4.y, acc[r]);
+                    acc[r] = fmaf(q4.z, k4.z, acc[r]);
+                    acc[r] = fmaf(q4.w, k4.w, acc[r]);
+                }
+            }
+#endif
+#else
             double acc[FD_ACC2 + 1][FD_NT][4];
 #pragma unroll
             for (int h = 0; h <= FD_ACC2; ++h)
@@ -230,8 +268,9 @@ verify_attn_fp32_dmma(const float* __restrict__ q, const float* __restrict__ kv,
                 }
             }
 #endif
+#endif  // FD_SFMA
             FD_STAMP(t, 2);
-#if FD_ACC2
+#if FD_ACC2 && !FD_SFMA
 #pragma unroll
             for (int n = 0; n < FD_NT; ++n)
 #pragma unroll
@@ -240,7 +279,11 @@ verify_attn_fp32_dmma(const float* __restrict__ q, const float* __restrict__ kv,
             // the partial to sS[t & 1] once the O warps have read sub-tile t - 2's
             if (t >= 2) mbar_wait(mb_empty_s + 8 * (t & 1), ((t >> 1) - 1) & 1);
             FD_STAMP(t, 3);
-            double* ss = sS + (t & 1) * FD_S_DOUBLES + sw * FD_ROWS * FD_KEYS;
+            fd_score_t* ss = sS + (t & 1) * FD_S_DOUBLES + sw * FD_ROWS * FD_KEYS;
+#if FD_SFMA
+#pragma unroll
+            for (int r = 0; r < FD_A; ++r) ss[(FD_A * shalf + r) * FD_KEYS + skey] = acc[r];
+#else
 #pragma unroll
             for (int n = 0; n < FD_NT; ++n) {
                 const int r = 8 * n + 2 * t4;
@@ -253,6 +296,7 @@ verify_attn_fp32_dmma(const float* __restrict__ q, const float* __restrict__ kv,
                     ss[(r + 1) * FD_KEYS + g + 8] = acc[0][n][3];
                 }
             }
+#endif
             mbar_arrive(mb_full + 8 * (t & 1));
             FD_STAMP(t, 4);
             // then the refill (off the O warps' path: ~700 cycles of cp.async issue): sub-tile t + 2
@@ -293,7 +337,19 @@ verify_attn_fp32_dmma(const float* __restrict__ q, const float* __restrict__ kv,
         float* pb = sP + buf * FD_P_FLOATS;
         float* ab = sAlpha + buf * FD_STAT;
         if (s_role) {
-            const double* ss = sS + buf * FD_S_DOUBLES + srow * FD_KEYS + skq;
+            const fd_score_t* ss = sS + buf * FD_S_DOUBLES + srow * FD_KEYS + skq;
+#if FD_SFMA
+            float d[4];
+            {
+                const float4 v = *(const float4*)ss;
+                d[0] = v.x; d[1] = v.y; d[2] = v.z; d[3] = v.w;
+            }
+#pragma unroll
+            for (int w = 1; w < FD_SW; ++w) {
+                const float4 v = *(const float4*)(ss + w * FD_ROWS * FD_KEYS);
+                d[0] += v.x; d[1] += v.y; d[2] += v.z; d[3] += v.w;
+            }
+#else
             double d[4];
             {
                 const double2 lo = *(const double2*)ss, hi = *(const double2*)(ss + 2);
@@ -305,6 +361,7 @@ verify_attn_fp32_dmma(const float* __restrict__ q, const float* __restrict__ kv,
                 const double2 hi = *(const double2*)(ss + w * FD_ROWS * FD_KEYS + 2);
                 d[0] += lo.x; d[1] += lo.y; d[2] += hi.x; d[3] += hi.y;
             }
+#endif
             const int j0 = kbeg + t * FD_KEYS + skq;
             float s[4], mx = neg_inf();
             bool ok[4];
@@ -314,7 +371,11 @@ verify_attn_fp32_dmma(const float* __restrict__ q, const float* __restrict__ kv,
                 bool a = srow_ok && j < kend;
                 if (a && j >= P) a = vrow[j] != 0;
                 ok[k] = a;
+#if FD_SFMA
+                s[k] = a ? sm_scale * d[k] : neg_inf();
+#else
                 s[k] = a ? (float)(d[k] * scale) : neg_inf();
+#endif
                 mx = fmaxf(mx, s[k]);
             }
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
