@@ -1,7 +1,13 @@
 // verify_attn, variant fp32, "dmma": MLA absorbed tree-verify attention, contiguous layout (ops.md §2),
-// with the scores on the FP64 tensor cores and P.V on the FP32 FMA units, the two running at once
-// in different warps. Entry `fp32_dmma` in VerifyAttn.CUDA_KERNELS (design, prediction and timings:
-// kernels/NOTES.md, "fp32_dmma").
+// warp-specialised: 4 warps compute the scores on the FP64 tensor cores (exact products), 8 warps
+// run the softmax and P.V on the FP32 FMA units, handing 16-key sub-tiles over through mbarriers.
+// Entry `fp32_dmma` in VerifyAttn.CUDA_KERNELS, the fp32 default where its shared memory fits
+// (H200, B=1 H=16 Q=17 P=2048: 50.8 us against fp32_gemm's 58.6 in one process). On the H200 the
+// MMAs, the fp32 -> fp64 conversions and the FFMAs do not overlap (an SM runs them in the sum of
+// their times, kernels/NOTES.md "Session 5"), so the win is the structure (no split-K reduction of
+// the scores through shared memory, two barriers a sub-tile instead of 19 a 64-key tile), not a
+// second unit. Knobs (timing only, wrong results): FD_DIAG = 1 no score MMAs, 2 no P.V FMAs;
+// FD_PROFILE = 1 clock64 stamps of warps 0, 7 and 8 into `out` (run without the merge).
 //
 // Launch (main): grid = (ceil(Q*H / FD_ROWS), B, n_splits), block = FD_THREADS (384), dynamic
 //   shared memory FD_SMEM_BYTES (228,592 B: opt-in; one block per SM; the kernel traps with less).
@@ -26,8 +32,11 @@
 //   O warps 0..7: per sub-tile, the softmax (threads 0..135: row tid / 4, keys 4 (tid % 4) ..+3),
 //     then O = alpha O + P V over the 16 keys; warp w owns rows 17 (w & 1) ..+16 and columns
 //     128 (w >> 1) + 4 lane ..+3 (68 accumulators a thread, the whole 34 x 512 O in registers).
-//   mbarriers: FULL[2] (4 S-warp arrivals: partials of sub-tile t in sS[t & 1], kv of t landed),
-//     EMPTY_S[2] (1: the O warps have read sS[t & 1]), EMPTY_KV[3] (8 O-warp arrivals: ring slot
+//   The S warps write sub-tile t's partial and arrive on FULL before they refill the ring (the
+//     refill's ~700 cycles of cp.async issue stay off the O warps' path).
+//   mbarriers (every thread of a side arrives after its own accesses: racecheck follows only direct
+//     release / acquire pairs): FULL[2] (128 S threads: partials of sub-tile t in sS[t & 1], kv of t
+//     landed), EMPTY_S[2] (256 O threads: sS[t & 1] read), EMPTY_KV[3] (256 O threads: ring slot
 //     t % 3 free). Named barriers: 1 = the 4 S warps (every S thread's copies landed), 2 = the 8 O
 //     warps (P and alpha of the sub-tile written).
 //
@@ -72,15 +81,6 @@
 #define FD_SMEM_BYTES (2 * FD_S_DOUBLES * 8 + \
                        (FD_Q_FLOATS + FD_RING * FD_KV_FLOATS + 2 * FD_P_FLOATS + 3 * FD_STAT) * 4 + 64)
 #define FD_MAXZ 16                               // merge: splits loaded per batch
-#ifndef FD_SFMA
-#define FD_SFMA 0                                // 1: the S warps compute the scores with FFMA in fp32
-#endif
-#ifndef FD_ACC2
-#define FD_ACC2 0                                // 1: two accumulator sets per S warp (k-steps 0-1 / 2-3)
-#endif
-#ifndef FD_UNROLL
-#define FD_UNROLL (FD_ACC2 ? 1 : 3)              // dim groups unrolled in the S loop
-#endif
 #ifndef FD_PROFILE
 #define FD_PROFILE 0                             // timing only: clock64 stamps of warps 0, 7, 8 into `out`
 #endif
@@ -107,18 +107,10 @@
 #error "FD_SMEM_BYTES differs from the host's CUDA_KERNELS entry (kdtr/ops/verify_attn.py)"
 #endif
 
-// float offset of 16-byte chunk `chunk` of row `row` in a swizzled [rows][576] tile. MMA scores: chunk
-// ^ 4 (row & 1) (a quarter-warp reads rows g, g + 1 at chunks 4G + t); FFMA scores: chunk ^ (row & 7)
-// (a K load reads 16 keys at one chunk, a Q load rows r and r + 17)
-__device__ __forceinline__ int fd_swz(int row) { return FD_SFMA ? (row & 7) : ((row & 1) << 2); }
+// float offset of 16-byte chunk `chunk` of row `row` in a swizzled [rows][576] tile
 __device__ __forceinline__ int fd_at(int row, int chunk) {
-    return row * ATTN_D + 4 * (chunk ^ fd_swz(row));
+    return row * ATTN_D + 4 * (chunk ^ ((row & 1) << 2));
 }
-#if FD_SFMA
-typedef float fd_score_t;                        // partial scores in sS (the buffer is sized for fp64)
-#else
-typedef double fd_score_t;
-#endif
 
 // D (16x8 f64) += A (16x4 f64, row) * B (4x8 f64, col)
 __device__ __forceinline__ void dmma_16x8x4(double (&d)[4], double a0, double a1, double b0) {
@@ -138,8 +130,8 @@ verify_attn_fp32_dmma(const float* __restrict__ q, const float* __restrict__ kv,
                       float* __restrict__ ws_o, float* __restrict__ ws_m, float* __restrict__ ws_l) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     if (dynamic_smem_bytes() < FD_SMEM_BYTES) __trap();         // host and kernel disagree
-    fd_score_t* sS = (fd_score_t*)smem_raw;
-    float* sQ = (float*)(smem_raw + 2 * FD_S_DOUBLES * 8);
+    double* sS = (double*)smem_raw;
+    float* sQ = (float*)(sS + 2 * FD_S_DOUBLES);
     float* sKV = sQ + FD_Q_FLOATS;
     float* sP = sKV + FD_RING * FD_KV_FLOATS;
     float* sAlpha = sP + 2 * FD_P_FLOATS;
@@ -208,12 +200,8 @@ verify_attn_fp32_dmma(const float* __restrict__ q, const float* __restrict__ kv,
     if (s_warp) {
         // ---------------- S warps: scores of each sub-tile, fp64 partial over dims [144w, 144w+144)
         const int sw = warp - FD_OW, g = lane >> 2, t4 = lane & 3;
-#if FD_SFMA
-        const int skey = lane & 15, shalf = lane >> 4;           // FFMA scores: key, rows 17 shalf ..+16
-#else
         const int swz = (g & 1) << 2;                            // rows / keys g, g + 8, 8n + g: parity of g
         const bool row4 = 32 + g < FD_ROWS;                      // n tile 4: rows 32 + g exist
-#endif
 #pragma unroll 1
         for (int t = 0; t < nsub; ++t) {
             FD_STAMP(t, 0);
@@ -221,36 +209,11 @@ verify_attn_fp32_dmma(const float* __restrict__ q, const float* __restrict__ kv,
             named_barrier(1, 32 * FD_SW);                        // ... for every S thread
             FD_STAMP(t, 1);
             const float* ks = sKV + (t % FD_RING) * FD_KV_FLOATS;
-#if FD_SFMA
-            // lane: key skey, rows 17 shalf + r; dims [144 sw, 144 sw + 144) in ascending float4
-            // chunks, one fmaf chain a row (x, y, z, w of each chunk in order)
-            float acc[FD_A];
+            double acc[FD_NT][4];
 #pragma unroll
-            for (int r = 0; r < FD_A; ++r) acc[r] = 0.f;
+            for (int n = 0; n < FD_NT; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0;
 #if FD_DIAG != 1
-            const float* kr = ks + skey * ATTN_D;
-            const float* qr = sQ + FD_A * shalf * ATTN_D;
-#pragma unroll 2
-            for (int c = 36 * sw; c < 36 * sw + 36; ++c) {
-                const float4 k4 = *(const float4*)(kr + 4 * (c ^ (skey & 7)));
-#pragma unroll
-                for (int r = 0; r < FD_A; ++r) {
-                    const float4 q4 = *(const float4*)(qr + r * ATTN_D + 4 * (c ^ ((shalf + r) & 7)));
-                    acc[r] = fmaf(q4.x, k4.x, acc[r]);
-                    acc[r] = fmaf(q4.y, k4.y, acc[r]);
-                    acc[r] = fmaf(q4.z, k4.z, acc[r]);
-                    acc[r] = fmaf(q4.w, k4.w, acc[r]);
-                }
-            }
-#endif
-#else
-            double acc[FD_ACC2 + 1][FD_NT][4];
-#pragma unroll
-            for (int h = 0; h <= FD_ACC2; ++h)
-#pragma unroll
-                for (int n = 0; n < FD_NT; ++n) acc[h][n][0] = acc[h][n][1] = acc[h][n][2] = acc[h][n][3] = 0.0;
-#if FD_DIAG != 1
-#pragma unroll FD_UNROLL
+#pragma unroll 3
             for (int jg = 0; jg < FD_G; ++jg) {
                 const int off = 4 * ((4 * (FD_G * sw + jg) + t4) ^ swz);
                 const float4 ka = *(const float4*)(ks + g * ATTN_D + off);
@@ -264,39 +227,27 @@ verify_attn_fp32_dmma(const float* __restrict__ q, const float* __restrict__ kv,
                 for (int u = 0; u < 4; ++u) {
                     const double a0 = (double)f4_at(ka, u), a1 = (double)f4_at(kb, u);
 #pragma unroll
-                    for (int n = 0; n < FD_NT; ++n) dmma_16x8x4(acc[FD_ACC2 ? u >> 1 : 0][n], a0, a1, (double)f4_at(qv[n], u));
+                    for (int n = 0; n < FD_NT; ++n) dmma_16x8x4(acc[n], a0, a1, (double)f4_at(qv[n], u));
                 }
             }
 #endif
-#endif  // FD_SFMA
             FD_STAMP(t, 2);
-#if FD_ACC2 && !FD_SFMA
-#pragma unroll
-            for (int n = 0; n < FD_NT; ++n)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) acc[0][n][e] += acc[1][n][e];
-#endif
             // the partial to sS[t & 1] once the O warps have read sub-tile t - 2's
             if (t >= 2) mbar_wait(mb_empty_s + 8 * (t & 1), ((t >> 1) - 1) & 1);
             FD_STAMP(t, 3);
-            fd_score_t* ss = sS + (t & 1) * FD_S_DOUBLES + sw * FD_ROWS * FD_KEYS;
-#if FD_SFMA
-#pragma unroll
-            for (int r = 0; r < FD_A; ++r) ss[(FD_A * shalf + r) * FD_KEYS + skey] = acc[r];
-#else
+            double* ss = sS + (t & 1) * FD_S_DOUBLES + sw * FD_ROWS * FD_KEYS;
 #pragma unroll
             for (int n = 0; n < FD_NT; ++n) {
                 const int r = 8 * n + 2 * t4;
                 if (r < FD_ROWS) {
-                    ss[r * FD_KEYS + g] = acc[0][n][0];
-                    ss[r * FD_KEYS + g + 8] = acc[0][n][2];
+                    ss[r * FD_KEYS + g] = acc[n][0];
+                    ss[r * FD_KEYS + g + 8] = acc[n][2];
                 }
                 if (r + 1 < FD_ROWS) {
-                    ss[(r + 1) * FD_KEYS + g] = acc[0][n][1];
-                    ss[(r + 1) * FD_KEYS + g + 8] = acc[0][n][3];
+                    ss[(r + 1) * FD_KEYS + g] = acc[n][1];
+                    ss[(r + 1) * FD_KEYS + g + 8] = acc[n][3];
                 }
             }
-#endif
             mbar_arrive(mb_full + 8 * (t & 1));
             FD_STAMP(t, 4);
             // then the refill (off the O warps' path: ~700 cycles of cp.async issue): sub-tile t + 2
@@ -337,19 +288,7 @@ verify_attn_fp32_dmma(const float* __restrict__ q, const float* __restrict__ kv,
         float* pb = sP + buf * FD_P_FLOATS;
         float* ab = sAlpha + buf * FD_STAT;
         if (s_role) {
-            const fd_score_t* ss = sS + buf * FD_S_DOUBLES + srow * FD_KEYS + skq;
-#if FD_SFMA
-            float d[4];
-            {
-                const float4 v = *(const float4*)ss;
-                d[0] = v.x; d[1] = v.y; d[2] = v.z; d[3] = v.w;
-            }
-#pragma unroll
-            for (int w = 1; w < FD_SW; ++w) {
-                const float4 v = *(const float4*)(ss + w * FD_ROWS * FD_KEYS);
-                d[0] += v.x; d[1] += v.y; d[2] += v.z; d[3] += v.w;
-            }
-#else
+            const double* ss = sS + buf * FD_S_DOUBLES + srow * FD_KEYS + skq;
             double d[4];
             {
                 const double2 lo = *(const double2*)ss, hi = *(const double2*)(ss + 2);
@@ -361,7 +300,6 @@ verify_attn_fp32_dmma(const float* __restrict__ q, const float* __restrict__ kv,
                 const double2 hi = *(const double2*)(ss + w * FD_ROWS * FD_KEYS + 2);
                 d[0] += lo.x; d[1] += lo.y; d[2] += hi.x; d[3] += hi.y;
             }
-#endif
             const int j0 = kbeg + t * FD_KEYS + skq;
             float s[4], mx = neg_inf();
             bool ok[4];
@@ -371,11 +309,7 @@ verify_attn_fp32_dmma(const float* __restrict__ q, const float* __restrict__ kv,
                 bool a = srow_ok && j < kend;
                 if (a && j >= P) a = vrow[j] != 0;
                 ok[k] = a;
-#if FD_SFMA
-                s[k] = a ? sm_scale * d[k] : neg_inf();
-#else
                 s[k] = a ? (float)(d[k] * scale) : neg_inf();
-#endif
                 mx = fmaxf(mx, s[k]);
             }
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));

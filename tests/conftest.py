@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from kdtr.config import config
+
 
 def gpu_skip_reason() -> str | None:
     """None where a CUDA GPU is usable, else why GPU tests skip ("no CUDA GPU: ...")."""
@@ -29,3 +31,14 @@ def pytest_collection_modifyitems(config, items):
         return
     for item in gpu_items:
         item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture()
+def cache_dir(tmp_path, monkeypatch):
+    """A private cubin cache folder for one test (config() is re-read)."""
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("KDTREE_CACHE_DIR", str(folder))
+    monkeypatch.delenv("KDTREE_NO_CACHE", raising=False)
+    config.cache_clear()
+    yield folder
+    config.cache_clear()

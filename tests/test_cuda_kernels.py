@@ -709,6 +709,7 @@ def bench() -> None:
                      ("fp32_gemm", None, {"FK_QB": 1, "FK_PB": 1})]
             runs += [("fp32_gemm", None, {"FK_PB": 1, "FK_DIAG": 2}), ("fp32_gemm", None, {"FK_QB": 1, "FK_DIAG": 1})]
             runs += [("fp32_gemm", None, {"FK_RING": 4})]
+            runs += [("fp32_dmma", None, {"FD_DIAG": d}) for d in (1, 2)]   # no score MMAs / no P.V FMAs
         elif batch == 8:   # wgmma2 without K refills (timing only; kernels/NOTES.md, "wgmma2")
             runs += [("bf16_wgmma2", None, {"WG_DIAG": 3})]
         for name, splits, defines in runs:

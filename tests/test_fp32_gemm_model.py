@@ -14,7 +14,6 @@ import math
 import numpy as np
 import pytest
 
-from kdtr.config import config
 from kdtr.ops.base import Case
 from kdtr.ops.verify_attn import LATENT, OP, ROW, fp32_gemm_sizing
 
@@ -178,16 +177,6 @@ def test_lane_layouts_cover_each_output_once(rows, qb, pb):
     want_b = {(r, c) for r in range(rows) for c in range(LATENT)}
     assert len(pass_a) == len(want_a) and set(pass_a) == want_a
     assert len(pass_b) == len(want_b) and set(pass_b) == want_b
-
-
-@pytest.fixture
-def cache_dir(tmp_path, monkeypatch):
-    """A private cubin cache for one test (config() is re-read)."""
-    monkeypatch.setenv("KDTREE_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.delenv("KDTREE_NO_CACHE", raising=False)
-    config.cache_clear()
-    yield tmp_path / "cache"
-    config.cache_clear()
 
 
 @pytest.mark.parametrize("defines", [{}, {"FK_RING": 4}, {"FK_ROWS": 64}, {"FK_ROWS": 32, "FK_RING": 2},

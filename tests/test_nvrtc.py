@@ -49,17 +49,6 @@ extern "C" __global__ void small(float* x, int n) {
 
 
 @pytest.fixture()
-def cache_dir(tmp_path, monkeypatch):
-    """A private cache folder for one test (config() is re-read)."""
-    folder = tmp_path / "cache"
-    monkeypatch.setenv("KDTREE_CACHE_DIR", str(folder))
-    monkeypatch.delenv("KDTREE_NO_CACHE", raising=False)
-    config.cache_clear()
-    yield folder
-    config.cache_clear()
-
-
-@pytest.fixture()
 def small_source(tmp_path) -> Path:
     (tmp_path / "small_helper.cuh").write_text("__device__ inline float twice(float v) { return 2.f * v; }\n")
     path = tmp_path / "small.cu"

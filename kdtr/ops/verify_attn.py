@@ -316,14 +316,15 @@ class VerifyAttn(Op):
                                 32, 16, 512, 183680),
         # two register-tiled GEMMs per 64-key tile, one exact softmax between them, 68-row tiles x
         # 64-key splits (132 blocks at B=1 H=16 Q=17 P=2048): 59.1 us there against fp32_ffma's
-        # 66.5 on an H200 (kernels/NOTES.md, "fp32_gemm"). Knobs FK_ROWS / FK_RING / FK_QB resize
-        # it through `sizing`.
+        # 66.5 on an H200 (kernels/NOTES.md, "fp32_gemm"); all-FFMA, the fp32 default until session
+        # 5. Knobs FK_ROWS / FK_RING / FK_QB resize it through `sizing`.
         "fp32_gemm": CudaKernel("fp32", "verify_attn_fp32_gemm.cu", "verify_attn_fp32_gemm",
                                 "verify_attn_fp32_gemm_merge", 68, 64, 512, 210048, split_min_tiles=1,
                                 sizing=fp32_gemm_sizing),
-        # scores on the FP64 tensor cores (exact products, fp64 sums) in 4 warps while 8 warps run
-        # the softmax and P.V on the FP32 FMA units (kernels/NOTES.md, "fp32_dmma"): 34-row tiles x
-        # 16-key sub-tiles, 8 x 16 = 128 blocks at B=1 H=16 Q=17 P=2048.
+        # warp-specialised: the scores on the FP64 tensor cores (exact products, fp64 sums) in 4
+        # warps, the softmax and P.V on FFMA in 8, 16-key sub-tiles handed over through mbarriers;
+        # 34-row tiles, 8 x 16 = 128 blocks at B=1 H=16 Q=17 P=2048: 50.8 us there against
+        # fp32_gemm's 58.6 in one process on an H200 (kernels/NOTES.md, "Session 5").
         "fp32_dmma": CudaKernel("fp32", "verify_attn_fp32_dmma.cu", "verify_attn_fp32_dmma",
                                 "verify_attn_fp32_dmma_merge", 34, 16, 384, 228592, split_min_tiles=4),
         "bf16_mma": CudaKernel("bf16_paged", "verify_attn_bf16_paged.cu", "verify_attn_bf16_paged",
