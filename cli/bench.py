@@ -394,7 +394,8 @@ def bench_view(record, *, verbose: bool = False, quiet: bool = False) -> None:
             t = r.timing
             speed = " ".join(f"vs_{k}={v:.2f}x" for k, v in r.speedups.items())
             status = f"skip ({r.skip})" if r.skip else ("ok" if r.check_passed else f"FAIL ({r.check})")
-            print(f"{r.impl} {r.op}/{r.variant} {r.case} {r.mode} median={fmt_time(t.median if t else None)} "
+            kernel = f" kernel={_kernel(r)}" if _kernel(r) else ""
+            print(f"{r.impl} {r.op}/{r.variant} {r.case} {r.mode}{kernel} median={fmt_time(t.median if t else None)} "
                   f"noise={'' if t is None else f'{100 * t.rel_ci:.1f}%'} tflops={_fig(r.tflops)} "
                   f"gbps={_fig(r.gbps, 0)} {speed} {status}".rstrip())
         _footer(record, plain=True)
@@ -417,7 +418,8 @@ def bench_view(record, *, verbose: bool = False, quiet: bool = False) -> None:
         shown = rows if verbose else [r for r in rows if r.primary]
         for r in shown:
             t = r.timing
-            cells = [f"{op}/{variant} {case}" if r.primary or not verbose else f"  {case}", _config(r.config)]
+            config = _config(r.config) + (f" · {_kernel(r)}" if _kernel(r) else "")
+            cells = [f"{op}/{variant} {case}" if r.primary or not verbose else f"  {case}", config]
             if verbose:
                 cells.append(r.impl)
             cells += [_how(t), fmt_time(t.median if t else None), f"{100 * t.rel_ci:.1f}%" if t else "",
@@ -438,6 +440,11 @@ def bench_view(record, *, verbose: bool = False, quiet: bool = False) -> None:
             table.add_row(*cells)
     out.print(table)
     _footer(record, plain=False)
+
+
+def _kernel(r) -> str | None:
+    """The kernel our launch picked for this case (recorded by GPU runs), on our own rows only."""
+    return (r.extra or {}).get("kernel") if r.impl == "cuda" else None
 
 
 def _footer(record, *, plain: bool) -> None:

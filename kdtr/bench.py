@@ -961,10 +961,14 @@ class _CaseRunner:
         inputs, params = item.load()
         self.inputs, self.params = inputs, params
         cost = op.cost(item.variant, inputs, params)
+        extra = dict(op.bench_extra(item.variant, inputs, params))
+        kernel = op.kernel_choice(item.variant, inputs, params)
+        if kernel is not None:               # which of our kernels the launch picked for this shape
+            extra["kernel"] = kernel
         self.base = dict(case=item.name, op=op.name, variant=item.variant,
                          config=op.describe(item.variant, inputs, params), flops=float(cost.flops),
                          bytes=float(cost.bytes), compute_unit=op.compute_unit(item.variant),
-                         params=_jsonable(item.params), extra=_jsonable(op.bench_extra(item.variant, inputs, params)))
+                         params=_jsonable(item.params), extra=_jsonable(extra))
         self.device_inputs = backends.upload(inputs, env.device)
         self.progress(f"{item.name}: reference")
         expected = op.bench_reference(item.variant, self.device_inputs, params) if env.gpu else None

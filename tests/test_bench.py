@@ -478,6 +478,21 @@ def test_cli_report_renders_and_writes_csv(records, tmp_path):
     assert len(out.read_text().splitlines()) == 10
 
 
+def test_cli_report_names_the_kernel_our_launch_picked(tmp_path):
+    """A GPU record keeps the kernel each case launched (extra["kernel"]): shown beside our rows only."""
+    rec = record()
+    rows = [replace(r, extra={"kernel": "bf16_wgmma2"}) if i < 2 else r   # ours and a baseline of case a
+            for i, r in enumerate(rec.rows)]
+    rec = replace(rec, rows=tuple(rows))
+    path = tmp_path / "k.json"
+    bench.write_record(path, rec)
+    table = invoke("report", path)
+    assert table.exit_code == 0 and table.output.count("bf16_wgmma2") == 1, table.output
+    plain = invoke("report", path, "--quiet")
+    lines = [line for line in plain.output.splitlines() if "kernel=" in line]
+    assert len(lines) == 1 and lines[0].startswith("cuda verify_attn/bf16_paged a cold kernel=bf16_wgmma2 ")
+
+
 def test_cli_report_plot(records, tmp_path):
     pytest.importorskip("matplotlib")
     png = tmp_path / "plot.png"
@@ -890,6 +905,7 @@ def test_case_runner_cuda_path_on_a_fake_device(monkeypatch, op_name, case_param
     # ours, the baselines and ours again were timed in the same rounds
     assert ours.repeat.rounds == ours.timing.rounds >= OPTS.min_rounds
     assert ours.compute_unit == op.compute_unit(variant)
+    assert ours.extra.get("kernel") == op.kernel_choice(variant, *item.load())   # None: one kernel
     assert [r.impl for r in rows] == ["cuda", *baselines]
     for r in rows[1:]:
         assert r.check_passed and r.timing.method == "eager" and r.timing.rounds == ours.timing.rounds, r.check

@@ -182,6 +182,11 @@ class Op:
         """Names of the kernels `run_cuda(kernel=...)` can force for this variant (empty: one)."""
         return ()
 
+    def kernel_choice(self, variant: str, inputs: Mapping[str, np.ndarray],
+                      params: Mapping[str, Any]) -> str | None:
+        """The kernel `run_cuda` launches for these inputs on this machine (None: the op has one)."""
+        return None
+
     def output_specs(self, variant: str, inputs: Mapping[str, np.ndarray],
                      params: Mapping[str, Any]) -> dict[str, tuple[str, tuple[int, ...]]]:
         """Name -> (kdtr dtype, shape) of each output, for allocating and poisoning."""
