@@ -1,11 +1,16 @@
-"""A numpy model of kernels/verify_attn_fp32_gemm.cu's index math and reduction structure, checked
-against VerifyAttn.reference (float64) on CPU: which block owns which rows and keys (per-request
-splits, empty splits, 64-key tiles, the 17-key last split of the timing shape), which dims go into
-which of the 8 partial dot products, the masks, the per-tile softmax with its rescale across tiles,
-the partial layout and the merge. The model computes in float32 at every point where the kernel
-rounds to fp32 (each dim group's partial, their sum, the scaled score, p, l, O, the merge); inside a
-dim group numpy's float32 sum order differs from the kernel's fmaf chain, which moves results by
-float32 roundings only. Also checks the host's shared-memory formula against the .cu (NVRTC)."""
+"""Numpy models of the fp32 verify_attn kernels' index math and reduction structure, checked against
+VerifyAttn.reference (float64) on CPU: which block owns which rows and keys (per-request splits,
+empty splits, key tiles, the short last split of the timing shape), how the dot products are grouped,
+the masks, the online softmax with its rescale across tiles, the partial layout and the merge.
+- fp32_gemm (kernels/verify_attn_fp32_gemm.cu): 68-row blocks, 64-key tiles, 8 dim-group partials in
+  float32 added in group order.
+- fp32_dmma (kernels/verify_attn_fp32_dmma.cu): 34-row blocks, 16-key sub-tiles, q . k in float64
+  (exact products; 4 dim-quarter partials added in quarter order), one rounding to float32 after the
+  scale.
+A model computes in float32 at every point where its kernel rounds to fp32 (the scaled score, p, l,
+O, the merge); where numpy's float32 sum order differs from the kernel's fmaf chains (inside a dim
+group, over a tile's keys) results move by float32 roundings only. Also: lane layouts cover every
+output once, and the host's shared-memory formula equals the .cu's (NVRTC)."""
 
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ KERNEL = OP.CUDA_KERNELS["fp32_gemm"]
 SMS = 132                                   # H200
 KEYS = 64                                   # FK_KEYS
 GROUP_OF_DIM = (np.arange(ROW) % 64) // 8   # dim d -> dim group (one warp pair) of its partial sum
+DMMA_QUARTER = 144                          # fp32_dmma: dims of one S warp's partial
 
 
 def model_block(qr, keys, allowed, sm_scale, kbeg, kend):
@@ -48,14 +54,47 @@ def model_block(qr, keys, allowed, sm_scale, kbeg, kend):
     return o, m, l
 
 
-def model_run(inputs, params, splits=None, rows_per_block=KERNEL.rows):
+def model_block_dmma(qr, keys, allowed, sm_scale, kbeg, kend):
+    """fp32_dmma's block: [kbeg, kend) in 16-key sub-tiles; q . k in float64 per dim quarter, the
+    quarters added in order, s = float32(dot * sm_scale); then the same online softmax and O update
+    in float32 as the kernel (O = alpha O, then + P V)."""
+    rows = qr.shape[0]
+    m = np.full(rows, -np.inf, np.float32)
+    l = np.zeros(rows, np.float32)
+    o = np.zeros((rows, LATENT), np.float32)
+    q64 = qr.astype(np.float64)
+    for key0 in range(kbeg, kend, 16):
+        kt = keys[key0:min(key0 + 16, kend)]
+        k64 = kt.astype(np.float64)
+        dot = np.zeros((rows, kt.shape[0]))
+        for w in range(ROW // DMMA_QUARTER):
+            d = slice(w * DMMA_QUARTER, (w + 1) * DMMA_QUARTER)
+            dot = dot + q64[:, d] @ k64[:, d].T
+        ok = allowed[:, key0:key0 + kt.shape[0]]
+        s = np.where(ok, (dot * float(np.float32(sm_scale))).astype(np.float32), -np.inf).astype(np.float32)
+        m_new = np.maximum(m, s.max(axis=1))
+        with np.errstate(invalid="ignore"):
+            p = np.where(ok, np.exp(s - m_new[:, None]), 0).astype(np.float32)
+            alpha = np.where(m_new == -np.inf, 1, np.exp(m - m_new)).astype(np.float32)
+        l = (l * alpha + p.sum(axis=1, dtype=np.float32)).astype(np.float32)
+        o = ((alpha[:, None] * o).astype(np.float32) + p @ kt[:, :LATENT]).astype(np.float32)
+        m = m_new
+    return o, m, l
+
+
+# kernel -> (block model, keys a split's length is rounded up to)
+MODELS = {"fp32_gemm": (model_block, 8), "fp32_dmma": (model_block_dmma, 16)}
+
+
+def model_run(inputs, params, splits=None, rows_per_block=KERNEL.rows, kernel="fp32_gemm"):
     """The whole launch: grid (row tiles, B, splits), then the merge when splits > 1."""
     q, kv, prefix_len, vis = inputs["q"], inputs["kv"], inputs["prefix_len"], inputs["visibility"]
     batch, q_len, heads, _ = q.shape
     rows_req = q_len * heads
     tiles = math.ceil(rows_req / rows_per_block)
+    block, round_keys = MODELS[kernel]
     if splits is None:
-        splits = OP._splits(KERNEL, tiles * batch, kv.shape[1], SMS)
+        splits = OP._splits(OP.CUDA_KERNELS[kernel], tiles * batch, kv.shape[1], SMS)
     scale = float(params["sm_scale"])
     out = np.full((batch, rows_req, LATENT), np.nan, np.float32)
     lse = np.full((batch, rows_req), np.nan, np.float32)
@@ -67,7 +106,7 @@ def model_run(inputs, params, splits=None, rows_per_block=KERNEL.rows):
         qb = q[b].reshape(rows_req, ROW)
         allowed = np.ones((rows_req, kvlen), bool)
         allowed[:, plen:] = np.repeat(vis[b].astype(bool), heads, axis=0)   # row i*H + h -> token i
-        chunk = (-(-kvlen // splits) + 7) // 8 * 8
+        chunk = (-(-kvlen // splits) + round_keys - 1) // round_keys * round_keys
         ws = []
         for z in range(splits):
             kbeg = min(z * chunk, kvlen)
@@ -75,7 +114,7 @@ def model_run(inputs, params, splits=None, rows_per_block=KERNEL.rows):
             parts = []
             for t in range(tiles):
                 r0, r1 = t * rows_per_block, min(rows_req, (t + 1) * rows_per_block)
-                parts.append(model_block(qb[r0:r1], keys, allowed[r0:r1], scale, kbeg, kend))
+                parts.append(block(qb[r0:r1], keys, allowed[r0:r1], scale, kbeg, kend))
                 owner[b, r0:r1, kbeg:kend] += 1
             ws.append(tuple(np.concatenate(x) for x in zip(*parts)))
         if splits == 1:
@@ -99,8 +138,8 @@ def model_run(inputs, params, splits=None, rows_per_block=KERNEL.rows):
 
 def check(got, want):
     # The op's own fp32 tolerances (VerifyAttn.tolerances: out elementwise 4e-6 + 1e-4 |r|, rel L2
-    # 1e-6; lse 1e-5 + 1e-6 |r|): the contract the CUDA kernel must meet, so the model's grouping of
-    # the sums (8 dim-group partials, 64-key tiles, split merge) must meet it too.
+    # 1e-6; lse 1e-5 + 1e-6 |r|): the contract the CUDA kernels must meet, so each model's grouping
+    # of the sums (dim partials, key tiles, split merge) must meet it too.
     tol = OP.tolerances("fp32")
     for name in ("out", "lse"):
         g, w, t = got[name].astype(np.float64), want[name].astype(np.float64), tol[name]
@@ -112,7 +151,7 @@ def check(got, want):
             assert rel <= t.l2, (name, rel)
 
 
-CASES = [   # (params, forced splits, expected splits from the host's rule)
+CASES = [   # (params, forced splits, expected splits from the host's rule: fp32_gemm's)
     (dict(batch=1, heads=16, prefix=2048, budget=16), None, 33),          # the timing shape
     (dict(batch=3, heads=8, prefix=300, budget=8, prefix_mode="mixed"), None, None),
     (dict(batch=2, heads=5, prefix=0, budget=4), None, None),             # no prefix, odd H
@@ -123,15 +162,16 @@ CASES = [   # (params, forced splits, expected splits from the host's rule)
 ]
 
 
+@pytest.mark.parametrize("kernel", list(MODELS))
 @pytest.mark.parametrize("params,splits,expect", CASES, ids=[str(i) for i in range(len(CASES))])
-def test_model_matches_reference(params, splits, expect):
+def test_model_matches_reference(params, splits, expect, kernel):
     merged = {p.name: p.default for p in OP.params} | params
     gen = OP.generate(Case("verify_attn-fp32-s11", OP.name, "fp32", 11, merged))
     OP.check_inputs("fp32", gen.inputs, gen.params)
     want = OP.reference("fp32", gen.inputs, gen.params)
-    got, used = model_run(gen.inputs, gen.params, splits)
+    got, used = model_run(gen.inputs, gen.params, splits, OP.CUDA_KERNELS[kernel].rows, kernel)
     if expect is not None:
-        assert used == expect
+        assert used == (expect if kernel == "fp32_gemm" or splits else 16)   # fp32_dmma: 8 row tiles x 16
     check(got, want)
 
 
@@ -189,3 +229,26 @@ def test_host_shared_memory_formula_matches_the_kernel(defines, cache_dir):
     rows, smem = fp32_gemm_sizing(defines)
     assert smem <= 232448 and rows == int(defines.get("FK_ROWS", 68))
     compile_kernel("verify_attn_fp32_gemm.cu", "sm_90", defines={**defines, "FK_EXPECT_SMEM": smem})
+
+
+def test_dmma_lane_layouts_cover_each_output_once():
+    """fp32_dmma, as its .cu computes the maps: each S warp's MMAs take every dim of its quarter once
+    (group G = 9 w + jg, k-step u, lane t -> dim 16 G + 4 t + u) and write every (row < 34, key < 16)
+    of its partial once (C: keys g / g + 8, rows 8 n + 2 t, + 1); the softmax threads own every
+    (row, key) once; the O warps every (row, column) of the 34 x 512 tile once."""
+    rows, keys = OP.CUDA_KERNELS["fp32_dmma"].rows, 16
+    for sw in range(4):
+        dims = [16 * (9 * sw + jg) + 4 * t + u for jg in range(9) for u in range(4) for t in range(4)]
+        assert sorted(dims) == list(range(DMMA_QUARTER * sw, DMMA_QUARTER * (sw + 1)))
+    written = []
+    for lane in range(32):
+        g, t = lane >> 2, lane & 3
+        for n in range(5):
+            row = 8 * n + 2 * t                          # c0, c2: (row, g), (row, g + 8); c1, c3: row + 1
+            written += [(r, k) for r in (row, row + 1) for k in (g, g + 8) if r < rows]
+    assert len(written) == rows * keys and set(written) == {(r, k) for r in range(rows) for k in range(keys)}
+    soft = [(tid >> 2, 4 * (tid & 3) + k) for tid in range(256) if tid >> 2 < rows for k in range(4)]
+    assert len(soft) == rows * keys and set(soft) == {(r, k) for r in range(rows) for k in range(keys)}
+    o_tile = [((w & 1) * (rows // 2) + r, 4 * (32 * (w >> 1) + lane) + c)
+              for w in range(8) for lane in range(32) for r in range(rows // 2) for c in range(4)]
+    assert len(o_tile) == rows * LATENT and set(o_tile) == {(r, c) for r in range(rows) for c in range(LATENT)}
