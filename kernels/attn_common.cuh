@@ -59,6 +59,23 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const u32 (&a)[4],
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// P.V for 4 keys on FFMA: o[r][c] += p[r][j] * v4[j].c for j = 0..3 in order (one fmaf chain per
+// output), rows r < n_rows; row r's 4 weights are the float4 at p + r * p_stride + at (a broadcast
+// when every lane of the warp holds the same rows). Serves fp32_gemm's pass B and fp32_dmma's O
+// warps. A macro, not a function: spelled out in place it compiles to the very SASS both kernels
+// were verified and timed with (an inline function changed ptxas's register allocation).
+#define ATTN_PV_4KEYS(o, v4, p, p_stride, at, n_rows)                                                  \
+    _Pragma("unroll") for (int pv_r = 0; pv_r < (n_rows); ++pv_r) {                                   \
+        const float4 pv_p = *(const float4*)((p) + pv_r * (p_stride) + (at));                         \
+        const float pv_pj[4] = {pv_p.x, pv_p.y, pv_p.z, pv_p.w};                                      \
+        _Pragma("unroll") for (int pv_j = 0; pv_j < 4; ++pv_j) {                                      \
+            o[pv_r][0] = fmaf(pv_pj[pv_j], v4[pv_j].x, o[pv_r][0]);                                   \
+            o[pv_r][1] = fmaf(pv_pj[pv_j], v4[pv_j].y, o[pv_r][1]);                                   \
+            o[pv_r][2] = fmaf(pv_pj[pv_j], v4[pv_j].z, o[pv_r][2]);                                   \
+            o[pv_r][3] = fmaf(pv_pj[pv_j], v4[pv_j].w, o[pv_r][3]);                                   \
+        }                                                                                              \
+    }
+
 // Synchronise `count` threads on named barrier `id` (1..15; 0 is __syncthreads)
 __device__ __forceinline__ void named_barrier(int id, int count) {
     asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(count) : "memory");

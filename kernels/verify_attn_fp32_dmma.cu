@@ -347,18 +347,7 @@ verify_attn_fp32_dmma(const float* __restrict__ q, const float* __restrict__ kv,
             float4 v4[4];
 #pragma unroll
             for (int j = 0; j < 4; ++j) v4[j] = *(const float4*)(vs + fd_at(4 * s4 + j, pch));
-#pragma unroll
-            for (int r = 0; r < FD_A; ++r) {
-                const float4 p = *(const float4*)(pr + r * FD_KEYS + 4 * s4);
-                const float pj[4] = {p.x, p.y, p.z, p.w};
-#pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    o[r][0] = fmaf(pj[j], v4[j].x, o[r][0]);
-                    o[r][1] = fmaf(pj[j], v4[j].y, o[r][1]);
-                    o[r][2] = fmaf(pj[j], v4[j].z, o[r][2]);
-                    o[r][3] = fmaf(pj[j], v4[j].w, o[r][3]);
-                }
-            }
+            ATTN_PV_4KEYS(o, v4, pr, FD_KEYS, 4 * s4, FD_A)
         }
 #endif
         FD_STAMP(t, 4);
