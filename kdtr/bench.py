@@ -962,8 +962,10 @@ class _CaseRunner:
         self.inputs, self.params = inputs, params
         cost = op.cost(item.variant, inputs, params)
         extra = dict(op.bench_extra(item.variant, inputs, params))
-        kernel = op.kernel_choice(item.variant, inputs, params)
-        if kernel is not None:               # which of our kernels the launch picked for this shape
+        # which of our kernels the launch picks for this shape (a GPU run only: without one nothing
+        # of ours runs, and the choice would name a kernel by this host's defaults)
+        kernel = op.kernel_choice(item.variant, inputs, params) if env.gpu else None
+        if kernel is not None:
             extra["kernel"] = kernel
         self.base = dict(case=item.name, op=op.name, variant=item.variant,
                          config=op.describe(item.variant, inputs, params), flops=float(cost.flops),

@@ -557,6 +557,7 @@ def test_cli_bench_cpu_run_json_csv(suites, tmp_path):
     assert cases == {"tb_small", "ta_small", "ta_other", "ta_third", "va_fp32", "va_bf16"}
     primary = [r for r in rows if r["primary"]]
     assert all(r["impl"] == "torch" and r["check_passed"] and r["timing"]["mode"] == "host" for r in primary)
+    assert not any("kernel" in (r["extra"] or {}) for r in rows)        # none of our kernels ran
     heap = next(r for r in rows if r["impl"] == "cpu_heap")
     assert heap["check_passed"] and heap["timing"]["n"] >= 1
     tb = next(r for r in primary if r["case"] == "tb_small")

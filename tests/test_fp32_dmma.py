@@ -1,6 +1,7 @@
 """fp32_dmma (kernels/verify_attn_fp32_dmma.cu) on the CPU: the host's shared-memory figure against the
-kernel's layout, its diagnostic builds, the fp32 launch choice, and the split grid at the timing shape.
-Its results are checked on the GPU by tests/test_cuda_kernels.py (every CUDA_KERNELS entry)."""
+kernel's layout, its diagnostic builds and the fp32 launch choice (its arithmetic model and timing-shape
+grid: tests/test_fp32_models.py). Its results are checked on the GPU by tests/test_cuda_kernels.py
+(every CUDA_KERNELS entry)."""
 from __future__ import annotations
 
 import pytest
@@ -39,15 +40,3 @@ def test_fp32_launch_picks_the_first_kernel_that_fits(monkeypatch, optin, expect
     monkeypatch.setattr(device, "max_shared_optin", lambda *a: optin)
     assert OP.kernel_choice("fp32", {}, {}) == expect
 
-
-def test_timing_shape_grid():
-    """B=1 H=16 Q=17 P=2048 on 132 SMs: 8 row tiles x 16 splits = 128 blocks (one wave), each split
-    at most 144 keys = 9 sub-tiles of 16, every key in exactly one split."""
-    tiles = -(-17 * 16 // KERNEL.rows)
-    splits = OP._splits(KERNEL, tiles, 2048 + 17, 132)
-    assert (tiles, splits) == (8, 16) and tiles * splits <= 132
-    kvlen = 2048 + 17
-    chunk = -(-(-(-kvlen // splits)) // KERNEL.keys) * KERNEL.keys
-    ranges = [(min(z * chunk, kvlen), min(z * chunk + chunk, kvlen)) for z in range(splits)]
-    assert chunk == 144 and ranges[0][0] == 0 and ranges[-1][1] == kvlen
-    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))

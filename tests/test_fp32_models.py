@@ -175,14 +175,22 @@ def test_model_matches_reference(params, splits, expect, kernel):
     check(got, want)
 
 
-def test_timing_shape_grid():
-    """B=1 H=16 Q=17 P=2048: 4 row tiles of 68 x 33 splits = 132 blocks, 32 of 64 keys + one of 17."""
-    tiles = math.ceil(17 * 16 / KERNEL.rows)
-    splits = OP._splits(KERNEL, tiles, 2048 + 17, SMS)
-    assert (tiles, splits, tiles * splits) == (4, 33, 132)
-    chunk = (-(-2065 // splits) + 7) // 8 * 8
-    sizes = [min(2065, (z + 1) * chunk) - min(2065, z * chunk) for z in range(splits)]
-    assert chunk == 64 and sizes.count(64) == 32 and sizes[-1] == 17
+@pytest.mark.parametrize("kernel,grid,chunk_keys,sizes", [
+    ("fp32_gemm", (4, 33), 64, [64] * 32 + [17]),
+    ("fp32_dmma", (8, 16), 144, [144] * 14 + [49, 0]),
+])
+def test_timing_shape_grid(kernel, grid, chunk_keys, sizes):
+    """B=1 H=16 Q=17 P=2048 on 132 SMs, one wave: fp32_gemm 4 row tiles of 68 x 33 splits (32 of 64
+    keys + one of 17); fp32_dmma 8 row tiles of 34 x 16 splits of <= 144 keys (9 sub-tiles of 16; the
+    last split empty). Every key in exactly one split."""
+    k = OP.CUDA_KERNELS[kernel]
+    tiles = math.ceil(17 * 16 / k.rows)
+    splits = OP._splits(k, tiles, 2048 + 17, SMS)
+    assert (tiles, splits) == grid and tiles * splits <= SMS
+    round_keys = MODELS[kernel][1]
+    chunk = (-(-2065 // splits) + round_keys - 1) // round_keys * round_keys
+    assert chunk == chunk_keys
+    assert [min(2065, (z + 1) * chunk) - min(2065, z * chunk) for z in range(splits)] == sizes
 
 
 def lane_layouts(rows, qb, pb):
