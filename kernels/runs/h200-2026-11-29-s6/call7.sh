@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Session 6, call 7: fp32_bf16x3 version 4 (the softmax in a warp of its own, warp 12; the end hand-off
+# through an mbarrier instead of a 384-thread named barrier, which synccheck flagged). Its GPU tests,
+# the A/B at the timing shape (with FX_SW = 6 score warps as an extra entry, fx_ab.py), racecheck and
+# synccheck over its forced-split tests.
+set -u
+export PYTHONPATH=. KDTREE_CACHE_DIR=/tmp/kc PYTHONUNBUFFERED=1
+D=kernels/runs/h200-2026-11-29-s6
+t0=$(date +%s); el() { echo "== [$(( $(date +%s) - t0 )) s] $*"; }
+cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+el tests; timeout 200 python3 -m pytest tests/test_cuda_kernels.py -q -p no:cacheprovider -x -k "fp32_bf16x3" > "$OUT/tests.log" 2>&1; echo "rc=$?"; grep -E "passed|failed|Error|error" "$OUT/tests.log" | tail -5
+export FD_RUNS='[["fp32_dmma", null, null], ["fp32_bf16x3", null, null], ["fp32_bf16x3", null, {"FX_DIAG": 1}], ["fp32_bf16x3", null, {"FX_DIAG": 2}], ["fp32_bf16x3_sw6", null, {"FX_SW": 6}], ["fp32_bf16x3_sw6", null, {"FX_SW": 6, "FX_DIAG": 1}]]'
+el fx_ab; FD_JSON=fx_ab.json timeout 150 python3 $D/fx_ab.py > "$OUT/fx_ab.log" 2>&1; echo "rc=$?"; tail -8 "$OUT/fx_ab.log"; grep "round 0" "$OUT/fx_ab.log"
+for tool in racecheck synccheck; do
+  el "$tool"; timeout 100 "$cs" --tool $tool --report-api-errors no python3 -m pytest tests/test_cuda_kernels.py -q -p no:cacheprovider -k "fp32_bf16x3 and forced_splits" > "$OUT/$tool.log" 2>&1; echo "rc=$?"; grep -E "SUMMARY|passed|failed" "$OUT/$tool.log" | tail -2
+done
+el done
+cd "$OUT" && tar czf call7.tgz *.log *.json 2>/dev/null && find . -maxdepth 1 -type f ! -name call7.tgz -delete
