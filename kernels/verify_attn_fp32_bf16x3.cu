@@ -10,8 +10,8 @@
 // conversions (F2FP) take the tensor pipe's time (they run in the sum of their times with HMMA), so
 // each kv element is split once per block, into shared memory, and both MMAs read the pieces.
 //
-// Launch (main): grid = (ceil(Q*H / 16), B, n_splits), block = FX_THREADS (416), dynamic shared
-//   memory FX_SMEM_BYTES (214,304 B: opt-in; one block per SM; the kernel traps with less).
+// Launch (main): grid = (ceil(Q*H / 16), B, n_splits), block = FX_THREADS (384), dynamic shared
+//   memory FX_SMEM_BYTES (214,272 B: opt-in; one block per SM; the kernel traps with less).
 //   verify_attn_fp32_bf16x3(q f32 [B,Q,H,576], kv f32 [B,S,576], prefix_len i32 [B],
 //                           visibility u8 [B,Q,Q], B, Q, H, S, sm_scale, n_splits,
 //                           out f32 [B,Q,H,512], lse f32 [B,Q,H], ws_o, ws_m, ws_l)
@@ -28,10 +28,9 @@
 //     a0b0 product of each 16-dim k-step goes into a zeroed accumulator that is then added to the
 //     partial in fp32 (round to nearest); the five smaller products accumulate in chains of their
 //     own (k-step mod 3), so the tensor cores' own accumulation never carries the partial sum:
-//     partial = main + ((x0 + x1) + x2) -> sS[t & 1]; arrive SS_FULL.
-//   Softmax warp 12: lane = (row l / 2, keys 8 (l % 2) ..+7); the four partials added in w order,
-//     then one online-softmax step; P split into pieces -> sPp, alpha -> sAlpha; arrive FULL. It
-//     keeps m and l and writes lse (or the split's m, l) and sL at the end (arrive FIN).
+//     partial = main + ((x0 + x1) + x2) -> sS. Then (named barrier 1 over the S warps) the
+//     softmax: thread st owns row st / 8 and keys 2 (st % 8), +1; the four partials added in w
+//     order; P split into pieces -> sPp, alpha -> sAlpha; arrive FULL.
 //   O warps 0..7, per sub-tile t: P pieces (ldmatrix) and alpha; O[16][64w ..+64) = alpha O + P V
 //     with V pieces by ldmatrix.trans, per n8 tile the six products smallest first into a zeroed C,
 //     then O = fmaf(alpha, O, C). Then they split sub-tile t + 2 from the fp32 staging slot into the
@@ -40,12 +39,14 @@
 //     V columns for all 16 keys, and thread ot one rope chunk (key ot / 16, dims 512 + 4 (ot % 16)),
 //     read only by the S warps; so the staging slot needs no barrier and a K-piece slot only the
 //     warp's own __syncwarp besides KP_FULL.
-//   mbarriers: SS_FULL[2] (128 S threads: partials of t), EMPTY_SS[2] (32: partials read), FULL[2]
-//     (32: P, alpha of t), EMPTY_S[2] (256 O threads: P, alpha read), KP_FULL[2] (256 O threads:
-//     K pieces of sub-tile u >= 2 in slot u & 1), FIN (32: sL written). No named barriers.
-//   Measured on the H200 (kernels/NOTES.md, "Session 6"): 50.0 us at the timing shape against
-//   fp32_dmma's 50.2-50.9 in one process; version 3 (the softmax in the S warps after a barrier
-//   among them) ran 48.5 but ended with a 384-thread named barrier that synccheck flagged.
+//   mbarriers: FULL[2] (128 S threads: P, alpha of t in buffer t & 1), EMPTY_S[2] (256 O threads:
+//     P, alpha of t read), KP_FULL[2] (256 O threads: K pieces of sub-tile u >= 2 in slot u & 1),
+//     FIN (128 S threads: sL and the row statistics written). Named barrier 1: the S warps
+//     (partials written / read). The end hand-off is an mbarrier, not a 384-thread named barrier:
+//     with one, synccheck reported divergent threads and racecheck a hazard on sL (session 6, call 6).
+//   Measured on the H200 (kernels/NOTES.md, "Session 6"): 48.4-48.9 us at the timing shape against
+//   fp32_dmma's 50.5-51.0 in one process (call 11); the version with a softmax warp of its own
+//   (commit 39cdb12) ran 49.5-50.0.
 //
 // Numerical contract: no bit of an fp32 input is dropped; every product of two pieces is exact in
 //   fp32; per 16 products the tensor cores add in their own order and rounding, after which sums
@@ -58,30 +59,26 @@
 //   past the request's Q*H are never read (zero-filled) and masked keys get p = 0 exactly.
 //   Target: relative L2 <= 1e-6 against float64 (ops.md fp32 tolerances).
 //
-// Knobs: FX_SW (score warps, 4; 6 measured no faster: 50.4 us; the host entry assumes 4);
-//   timing only, wrong results: FX_DIAG = 1 no score MMAs, 2 no P.V MMAs.
+// Knobs (timing only, wrong results): FX_DIAG = 1 no score MMAs, 2 no P.V MMAs.
 //
-// Shared memory (FX_SMEM_BYTES = 214,304 B):
+// Shared memory (FX_SMEM_BYTES = 214,272 B):
 //   sQp    [3 pieces][16 rows][576] bf16, 16-byte chunk c of row r at c ^ (r & 7)       55,296
 //   sKp    [2 slots][3 pieces][16 keys][576] bf16, the same swizzle                    110,592
 //   sStage [16 keys][576] fp32, the next sub-tile to split                              36,864
-//   sS     [2][FX_SW][16 rows][16 keys] fp32 partials, key k of row r at k ^ 8 ((r >> 1) & 1)
+//   sS     [2][4 S warps][16 rows][16 keys] fp32 partials, key k of row r at k ^ 8 ((r >> 1) & 1)
 //                                                                                        8,192
 //   sPp    [2][3 pieces][16 rows][16 keys] bf16, 8-key half h of row r at h ^ ((r >> 2) & 1)
 //                                                                                        3,072
 //   sAlpha [2][16], sL [16] fp32                                                           192
-//   11 mbarriers                                                                            96
+//   7 mbarriers                                                                             64
 #include "attn_common.cuh"
 
 #define FX_ROWS 16                               // rows per block: one m16 tile
 #define FX_KEYS 16                               // keys per sub-tile
-#ifndef FX_SW
-#define FX_SW 4                                  // S warps: the 576 dims split FX_SW ways
-#endif
+#define FX_SW 4                                  // S warps: split over 4 dim quarters
 #define FX_OW 8                                  // O warps: 64 value columns each
 #define FX_OT (FX_OW * 32)
-#define FX_XW (FX_SW + FX_OW)                    // the softmax warp (12)
-#define FX_THREADS ((FX_SW + FX_OW + 1) * 32)    // 416
+#define FX_THREADS ((FX_SW + FX_OW) * 32)        // 384
 #define FX_CH (ATTN_D / 4)                       // 16-byte fp32 chunks per row (144)
 #define FX_OWN (16 * FX_KEYS / 32 + 1)           // chunks an O thread splits per sub-tile (8 V + 1 rope)
 #define FX_KSTEPS (ATTN_D / (16 * FX_SW))        // k16 steps per S warp (9)
@@ -90,17 +87,14 @@
 #define FX_S_FLOATS (FX_SW * FX_ROWS * FX_KEYS)  // one sS buffer
 #define FX_PP_BYTES (3 * FX_ROWS * FX_KEYS * 2)  // one sPp buffer
 #define FX_SMEM_BYTES (9 * FX_PIECE_BYTES + (FX_STAGE_FLOATS + 2 * FX_S_FLOATS) * 4 + 2 * FX_PP_BYTES \
-                       + 3 * FX_ROWS * 4 + 96)
+                       + 3 * FX_ROWS * 4 + 64)
 #define FX_MAXZ 16                               // merge: splits loaded per batch
 #ifndef FX_DIAG
 #define FX_DIAG 0                                // timing only: 1 no score MMAs, 2 no P.V MMAs
 #endif
 
-#if (ATTN_D / 16) % (3 * FX_SW) != 0
-#error "each S warp walks its dims in groups of three 16-dim k-steps"
-#endif
-#if FX_ROWS * FX_KEYS != 8 * 32
-#error "the softmax warp gives each lane eight keys of one row"
+#if FX_ROWS * FX_KEYS != 2 * 32 * FX_SW
+#error "the softmax gives each S thread two keys of one row"
 #endif
 #if 64 * FX_OW != ATTN_DV || FX_KEYS * 16 != FX_OT
 #error "O warp w splits the 16 chunks of its 64 columns for 16 keys; thread ot one rope chunk"
@@ -149,10 +143,8 @@ verify_attn_fp32_bf16x3(const float* __restrict__ q, const float* __restrict__ k
     unsigned char* sPp = (unsigned char*)(sS + 2 * FX_S_FLOATS);
     float* sAlpha = (float*)(sPp + 2 * FX_PP_BYTES);
     float* sL = sAlpha + 2 * FX_ROWS;
-    // mbarriers: FULL 0,1 | EMPTY_S 2,3 | KP_FULL 4,5 | SS_FULL 6,7 | EMPTY_SS 8,9 | FIN 10
-    const unsigned mb = smem_addr(sL + FX_ROWS);
-    const unsigned mb_full = mb, mb_empty_s = mb + 16, mb_kp_full = mb + 32, mb_ss_full = mb + 48,
-                   mb_empty_ss = mb + 64, mb_fin = mb + 80;
+    const unsigned mb = smem_addr(sL + FX_ROWS);                 // FULL 0,1 | EMPTY_S 2,3 | KP_FULL 4,5 | FIN 6
+    const unsigned mb_full = mb, mb_empty_s = mb + 16, mb_kp_full = mb + 32, mb_fin = mb + 48;
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t4 = lane & 3;
@@ -169,7 +161,7 @@ verify_attn_fp32_bf16x3(const float* __restrict__ q, const float* __restrict__ k
     const size_t grow0 = (size_t)b * rows_req + row0;
     const size_t rows_total = (size_t)B * rows_req;
     const float* kvb = kv + (size_t)b * S * ATTN_D;
-    const bool s_warp = warp >= FX_OW && warp < FX_XW;           // warp-uniform role
+    const bool s_warp = warp >= FX_OW;                           // warp-uniform role
     const int lrow = (lane & 7) + 8 * ((lane >> 3) & 1), lhi = lane >> 4;   // ldmatrix x4 addressing
 
     // O thread's own chunk i of a sub-tile: key and fp32 chunk index (i < 8: its warp's V columns)
@@ -195,7 +187,7 @@ verify_attn_fp32_bf16x3(const float* __restrict__ q, const float* __restrict__ k
 
     {   // prologue: sub-tiles 0 and 1 split straight from global into K-piece slots 0, 1 and sub-tile 2
         // staged (O threads); the Q tile split into its pieces (every thread; rows past nrows zero)
-        if (warp < FX_OW) {
+        if (!s_warp) {
             if (nsub > 2) stage_own(2);
             cp_async_commit();
             float4 v[2][FX_OWN];
@@ -226,21 +218,21 @@ verify_attn_fp32_bf16x3(const float* __restrict__ q, const float* __restrict__ k
             split_store(sQp, fx_at(r, c >> 1) + 8 * (c & 1), v);
         }
         if (tid == 0) {
-            for (int i = 0; i < 2; ++i) {
-                mbar_init(mb_full + 8 * i, 32);
-                mbar_init(mb_empty_s + 8 * i, FX_OT);
-                mbar_init(mb_kp_full + 8 * i, FX_OT);
-                mbar_init(mb_ss_full + 8 * i, 32 * FX_SW);
-                mbar_init(mb_empty_ss + 8 * i, 32);
-            }
-            mbar_init(mb_fin, 32);
+            mbar_init(mb_full, 32 * FX_SW); mbar_init(mb_full + 8, 32 * FX_SW);
+            mbar_init(mb_empty_s, FX_OT); mbar_init(mb_empty_s + 8, FX_OT);
+            mbar_init(mb_kp_full, FX_OT); mbar_init(mb_kp_full + 8, FX_OT);
+            mbar_init(mb_fin, 32 * FX_SW);
         }
         __syncthreads();                                         // pieces visible, mbarriers initialised
     }
 
     if (s_warp) {
         // ---------------- S warps: partial scores over dims [144w, 144w + 144), then the softmax
-        const int sw = warp - FX_OW;
+        const int sw = warp - FX_OW, st = tid - FX_OT;
+        const int srow = st >> 3, se = st & 7;                   // softmax: row, keys 2 se, 2 se + 1
+        const bool srow_ok = srow < nrows;
+        const u8* vrow = visibility + ((long long)b * Q * Q + (long long)(srow_ok ? (row0 + srow) / H : 0) * Q - P);
+        float m_run = neg_inf(), l_run = 0.f;
 #pragma unroll 1
         for (int t = 0; t < nsub; ++t) {
             const int buf = t & 1;
@@ -288,88 +280,68 @@ verify_attn_fp32_bf16x3(const float* __restrict__ q, const float* __restrict__ k
                             mma_bf16_16816(cx[n][u], a[u][AP[k]], bk[u][BP[k]][2 * n], bk[u][BP[k]][2 * n + 1]);
             }
 #endif
-            // the partial to sS[buf] once the softmax warp has read sub-tile t - 2's
-            if (t >= 2) mbar_wait(mb_empty_ss + 8 * buf, ((t >> 1) - 1) & 1);
-            float* ss = sS + buf * FX_S_FLOATS + sw * FX_ROWS * FX_KEYS;
-            const int sk = 8 * ((g >> 1) & 1);                   // rows g, g + 8 share it
+            {   // the partial to sS[buf] (its previous readers, the S threads, passed barrier 1 since)
+                float* ss = sS + buf * FX_S_FLOATS + sw * FX_ROWS * FX_KEYS;
+                const int sk = 8 * ((g >> 1) & 1);               // rows g, g + 8 share it
 #pragma unroll
-            for (int n = 0; n < 2; ++n) {
-                const int key = (8 * n + 2 * t4) ^ sk;
-                float v[4];
+                for (int n = 0; n < 2; ++n) {
+                    const int key = (8 * n + 2 * t4) ^ sk;
+                    float v[4];
 #pragma unroll
-                for (int e = 0; e < 4; ++e) v[e] = acc[n][e] + ((cx[n][0][e] + cx[n][1][e]) + cx[n][2][e]);
-                *(float2*)(ss + g * FX_KEYS + key) = make_float2(v[0], v[1]);
-                *(float2*)(ss + (g + 8) * FX_KEYS + key) = make_float2(v[2], v[3]);
+                    for (int e = 0; e < 4; ++e) v[e] = acc[n][e] + ((cx[n][0][e] + cx[n][1][e]) + cx[n][2][e]);
+                    *(float2*)(ss + g * FX_KEYS + key) = make_float2(v[0], v[1]);
+                    *(float2*)(ss + (g + 8) * FX_KEYS + key) = make_float2(v[2], v[3]);
+                }
             }
-            mbar_arrive(mb_ss_full + 8 * buf);
-        }
-        return;
-    }
-
-    if (warp == FX_XW) {
-        // ---------------- softmax warp: lane = row 16 x half; keys 8 h ..+7 of row r
-        const int r = lane >> 1, h = lane & 1;
-        const bool row_ok = r < nrows;
-        const u8* vrow = visibility + ((long long)b * Q * Q + (long long)(row_ok ? (row0 + r) / H : 0) * Q - P);
-        float m_run = neg_inf(), l_run = 0.f;
-#pragma unroll 1
-        for (int t = 0; t < nsub; ++t) {
-            const int buf = t & 1;
-            mbar_wait(mb_ss_full + 8 * buf, (t >> 1) & 1);       // the four partials of t
-            const float* ss = sS + buf * FX_S_FLOATS + r * FX_KEYS + 8 * (h ^ ((r >> 1) & 1));
-            float d[8];
-            {
-                const float4 lo = *(const float4*)ss, hi = *(const float4*)(ss + 4);
-                d[0] = lo.x; d[1] = lo.y; d[2] = lo.z; d[3] = lo.w; d[4] = hi.x; d[5] = hi.y; d[6] = hi.z; d[7] = hi.w;
-            }
+            named_barrier(1, 32 * FX_SW);                        // every partial of t written
+            // softmax of row srow, keys 2 se, 2 se + 1
+            const float* ss = sS + buf * FX_S_FLOATS + srow * FX_KEYS + ((2 * se) ^ (8 * ((srow >> 1) & 1)));
+            float2 d = *(const float2*)ss;
 #pragma unroll
             for (int w = 1; w < FX_SW; ++w) {
-                const float4 lo = *(const float4*)(ss + w * FX_ROWS * FX_KEYS);
-                const float4 hi = *(const float4*)(ss + w * FX_ROWS * FX_KEYS + 4);
-                d[0] += lo.x; d[1] += lo.y; d[2] += lo.z; d[3] += lo.w;
-                d[4] += hi.x; d[5] += hi.y; d[6] += hi.z; d[7] += hi.w;
+                const float2 e = *(const float2*)(ss + w * FX_ROWS * FX_KEYS);
+                d.x += e.x; d.y += e.y;
             }
-            mbar_arrive(mb_empty_ss + 8 * buf);                  // this lane's reads of sS[buf] done
-            const int j0 = kbeg + t * FX_KEYS + 8 * h;
-            float sc[8], mx = neg_inf();
-            bool ok[8];
+            const int j0 = kbeg + t * FX_KEYS + 2 * se;
+            float s[2], mx = neg_inf();
+            bool ok[2];
 #pragma unroll
-            for (int k = 0; k < 8; ++k) {
+            for (int k = 0; k < 2; ++k) {
                 const int j = j0 + k;
-                bool a = row_ok && j < kend;
+                bool a = srow_ok && j < kend;
                 if (a && j >= P) a = vrow[j] != 0;
                 ok[k] = a;
-                sc[k] = a ? d[k] * sm_scale : neg_inf();
-                mx = fmaxf(mx, sc[k]);
+                s[k] = a ? (k ? d.y : d.x) * sm_scale : neg_inf();
+                mx = fmaxf(mx, s[k]);
             }
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
             const float m_new = fmaxf(m_run, mx);
-            float p[8];
-#pragma unroll
-            for (int k = 0; k < 8; ++k) p[k] = ok[k] ? expf(sc[k] - m_new) : 0.f;   // ok => m_new finite
+            const float p0 = ok[0] ? expf(s[0] - m_new) : 0.f;   // ok => m_new finite
+            const float p1 = ok[1] ? expf(s[1] - m_new) : 0.f;
             const float alpha = m_new == neg_inf() ? 1.f : expf(m_run - m_new);
-            float ps = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+            float ps = p0 + p1;
             ps += __shfl_xor_sync(0xffffffffu, ps, 1);
+            ps += __shfl_xor_sync(0xffffffffu, ps, 2);
+            ps += __shfl_xor_sync(0xffffffffu, ps, 4);
             l_run = l_run * alpha + ps;
             m_run = m_new;
-            uint4 pp[3];
-            split3(p[0], p[1], pp[0].x, pp[1].x, pp[2].x);
-            split3(p[2], p[3], pp[0].y, pp[1].y, pp[2].y);
-            split3(p[4], p[5], pp[0].z, pp[1].z, pp[2].z);
-            split3(p[6], p[7], pp[0].w, pp[1].w, pp[2].w);
+            u32 pp[3];
+            split3(p0, p1, pp[0], pp[1], pp[2]);
             // P and alpha of t to buffer buf once the O warps have read t - 2's
             if (t >= 2) mbar_wait(mb_empty_s + 8 * buf, ((t >> 1) - 1) & 1);
-            unsigned char* pb = sPp + buf * FX_PP_BYTES + r * 32 + 16 * (h ^ ((r >> 2) & 1));
+            unsigned char* pb = sPp + buf * FX_PP_BYTES + srow * 32 + 16 * ((se >> 2) ^ ((srow >> 2) & 1)) + 4 * (se & 3);
 #pragma unroll
-            for (int q = 0; q < 3; ++q) *(uint4*)(pb + q * FX_ROWS * FX_KEYS * 2) = pp[q];
-            if (h == 0) sAlpha[buf * FX_ROWS + r] = alpha;
+            for (int p = 0; p < 3; ++p) *(u32*)(pb + p * FX_ROWS * FX_KEYS * 2) = pp[p];
+            if (se == 0) sAlpha[buf * FX_ROWS + srow] = alpha;
             mbar_arrive(mb_full + 8 * buf);
         }
         // the row statistics: lse, or the split's m and l; l for the O warps' normalisation
-        if (h == 0) {
-            sL[r] = l_run;
-            if (row_ok) {
-                const size_t grow = grow0 + r;
+        if (se == 0) {
+            sL[srow] = l_run;
+            if (srow_ok) {
+                const size_t grow = grow0 + srow;
                 if (n_splits == 1) {
                     lse[grow] = m_run + logf(l_run);
                 } else {

@@ -328,12 +328,13 @@ class VerifyAttn(Op):
         "fp32_dmma": CudaKernel("fp32", "verify_attn_fp32_dmma.cu", "verify_attn_fp32_dmma",
                                 "verify_attn_fp32_dmma_merge", 34, 16, 384, 228592, split_min_tiles=4),
         # every fp32 operand split exactly into three bf16 pieces, six piece products per product on
-        # the bf16 tensor cores (mma.sync): 4 score warps, a softmax warp, 8 P.V warps that also split
-        # the kv rows; 16-row tiles, 17 x 7 = 119 blocks at B=1 H=16 Q=17 P=2048. Not a default: 50.0
-        # us there, fp32_dmma's time, with the lowest error of the fp32 kernels (rel L2 1.3e-7 against
+        # the bf16 tensor cores (mma.sync): 4 score + softmax warps, 8 P.V warps that also split the
+        # kv rows; 16-row tiles, 17 x 7 = 119 blocks at B=1 H=16 Q=17 P=2048. Not a default: 48.4-48.9
+        # us there against fp32_dmma's 50.5-51.0 in one process (too late in session 6 for the full
+        # evidence a default needs), with the lowest error of the fp32 kernels (rel L2 1.3e-7 against
         # 2.2e-7; kernels/NOTES.md, "Session 6"). Run it with --kernel fp32_bf16x3.
         "fp32_bf16x3": CudaKernel("fp32", "verify_attn_fp32_bf16x3.cu", "verify_attn_fp32_bf16x3",
-                                  "verify_attn_fp32_bf16x3_merge", 16, 16, 416, 214304, split_min_tiles=4),
+                                  "verify_attn_fp32_bf16x3_merge", 16, 16, 384, 214272, split_min_tiles=4),
         "bf16_mma": CudaKernel("bf16_paged", "verify_attn_bf16_paged.cu", "verify_attn_bf16_paged",
                                "verify_attn_bf16_merge", 64, 32, 256, 166144),
         "bf16_wgmma2": CudaKernel("bf16_paged", "verify_attn_bf16_wgmma2.cu", "verify_attn_bf16_wgmma2",
