@@ -1,9 +1,11 @@
-"""Call 11: fp32_bf16x3 v3 (kernels/runs/next/fp32_bf16x3_v3.patch applied to v4) with its closing
+"""Call 11: fp32_bf16x3 v3 (kernels/runs/h200-2026-11-29-s6/fp32_bf16x3_v3.patch applied to v4) with its closing
 384-thread named barrier replaced by an mbarrier (FIN: the 128 S threads arrive after writing sL and
 the row statistics, the O threads wait), generated into FX_V3_DIR, registered as `fp32_bf16x3_v3fin`
 (384 threads, 214,272 B) and then either timed with s5's fd_ab.py (argument `ab`) or run once at the
 timing shape and at forced splits 1 / 3 on rows that are not a multiple of 16 (argument `once`, for
-the sanitizers), each output poisoned and checked against float64."""
+the sanitizers), each output poisoned and checked against float64. It ran at 87caf5e's parent, where
+kernels/verify_attn_fp32_bf16x3.cu was v4 (39cdb12's); at later commits that file is already v3 + FIN,
+so take 39cdb12's copy of it first."""
 import os, runpy, subprocess, sys
 from pathlib import Path
 
@@ -12,7 +14,7 @@ work = Path(os.environ.get("FX_V3_DIR", "/tmp/fx_v3fin"))
 (work / "kernels").mkdir(parents=True, exist_ok=True)
 src = work / "kernels" / "verify_attn_fp32_bf16x3.cu"
 src.write_text((root / "kernels" / "verify_attn_fp32_bf16x3.cu").read_text())
-patch = str(root / "kernels/runs/next/fp32_bf16x3_v3.patch")
+patch = str(root / "kernels/runs/h200-2026-11-29-s6/fp32_bf16x3_v3.patch")
 if subprocess.run(["patch", "-s", "-p1", "-i", patch], cwd=work).returncode != 0:     # no `patch` there: git
     subprocess.run(["git", "apply", patch], cwd=work, check=True)
 text = src.read_text()
