@@ -20,6 +20,16 @@ typedef unsigned int u32;
 
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
 
+// Declares `chunk`, `kbeg`, `kend` of split z of a request's kvlen keys: chunk = ceil(kvlen / n_splits)
+// rounded up to `round` keys; the split has keys [kbeg, kend) = [min(z chunk, kvlen), min(kbeg + chunk,
+// kvlen)) (empty past the end). Serves the fp32 kernels gemm, dmma and bf16x3. A macro, not a function:
+// spelled out in place it compiles to the SASS those kernels were verified with (a function returning
+// kbeg and kend changed ptxas's allocation).
+#define ATTN_KEY_SPLIT(kvlen, n_splits, z, round)                                                       \
+    const int chunk = (((kvlen) + (n_splits) - 1) / (n_splits) + (round) - 1) / (round) * (round);     \
+    const int kbeg = min((z) * chunk, (kvlen));                                                         \
+    const int kend = min(kbeg + chunk, (kvlen));
+
 __device__ __forceinline__ u32 smem_addr(const void* p) {
     return (u32)__cvta_generic_to_shared(p);
 }

@@ -119,8 +119,10 @@ __device__ __forceinline__ void split3(float x, float y, u32& p0, u32& p1, u32& 
     p2 = pack_bf16x2(rx - bf16_lo(p1), ry - bf16_hi(p1));       // exact, and exactly representable
 }
 
-// a float4 (dims 4c ..+3 of one row) split into its three pieces at byte `at` of each piece
-__device__ __forceinline__ void split_store(unsigned char* pieces, int at, float4 v) {
+// a float4 (fp32 chunk `chunk`: dims 4 chunk ..+3 of row `row`) split into its three pieces, each
+// stored at its place in its [16][576] bf16 piece
+__device__ __forceinline__ void split_store(unsigned char* pieces, int row, int chunk, float4 v) {
+    const int at = fx_at(row, chunk >> 1) + 8 * (chunk & 1);
     uint2 pc[3];
     split3(v.x, v.y, pc[0].x, pc[1].x, pc[2].x);
     split3(v.z, v.w, pc[0].y, pc[1].y, pc[2].y);
@@ -154,9 +156,7 @@ verify_attn_fp32_bf16x3(const float* __restrict__ q, const float* __restrict__ k
     const int nrows = min(FX_ROWS, rows_req - row0);
     const int P = prefix_len[b];
     const int kvlen = P + Q;
-    const int chunk = ((kvlen + n_splits - 1) / n_splits + FX_KEYS - 1) / FX_KEYS * FX_KEYS;
-    const int kbeg = min(z * chunk, kvlen);
-    const int kend = min(kbeg + chunk, kvlen);
+    ATTN_KEY_SPLIT(kvlen, n_splits, z, FX_KEYS)
     const int nsub = (kend - kbeg + FX_KEYS - 1) / FX_KEYS;
     const size_t grow0 = (size_t)b * rows_req + row0;
     const size_t rows_total = (size_t)B * rows_req;
@@ -207,7 +207,7 @@ verify_attn_fp32_bf16x3(const float* __restrict__ q, const float* __restrict__ k
                 for (int i = 0; i < FX_OWN; ++i) {
                     int key, ch;
                     own(i, key, ch);
-                    split_store(sKp + 3 * s * FX_PIECE_BYTES, fx_at(key, ch >> 1) + 8 * (ch & 1), v[s][i]);
+                    split_store(sKp + 3 * s * FX_PIECE_BYTES, key, ch, v[s][i]);
                 }
         }
         const float* qb = q + grow0 * ATTN_D;
@@ -215,7 +215,7 @@ verify_attn_fp32_bf16x3(const float* __restrict__ q, const float* __restrict__ k
             const int r = e / FX_CH, c = e - r * FX_CH;
             const float4 v = r < nrows ? __ldg((const float4*)(qb + (size_t)r * ATTN_D + 4 * c))
                                        : make_float4(0.f, 0.f, 0.f, 0.f);
-            split_store(sQp, fx_at(r, c >> 1) + 8 * (c & 1), v);
+            split_store(sQp, r, c, v);
         }
         if (tid == 0) {
             mbar_init(mb_full, 32 * FX_SW); mbar_init(mb_full + 8, 32 * FX_SW);
@@ -414,7 +414,7 @@ verify_attn_fp32_bf16x3(const float* __restrict__ q, const float* __restrict__ k
             for (int i = 0; i < FX_OWN; ++i) {
                 int key, ch;
                 own(i, key, ch);
-                split_store(dst, fx_at(key, ch >> 1) + 8 * (ch & 1), *(const float4*)(sStage + key * ATTN_D + 4 * ch));
+                split_store(dst, key, ch, *(const float4*)(sStage + key * ATTN_D + 4 * ch));
             }
             if (t + 3 < nsub) stage_own(t + 3);
             cp_async_commit();

@@ -106,6 +106,9 @@
 #if defined(FD_EXPECT_SMEM) && FD_EXPECT_SMEM != FD_SMEM_BYTES
 #error "FD_SMEM_BYTES differs from the host's CUDA_KERNELS entry (kdtr/ops/verify_attn.py)"
 #endif
+#if defined(FD_EXPECT_THREADS) && FD_EXPECT_THREADS != FD_THREADS
+#error "FD_THREADS differs from the host's CUDA_KERNELS entry (kdtr/ops/verify_attn.py)"
+#endif
 
 // float offset of 16-byte chunk `chunk` of row `row` in a swizzled [rows][576] tile
 __device__ __forceinline__ int fd_at(int row, int chunk) {
@@ -146,9 +149,7 @@ verify_attn_fp32_dmma(const float* __restrict__ q, const float* __restrict__ kv,
     const int nrows = min(FD_ROWS, rows_req - row0);
     const int P = prefix_len[b];
     const int kvlen = P + Q;
-    const int chunk = ((kvlen + n_splits - 1) / n_splits + FD_KEYS - 1) / FD_KEYS * FD_KEYS;
-    const int kbeg = min(z * chunk, kvlen);
-    const int kend = min(kbeg + chunk, kvlen);
+    ATTN_KEY_SPLIT(kvlen, n_splits, z, FD_KEYS)
     const int nsub = (kend - kbeg + FD_KEYS - 1) / FD_KEYS;
     const size_t grow0 = (size_t)b * rows_req + row0;
     const size_t rows_total = (size_t)B * rows_req;

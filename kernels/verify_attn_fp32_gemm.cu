@@ -183,9 +183,7 @@ verify_attn_fp32_gemm(const float* __restrict__ q, const float* __restrict__ kv,
     const int nrows = min(FK_ROWS, rows_req - row0);
     const int P = prefix_len[b];
     const int kvlen = P + Q;
-    const int chunk = ((kvlen + n_splits - 1) / n_splits + 7) / 8 * 8;
-    const int kbeg = min(z * chunk, kvlen);
-    const int kend = min(kbeg + chunk, kvlen);
+    ATTN_KEY_SPLIT(kvlen, n_splits, z, 8)
 #if FK_DIAG == 3
     const int ntiles = 0;
 #else
