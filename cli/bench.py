@@ -394,7 +394,7 @@ def bench_view(record, *, verbose: bool = False, quiet: bool = False) -> None:
             t = r.timing
             speed = " ".join(f"vs_{k}={v:.2f}x" for k, v in r.speedups.items())
             status = f"skip ({r.skip})" if r.skip else ("ok" if r.check_passed else f"FAIL ({r.check})")
-            kernel = f" kernel={_kernel(r)}" if _kernel(r) else ""
+            kernel = f" kernel={picked}" if (picked := _kernel(r)) else ""
             print(f"{r.impl} {r.op}/{r.variant} {r.case} {r.mode}{kernel} median={fmt_time(t.median if t else None)} "
                   f"noise={'' if t is None else f'{100 * t.rel_ci:.1f}%'} tflops={_fig(r.tflops)} "
                   f"gbps={_fig(r.gbps, 0)} {speed} {status}".rstrip())
@@ -418,7 +418,7 @@ def bench_view(record, *, verbose: bool = False, quiet: bool = False) -> None:
         shown = rows if verbose else [r for r in rows if r.primary]
         for r in shown:
             t = r.timing
-            config = _config(r.config) + (f" · {_kernel(r)}" if _kernel(r) else "")
+            config = _config(r.config) + (f" · {picked}" if (picked := _kernel(r)) else "")
             cells = [f"{op}/{variant} {case}" if r.primary or not verbose else f"  {case}", config]
             if verbose:
                 cells.append(r.impl)
