@@ -352,15 +352,16 @@ class VerifyAttn(Op):
 
     def kernel_choice(self, variant, inputs, params):
         """Name of the CUDA kernel run_cuda launches for these inputs here (a CUDA_KERNELS key):
-        for fp32 the first of fp32_dmma, fp32_gemm whose shared memory fits (Hopper: fp32_dmma),
+        for fp32 the first fp32 kernel of CUDA_DEFAULTS whose shared memory fits (Hopper: fp32_dmma),
         else fp32_ffma; for bf16_paged the wgmma kernel on sm_90 (H100/H200), else the portable one."""
         from ..device import device_arch, gpu_available, max_shared_optin
 
         if variant == "fp32":
-            for name in ("fp32_dmma", "fp32_gemm"):
-                if (name in self.CUDA_DEFAULTS and gpu_available()
-                        and self.CUDA_KERNELS[name].smem + 64 <= max_shared_optin()):
-                    return name
+            if gpu_available():
+                for name in self.CUDA_DEFAULTS:
+                    k = self.CUDA_KERNELS[name]
+                    if k.variant == "fp32" and k.smem + 64 <= max_shared_optin():
+                        return name
             return "fp32_ffma"
         if "bf16_wgmma2" in self.CUDA_DEFAULTS and gpu_available() and device_arch() == "sm_90":
             return "bf16_wgmma2"
