@@ -1,41 +1,14 @@
-"""fp32_bf16x3 (kernels/verify_attn_fp32_bf16x3.cu) on the CPU: the host's launch figures against the
-kernel's layout, its builds, and a model of its exact three-piece bf16 split. Its results are checked on
-the GPU by tests/test_cuda_kernels.py (every CUDA_KERNELS entry)."""
+"""fp32_bf16x3 (kernels/verify_attn_fp32_bf16x3.cu) on the CPU: a model of its exact three-piece bf16
+split, and that no launch picks it by default (its launch figures and builds: tests/test_fp32_kernels.py;
+its results are checked on the GPU by tests/test_cuda_kernels.py, every CUDA_KERNELS entry)."""
 from __future__ import annotations
 
 import ml_dtypes
 import numpy as np
-import pytest
 
-from kdtr import nvrtc
-from kdtr.errors import CompileError
 from kdtr.ops import get_op
 
 OP = get_op("verify_attn")
-KERNEL = OP.CUDA_KERNELS["fp32_bf16x3"]
-SOURCE = "verify_attn_fp32_bf16x3.cu"
-H200_OPTIN = 232448                  # cudaDevAttrMaxSharedMemoryPerBlockOptin on an H100 / H200
-
-
-def test_host_launch_figures_equal_the_kernels(cache_dir):
-    """FX_EXPECT_SMEM / FX_EXPECT_THREADS make the .cu #error out unless they equal its layout: a host
-    figure that drifted would launch with too little shared memory (the kernel traps) or the wrong
-    warps."""
-    assert KERNEL.smem + 64 <= H200_OPTIN
-    nvrtc.compile_kernel(SOURCE, "sm_90", defines={"FX_EXPECT_SMEM": KERNEL.smem,
-                                                   "FX_EXPECT_THREADS": KERNEL.threads})
-    with pytest.raises(CompileError, match="FX_SMEM_BYTES differs"):
-        nvrtc.compile_kernel(SOURCE, "sm_90", defines={"FX_EXPECT_SMEM": KERNEL.smem - 8})
-    with pytest.raises(CompileError, match="FX_THREADS differs"):
-        nvrtc.compile_kernel(SOURCE, "sm_90", defines={"FX_EXPECT_THREADS": KERNEL.threads - 32})
-
-
-@pytest.mark.parametrize("arch", ["sm_90", "sm_120"])
-@pytest.mark.parametrize("defines", [{}, {"FX_DIAG": 1}, {"FX_DIAG": 2}])
-def test_builds_without_spills(arch, defines, cache_dir):
-    module = nvrtc.compile_kernel(SOURCE, arch, defines=defines)
-    r = module.resource("verify_attn_fp32_bf16x3")
-    assert (r.local_bytes, r.spill_stores, r.spill_loads) == (0, 0, 0), r
 
 
 def test_not_a_default():
