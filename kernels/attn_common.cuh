@@ -110,6 +110,20 @@ __device__ __forceinline__ void mbar_wait(unsigned addr, unsigned parity) {
         :: "r"(addr), "r"(parity) : "memory");
 }
 
+// After mbarrier.init, before the async proxy (bulk copies) may signal the barriers.
+__device__ __forceinline__ void mbar_fence_init() {
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
+// `bytes` (a multiple of 16; both addresses 16-byte aligned) from global to shared memory by the
+// bulk-copy engine; the calling thread arrives on mbarrier `mbar` (count 1) expecting them, and the
+// barrier's phase completes once they have landed.
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, unsigned bytes, unsigned mbar) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"(mbar), "r"(bytes) : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+                 :: "r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(mbar) : "memory");
+}
+
 // Bytes of dynamic shared memory this launch got: a kernel whose layout is sized by compile-time
 // knobs traps when the host gave it less, instead of corrupting memory.
 __device__ __forceinline__ unsigned dynamic_smem_bytes() {

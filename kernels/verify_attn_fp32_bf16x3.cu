@@ -7,70 +7,69 @@
 // rounding of a product. A bf16 x bf16 product is exact in fp32. Why: on the H200 an exact fp32
 // kernel on FFMA / DMMA tops out near 62 TFLOP/s for all of its units together (kernels/NOTES.md,
 // "Session 5"), while mma.sync bf16 runs at 0.57 MMA/clk/SM (~600 TFLOP/s; "Session 6"). The split
-// conversions (F2FP) take the tensor pipe's time (they run in the sum of their times with HMMA), so
-// each kv element is split once per block, into shared memory, and both MMAs read the pieces.
+// conversions (F2FP) take the tensor pipe's time, so every operand is split once, by a kernel of its
+// own, and the main kernel only streams pieces (session 7: splitting in the main kernel cost ~8 us).
 //
+// Launch (pieces): grid = (4 * (ceil(S / 16) + ceil(Q*H / 16)), B), block = 144 (FX_CH); below.
+//   verify_attn_fp32_bf16x3_pieces(q f32 [B,Q,H,576], kv f32 [B,S,576], prefix_len i32 [B], Q, H, S,
+//                                  pieces u8 [B][ceil(S/16) + ceil(Q*H/16)][FX_TILE_BYTES])
 // Launch (main): grid = (ceil(Q*H / 16), B, n_splits), block = FX_THREADS (384), dynamic shared
-//   memory FX_SMEM_BYTES (214,272 B: opt-in; one block per SM; the kernel traps with less).
-//   verify_attn_fp32_bf16x3(q f32 [B,Q,H,576], kv f32 [B,S,576], prefix_len i32 [B],
-//                           visibility u8 [B,Q,Q], B, Q, H, S, sm_scale, n_splits,
-//                           out f32 [B,Q,H,512], lse f32 [B,Q,H], ws_o, ws_m, ws_l)
+//   memory FX_SMEM_BYTES (231,128 B: opt-in; one block per SM; the kernel traps with less); sm_90+.
+//   verify_attn_fp32_bf16x3(pieces, prefix_len i32 [B], visibility u8 [B,Q,Q], B, Q, H, S,
+//                           sm_scale, n_splits, out f32 [B,Q,H,512], lse f32 [B,Q,H], ws_o, ws_m, ws_l)
 //   A block owns 16 consecutive (token, head) rows of one request (one m16 tile) and one split of
 //   its keys: chunk = ceil(kvlen / n_splits) rounded up to 16, kvlen = prefix_len[b] + Q; split z
 //   has keys [z*chunk, min(kvlen, (z+1)*chunk)) (possibly empty: m = -inf, l = 0), walked in 16-key
-//   sub-tiles. n_splits == 1 writes out/lse; otherwise the partials of attn_common.cuh and
+//   sub-tiles, each one tile of `pieces` (chunk is a multiple of 16, so sub-tiles are whole tiles).
+//   n_splits == 1 writes out/lse; otherwise the partials of attn_common.cuh and
 //   verify_attn_fp32_bf16x3_merge (grid = B*Q*H, block = 128). At B=1 H=16 Q=17 P=2048 the host
 //   picks 7 splits: 17 row tiles x 7 = 119 blocks of <= 304 keys (19 sub-tiles).
 //
+// Loads: thread 0 initialises the mbarriers and bulk-copies (cp.async.bulk, completion on an
+//   mbarrier's transaction count) the Q tile's pieces and sub-tiles 0..2 into three K-piece slots;
+//   afterwards O thread 0 refills slot t % 3 with sub-tile t + 3 once every O thread has released it.
 // Warp roles (hand-offs through mbarriers; each thread arrives after its own accesses):
-//   S warps 8..11 (one per SM sub-partition), per sub-tile t: S[16 rows][16 keys] over dims
-//     [144w, 144w + 144) with mma.m16n8k16 bf16 (A = Q pieces, B = K pieces, both ldmatrix). The
-//     a0b0 product of each 16-dim k-step goes into a zeroed accumulator that is then added to the
-//     partial in fp32 (round to nearest); the five smaller products accumulate in chains of their
-//     own (k-step mod 3), so the tensor cores' own accumulation never carries the partial sum:
-//     partial = main + ((x0 + x1) + x2) -> sS. Then (named barrier 1 over the S warps) the
-//     softmax: thread st owns row st / 8 and keys 2 (st % 8), +1; the four partials added in w
-//     order; P split into pieces -> sPp, alpha -> sAlpha; arrive FULL.
-//   O warps 0..7, per sub-tile t: P pieces (ldmatrix) and alpha; O[16][64w ..+64) = alpha O + P V
-//     with V pieces by ldmatrix.trans, per n8 tile the six products smallest first into a zeroed C,
-//     then O = fmaf(alpha, O, C). Then they split sub-tile t + 2 from the fp32 staging slot into the
-//     K-piece slot t & 1 they have just finished with and copy sub-tile t + 3 into the staging slot
-//     (cp.async). A thread splits and copies only its own 16-byte chunks: warp w the dims of its own
-//     V columns for all 16 keys, and thread ot one rope chunk (key ot / 16, dims 512 + 4 (ot % 16)),
-//     read only by the S warps; so the staging slot needs no barrier and a K-piece slot only the
-//     warp's own __syncwarp besides KP_FULL.
-//   mbarriers: FULL[2] (128 S threads: P, alpha of t in buffer t & 1), EMPTY_S[2] (256 O threads:
-//     P, alpha of t read), KP_FULL[2] (256 O threads: K pieces of sub-tile u >= 2 in slot u & 1),
-//     FIN (128 S threads: sL and the row statistics written). Named barrier 1: the S warps
-//     (partials written / read). The end hand-off is an mbarrier, not a 384-thread named barrier:
-//     with one, synccheck reported divergent threads and racecheck a hazard on sL (session 6, call 6).
-//   Measured on the H200 (kernels/NOTES.md, "Session 6"): 48.4-48.9 us at the timing shape against
-//   fp32_dmma's 50.5-51.0 in one process (call 11); the version with a softmax warp of its own
-//   (commit 39cdb12) ran 49.5-50.0.
+//   S warps 8..11 (one per SM sub-partition), MMAs only, per sub-tile t: S[16 rows][16 keys] over
+//     dims [144w, 144w + 144) with mma.m16n8k16 bf16 (A = Q pieces, B = K pieces, both ldmatrix).
+//     The a0b0 product of each 16-dim k-step goes into a zeroed accumulator that is then added to
+//     the partial in fp32 (round to nearest); the five smaller products accumulate in chains of
+//     their own (k-step mod 3), so the tensor cores' own accumulation never carries the partial sum:
+//     partial = main + ((x0 + x1) + x2) -> sS[t & 1]; arrive S_FULL.
+//   O warps 0..7, per sub-tile t: the softmax, thread ot owning row ot / 16 and key ot % 16 (the four
+//     partials added in w order; 16-lane shuffles), P split into pieces -> sPp, alpha -> sAlpha
+//     (named barrier 1 before and after the writes); then P pieces (ldmatrix) and alpha; O[16][64w
+//     ..+64) = alpha O + P V with V pieces by ldmatrix.trans, per n8 tile the six products smallest
+//     first into a zeroed C, then O = fmaf(alpha, O, C).
+//   mbarriers: S_FULL[2] (128 S threads: partials of t in sS[t & 1]), S_EMPTY[2] (256 O threads:
+//     read), Q_FULL and KP_FULL[3] (one arrival with the copy's bytes), KP_EMPTY[3] (256 O threads:
+//     the slot's V pieces read; the S warps' reads of it precede S_FULL of t).
+//   Measured on the H200 (kernels/NOTES.md, "Session 7"): 39.6-41.1 us at the timing shape against
+//   fp32_dmma's 50.1-51.8 in one process; of that ~9 us is the pieces kernel, the merge and their
+//   launches (FX_DIAG=4) and ~2.4 us the first loads (FX_DIAG=3).
 //
 // Numerical contract: no bit of an fp32 input is dropped; every product of two pieces is exact in
 //   fp32; per 16 products the tensor cores add in their own order and rounding, after which sums
 //   are fp32 round-to-nearest: s_j = fl(partial sum over 576 dims) * sm_scale. Per 16-key sub-tile
 //   one online softmax step in fp32: m_new = max(m_old, max_j s_j), p_j = expf(s_j - m_new), alpha
-//   = expf(m_old - m_new) (1 while m_new is -inf), l = alpha l + sum_j p_j (pairs, then xor-1, -2,
-//   -4 shuffles); O = fmaf(alpha, O, sum_j p_j v_j) with the 16 keys' products summed on the
-//   tensor cores. out = O / l, lse = m + logf(l). Prefix keys are always visible, tree key j iff
+//   = expf(m_old - m_new) (1 while m_new is -inf), l = alpha l + sum_j p_j (xor-1, -2, -4, -8
+//   shuffles); O = fmaf(alpha, O, sum_j p_j v_j) with the 16 keys' products summed on the tensor
+//   cores. out = O / l, lse = m + logf(l). Prefix keys are always visible, tree key j iff
 //   visibility[b, i, j - prefix_len]; kv rows at or past prefix_len[b] + Q (NaN padding) and q rows
-//   past the request's Q*H are never read (zero-filled) and masked keys get p = 0 exactly.
+//   past the request's Q*H are never read (their pieces are zeros) and masked keys get p = 0 exactly.
 //   Target: relative L2 <= 1e-6 against float64 (ops.md fp32 tolerances).
 //
-// Knobs (timing only, wrong results): FX_DIAG = 1 no score MMAs, 2 no P.V MMAs.
+// Knobs (timing only, wrong results): FX_DIAG = 1 no score MMAs, 2 no P.V MMAs, 3 only the first
+//   loads, 4 the launches alone.
 //
-// Shared memory (FX_SMEM_BYTES = 214,272 B):
+// Shared memory (FX_SMEM_BYTES = 231,128 B):
 //   sQp    [3 pieces][16 rows][576] bf16, 16-byte chunk c of row r at c ^ (r & 7)       55,296
-//   sKp    [2 slots][3 pieces][16 keys][576] bf16, the same swizzle                    110,592
-//   sStage [16 keys][576] fp32, the next sub-tile to split                              36,864
+//   sKp    [3 slots][3 pieces][16 keys][576] bf16, the same swizzle                    165,888
 //   sS     [2][4 S warps][16 rows][16 keys] fp32 partials, key k of row r at k ^ 8 ((r >> 1) & 1)
 //                                                                                        8,192
-//   sPp    [2][3 pieces][16 rows][16 keys] bf16, 8-key half h of row r at h ^ ((r >> 2) & 1)
-//                                                                                        3,072
-//   sAlpha [2][16], sL [16] fp32                                                           192
-//   7 mbarriers                                                                             64
+//   sPp    [3 pieces][16 rows][16 keys] bf16, 8-key half h of row r at h ^ ((r >> 2) & 1)
+//                                                                                        1,536
+//   sAlpha [16], sL [16] fp32                                                              128
+//   11 mbarriers                                                                            88
 #include "attn_common.cuh"
 
 #define FX_ROWS 16                               // rows per block: one m16 tile
@@ -80,24 +79,27 @@
 #define FX_OT (FX_OW * 32)
 #define FX_THREADS ((FX_SW + FX_OW) * 32)        // 384
 #define FX_CH (ATTN_D / 4)                       // 16-byte fp32 chunks per row (144)
-#define FX_OWN (16 * FX_KEYS / 32 + 1)           // chunks an O thread splits per sub-tile (8 V + 1 rope)
 #define FX_KSTEPS (ATTN_D / (16 * FX_SW))        // k16 steps per S warp (9)
 #define FX_PIECE_BYTES (16 * ATTN_D * 2)         // one [16][576] bf16 piece
-#define FX_STAGE_FLOATS (FX_KEYS * ATTN_D)
-#define FX_S_FLOATS (FX_SW * FX_ROWS * FX_KEYS)  // one sS buffer
-#define FX_PP_BYTES (3 * FX_ROWS * FX_KEYS * 2)  // one sPp buffer
-#define FX_SMEM_BYTES (9 * FX_PIECE_BYTES + (FX_STAGE_FLOATS + 2 * FX_S_FLOATS) * 4 + 2 * FX_PP_BYTES \
-                       + 3 * FX_ROWS * 4 + 64)
+#define FX_TILE_BYTES (3 * FX_PIECE_BYTES)       // a tile's three pieces: 55,296 B
+#define FX_SLOTS 3                               // K-piece slots: sub-tiles t + 1, t + 2 load during t
+#define FX_S_FLOATS (FX_SW * FX_ROWS * FX_KEYS)  // one sS buffer: a partial per dim quarter
+#define FX_PP_BYTES (3 * FX_ROWS * FX_KEYS * 2)  // sPp
+#define FX_SMEM_BYTES ((1 + FX_SLOTS) * FX_TILE_BYTES + 2 * FX_S_FLOATS * 4 + FX_PP_BYTES + 2 * FX_ROWS * 4 \
+                       + 8 * (5 + 2 * FX_SLOTS))
+#define FX_PIECES_ROWS 4                         // pieces kernel: rows a block (one 16-byte chunk a thread each)
+#define FX_PIECES_SPLIT (FX_ROWS / FX_PIECES_ROWS)   // blocks a tile
 #define FX_MAXZ 16                               // merge: splits loaded per batch
 #ifndef FX_DIAG
-#define FX_DIAG 0                                // timing only: 1 no score MMAs, 2 no P.V MMAs
+// timing only: 1 no score MMAs, 2 no P.V MMAs, 3 only the prologue's loads, 4 nothing (the launch alone)
+#define FX_DIAG 0
 #endif
 
-#if FX_ROWS * FX_KEYS != 2 * 32 * FX_SW
-#error "the softmax gives each S thread two keys of one row"
+#if FX_ROWS * FX_KEYS != FX_OT || FX_KSTEPS % 3 || FX_KSTEPS * 16 * FX_SW != ATTN_D
+#error "the softmax gives each O thread one key of one row; S warps take whole triples of k-steps"
 #endif
-#if 64 * FX_OW != ATTN_DV || FX_KEYS * 16 != FX_OT
-#error "O warp w splits the 16 chunks of its 64 columns for 16 keys; thread ot one rope chunk"
+#if 64 * FX_OW != ATTN_DV || FX_PIECES_SPLIT * FX_PIECES_ROWS != FX_ROWS
+#error "O warp w owns value columns [64w, 64w + 64); the pieces blocks of a tile cover its rows"
 #endif
 #if defined(FX_EXPECT_SMEM) && FX_EXPECT_SMEM != FX_SMEM_BYTES
 #error "FX_SMEM_BYTES differs from the host's CUDA_KERNELS entry (kdtr/ops/verify_attn.py)"
@@ -130,23 +132,51 @@ __device__ __forceinline__ void split_store(unsigned char* pieces, int row, int 
     for (int p = 0; p < 3; ++p) *(uint2*)(pieces + p * FX_PIECE_BYTES + at) = pc[p];
 }
 
+// grid = (FX_PIECES_SPLIT * (ceil(S / 16) + ceil(Q*H / 16)), B), block = FX_CH (144): block x is rows
+// [16 (x / FX_PIECES_SPLIT) + FX_PIECES_ROWS (x % FX_PIECES_SPLIT), + FX_PIECES_ROWS) of tile x /
+// FX_PIECES_SPLIT, one 16-byte chunk per thread and row. Tile i < ceil(S / 16) is kv rows [16i, 16i +
+// 16) of request b, the rest are its q row tiles; each becomes FX_TILE_BYTES of `pieces` at tile
+// index b * (kv tiles + q tiles) + i, laid out as the main kernel's shared memory holds it. kv rows at
+// or past prefix_len[b] + Q and q rows past Q*H are zeros; kv tiles wholly past them are never read.
+extern "C" __global__ void __launch_bounds__(FX_CH)
+verify_attn_fp32_bf16x3_pieces(const float* __restrict__ q, const float* __restrict__ kv,
+                               const int* __restrict__ prefix_len, int Q, int H, int S,
+                               unsigned char* __restrict__ pieces) {
+    const int b = blockIdx.y, tile = blockIdx.x / FX_PIECES_SPLIT, c = threadIdx.x;
+    const int r0 = FX_PIECES_ROWS * (blockIdx.x % FX_PIECES_SPLIT);   // first row of the block in its tile
+    const int kv_tiles = (S + FX_KEYS - 1) / FX_KEYS, q_tiles = (Q * H + FX_ROWS - 1) / FX_ROWS;
+    const bool is_kv = tile < kv_tiles;
+    const int row0 = FX_ROWS * (is_kv ? tile : tile - kv_tiles);
+    const int valid = (is_kv ? prefix_len[b] + Q : Q * H) - row0;   // rows of the tile with data
+    if (is_kv && valid <= 0) return;
+    const float* src = is_kv ? kv + ((size_t)b * S + row0) * ATTN_D : q + ((size_t)b * Q * H + row0) * ATTN_D;
+    unsigned char* dst = pieces + ((size_t)b * (kv_tiles + q_tiles) + tile) * FX_TILE_BYTES;
+    float4 v[FX_PIECES_ROWS];                                    // all loads in flight before the first split
+#pragma unroll
+    for (int i = 0; i < FX_PIECES_ROWS; ++i)
+        v[i] = r0 + i < valid ? __ldg((const float4*)(src + (size_t)(r0 + i) * ATTN_D + 4 * c))
+                              : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int i = 0; i < FX_PIECES_ROWS; ++i) split_store(dst, r0 + i, c, v[i]);
+}
+
 extern "C" __global__ void __launch_bounds__(FX_THREADS, 1)
-verify_attn_fp32_bf16x3(const float* __restrict__ q, const float* __restrict__ kv,
-                        const int* __restrict__ prefix_len, const u8* __restrict__ visibility,
-                        int B, int Q, int H, int S, float sm_scale, int n_splits,
-                        float* __restrict__ out, float* __restrict__ lse,
+verify_attn_fp32_bf16x3(const unsigned char* __restrict__ pieces, const int* __restrict__ prefix_len,
+                        const u8* __restrict__ visibility, int B, int Q, int H, int S, float sm_scale,
+                        int n_splits, float* __restrict__ out, float* __restrict__ lse,
                         float* __restrict__ ws_o, float* __restrict__ ws_m, float* __restrict__ ws_l) {
-    extern __shared__ __align__(16) unsigned char smem_raw[];
+    extern __shared__ __align__(128) unsigned char smem_raw[];
     if (dynamic_smem_bytes() < FX_SMEM_BYTES) __trap();         // host and kernel disagree
     unsigned char* sQp = smem_raw;
-    unsigned char* sKp = sQp + 3 * FX_PIECE_BYTES;
-    float* sStage = (float*)(sKp + 6 * FX_PIECE_BYTES);
-    float* sS = sStage + FX_STAGE_FLOATS;
+    unsigned char* sKp = sQp + FX_TILE_BYTES;
+    float* sS = (float*)(sKp + FX_SLOTS * FX_TILE_BYTES);
     unsigned char* sPp = (unsigned char*)(sS + 2 * FX_S_FLOATS);
-    float* sAlpha = (float*)(sPp + 2 * FX_PP_BYTES);
-    float* sL = sAlpha + 2 * FX_ROWS;
-    const unsigned mb = smem_addr(sL + FX_ROWS);                 // FULL 0,1 | EMPTY_S 2,3 | KP_FULL 4,5 | FIN 6
-    const unsigned mb_full = mb, mb_empty_s = mb + 16, mb_kp_full = mb + 32, mb_fin = mb + 48;
+    float* sAlpha = (float*)(sPp + FX_PP_BYTES);
+    float* sL = sAlpha + FX_ROWS;
+    // S_FULL 0,1 | S_EMPTY 2,3 | Q_FULL 4 | KP_FULL 5.. | KP_EMPTY 5 + FX_SLOTS..
+    const unsigned mb = smem_addr(sL + FX_ROWS);
+    const unsigned mb_s_full = mb, mb_s_empty = mb + 16, mb_q_full = mb + 32, mb_kp_full = mb + 40,
+                   mb_kp_empty = mb_kp_full + 8 * FX_SLOTS;
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t4 = lane & 3;
@@ -160,84 +190,45 @@ verify_attn_fp32_bf16x3(const float* __restrict__ q, const float* __restrict__ k
     const int nsub = (kend - kbeg + FX_KEYS - 1) / FX_KEYS;
     const size_t grow0 = (size_t)b * rows_req + row0;
     const size_t rows_total = (size_t)B * rows_req;
-    const float* kvb = kv + (size_t)b * S * ATTN_D;
+    const int kv_tiles = (S + FX_KEYS - 1) / FX_KEYS;
+    const unsigned char* tiles = pieces + (size_t)b * (kv_tiles + (rows_req + FX_ROWS - 1) / FX_ROWS) * FX_TILE_BYTES;
+    const unsigned char* ktiles = tiles + (size_t)(kbeg / FX_KEYS) * FX_TILE_BYTES;   // sub-tile 0 of the split
     const bool s_warp = warp >= FX_OW;                           // warp-uniform role
     const int lrow = (lane & 7) + 8 * ((lane >> 3) & 1), lhi = lane >> 4;   // ldmatrix x4 addressing
 
-    // O thread's own chunk i of a sub-tile: key and fp32 chunk index (i < 8: its warp's V columns)
-    auto own = [&](int i, int& key, int& ch) {
-        if (i < FX_OWN - 1) {
-            const int e = lane + 32 * i;
-            key = e >> 4; ch = 16 * warp + (e & 15);
-        } else {
-            key = tid >> 4; ch = ATTN_DV / 4 + (tid & 15);
+#if FX_DIAG == 4
+    return;
+#endif
+    if (tid == 0) {     // mbarriers, then the Q tile's pieces and the first FX_SLOTS sub-tiles
+        for (int i = 0; i < 2; ++i) {
+            mbar_init(mb_s_full + 8 * i, 32 * FX_SW);
+            mbar_init(mb_s_empty + 8 * i, FX_OT);
         }
-    };
-    // cp.async of this O thread's chunks of sub-tile s into the staging slot (commit by the caller)
-    auto stage_own = [&](int s) {
-        const int key0 = kbeg + s * FX_KEYS;
-#pragma unroll
-        for (int i = 0; i < FX_OWN; ++i) {
-            int key, ch;
-            own(i, key, ch);
-            const bool ok = key0 + key < kend;
-            cp_async16(sStage + key * ATTN_D + 4 * ch, kvb + (size_t)(ok ? key0 + key : 0) * ATTN_D + 4 * ch, ok);
+        mbar_init(mb_q_full, 1);
+        for (int i = 0; i < FX_SLOTS; ++i) {
+            mbar_init(mb_kp_full + 8 * i, 1);
+            mbar_init(mb_kp_empty + 8 * i, FX_OT);
         }
-    };
-
-    {   // prologue: sub-tiles 0 and 1 split straight from global into K-piece slots 0, 1 and sub-tile 2
-        // staged (O threads); the Q tile split into its pieces (every thread; rows past nrows zero)
-        if (!s_warp) {
-            if (nsub > 2) stage_own(2);
-            cp_async_commit();
-            float4 v[2][FX_OWN];
-#pragma unroll
-            for (int s = 0; s < 2; ++s)
-#pragma unroll
-                for (int i = 0; i < FX_OWN; ++i) {
-                    int key, ch;
-                    own(i, key, ch);
-                    const int j = kbeg + s * FX_KEYS + key;
-                    v[s][i] = s < nsub && j < kend ? __ldg((const float4*)(kvb + (size_t)j * ATTN_D + 4 * ch))
-                                                   : make_float4(0.f, 0.f, 0.f, 0.f);
-                }
-#pragma unroll
-            for (int s = 0; s < 2; ++s)
-#pragma unroll
-                for (int i = 0; i < FX_OWN; ++i) {
-                    int key, ch;
-                    own(i, key, ch);
-                    split_store(sKp + 3 * s * FX_PIECE_BYTES, key, ch, v[s][i]);
-                }
-        }
-        const float* qb = q + grow0 * ATTN_D;
-        for (int e = tid; e < FX_ROWS * FX_CH; e += FX_THREADS) {
-            const int r = e / FX_CH, c = e - r * FX_CH;
-            const float4 v = r < nrows ? __ldg((const float4*)(qb + (size_t)r * ATTN_D + 4 * c))
-                                       : make_float4(0.f, 0.f, 0.f, 0.f);
-            split_store(sQp, r, c, v);
-        }
-        if (tid == 0) {
-            mbar_init(mb_full, 32 * FX_SW); mbar_init(mb_full + 8, 32 * FX_SW);
-            mbar_init(mb_empty_s, FX_OT); mbar_init(mb_empty_s + 8, FX_OT);
-            mbar_init(mb_kp_full, FX_OT); mbar_init(mb_kp_full + 8, FX_OT);
-            mbar_init(mb_fin, 32 * FX_SW);
-        }
-        __syncthreads();                                         // pieces visible, mbarriers initialised
+        mbar_fence_init();
+        bulk_load(sQp, tiles + (size_t)(kv_tiles + blockIdx.x) * FX_TILE_BYTES, FX_TILE_BYTES, mb_q_full);
+        for (int i = 0; i < min(FX_SLOTS, nsub); ++i)
+            bulk_load(sKp + i * FX_TILE_BYTES, ktiles + (size_t)i * FX_TILE_BYTES, FX_TILE_BYTES, mb_kp_full + 8 * i);
     }
+    __syncthreads();                                             // mbarriers initialised
 
     if (s_warp) {
-        // ---------------- S warps: partial scores over dims [144w, 144w + 144), then the softmax
-        const int sw = warp - FX_OW, st = tid - FX_OT;
-        const int srow = st >> 3, se = st & 7;                   // softmax: row, keys 2 se, 2 se + 1
-        const bool srow_ok = srow < nrows;
-        const u8* vrow = visibility + ((long long)b * Q * Q + (long long)(srow_ok ? (row0 + srow) / H : 0) * Q - P);
-        float m_run = neg_inf(), l_run = 0.f;
+        // ---------------- S warps: partial scores over their FX_KSTEPS k16 steps, nothing else
+        const int sw = warp - FX_OW;                             // dim quarter
+        mbar_wait(mb_q_full, 0);
+#if FX_DIAG == 3
+        for (int i = 0; i < min(FX_SLOTS, nsub); ++i) mbar_wait(mb_kp_full + 8 * i, 0);
+        return;
+#endif
 #pragma unroll 1
         for (int t = 0; t < nsub; ++t) {
-            const int buf = t & 1;
-            if (t >= 2) mbar_wait(mb_kp_full + 8 * buf, ((t >> 1) - 1) & 1);   // K pieces of t
-            const unsigned char* kp = sKp + 3 * buf * FX_PIECE_BYTES;
+            const int buf = t & 1, slot = t % FX_SLOTS;
+            mbar_wait(mb_kp_full + 8 * slot, (t / FX_SLOTS) & 1);   // K pieces of t
+            const unsigned char* kp = sKp + slot * FX_TILE_BYTES;
             float acc[2][4], cx[2][3][4];
 #pragma unroll
             for (int n = 0; n < 2; ++n)
@@ -280,98 +271,77 @@ verify_attn_fp32_bf16x3(const float* __restrict__ q, const float* __restrict__ k
                             mma_bf16_16816(cx[n][u], a[u][AP[k]], bk[u][BP[k]][2 * n], bk[u][BP[k]][2 * n + 1]);
             }
 #endif
-            {   // the partial to sS[buf] (its previous readers, the S threads, passed barrier 1 since)
-                float* ss = sS + buf * FX_S_FLOATS + sw * FX_ROWS * FX_KEYS;
-                const int sk = 8 * ((g >> 1) & 1);               // rows g, g + 8 share it
+            // the partial to sS[buf] once the O warps have read t - 2's
+            if (t >= 2) mbar_wait(mb_s_empty + 8 * buf, ((t >> 1) - 1) & 1);
+            float* ss = sS + buf * FX_S_FLOATS + sw * FX_ROWS * FX_KEYS;
+            const int sk = 8 * ((g >> 1) & 1);                   // rows g, g + 8 share it
 #pragma unroll
-                for (int n = 0; n < 2; ++n) {
-                    const int key = (8 * n + 2 * t4) ^ sk;
-                    float v[4];
+            for (int n = 0; n < 2; ++n) {
+                const int key = (8 * n + 2 * t4) ^ sk;
+                float v[4];
 #pragma unroll
-                    for (int e = 0; e < 4; ++e) v[e] = acc[n][e] + ((cx[n][0][e] + cx[n][1][e]) + cx[n][2][e]);
-                    *(float2*)(ss + g * FX_KEYS + key) = make_float2(v[0], v[1]);
-                    *(float2*)(ss + (g + 8) * FX_KEYS + key) = make_float2(v[2], v[3]);
-                }
+                for (int e = 0; e < 4; ++e) v[e] = acc[n][e] + ((cx[n][0][e] + cx[n][1][e]) + cx[n][2][e]);
+                *(float2*)(ss + g * FX_KEYS + key) = make_float2(v[0], v[1]);
+                *(float2*)(ss + (g + 8) * FX_KEYS + key) = make_float2(v[2], v[3]);
             }
-            named_barrier(1, 32 * FX_SW);                        // every partial of t written
-            // softmax of row srow, keys 2 se, 2 se + 1
-            const float* ss = sS + buf * FX_S_FLOATS + srow * FX_KEYS + ((2 * se) ^ (8 * ((srow >> 1) & 1)));
-            float2 d = *(const float2*)ss;
-#pragma unroll
-            for (int w = 1; w < FX_SW; ++w) {
-                const float2 e = *(const float2*)(ss + w * FX_ROWS * FX_KEYS);
-                d.x += e.x; d.y += e.y;
-            }
-            const int j0 = kbeg + t * FX_KEYS + 2 * se;
-            float s[2], mx = neg_inf();
-            bool ok[2];
-#pragma unroll
-            for (int k = 0; k < 2; ++k) {
-                const int j = j0 + k;
-                bool a = srow_ok && j < kend;
-                if (a && j >= P) a = vrow[j] != 0;
-                ok[k] = a;
-                s[k] = a ? (k ? d.y : d.x) * sm_scale : neg_inf();
-                mx = fmaxf(mx, s[k]);
-            }
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
-            const float m_new = fmaxf(m_run, mx);
-            const float p0 = ok[0] ? expf(s[0] - m_new) : 0.f;   // ok => m_new finite
-            const float p1 = ok[1] ? expf(s[1] - m_new) : 0.f;
-            const float alpha = m_new == neg_inf() ? 1.f : expf(m_run - m_new);
-            float ps = p0 + p1;
-            ps += __shfl_xor_sync(0xffffffffu, ps, 1);
-            ps += __shfl_xor_sync(0xffffffffu, ps, 2);
-            ps += __shfl_xor_sync(0xffffffffu, ps, 4);
-            l_run = l_run * alpha + ps;
-            m_run = m_new;
-            u32 pp[3];
-            split3(p0, p1, pp[0], pp[1], pp[2]);
-            // P and alpha of t to buffer buf once the O warps have read t - 2's
-            if (t >= 2) mbar_wait(mb_empty_s + 8 * buf, ((t >> 1) - 1) & 1);
-            unsigned char* pb = sPp + buf * FX_PP_BYTES + srow * 32 + 16 * ((se >> 2) ^ ((srow >> 2) & 1)) + 4 * (se & 3);
-#pragma unroll
-            for (int p = 0; p < 3; ++p) *(u32*)(pb + p * FX_ROWS * FX_KEYS * 2) = pp[p];
-            if (se == 0) sAlpha[buf * FX_ROWS + srow] = alpha;
-            mbar_arrive(mb_full + 8 * buf);
+            mbar_arrive(mb_s_full + 8 * buf);
         }
-        // the row statistics: lse, or the split's m and l; l for the O warps' normalisation
-        if (se == 0) {
-            sL[srow] = l_run;
-            if (srow_ok) {
-                const size_t grow = grow0 + srow;
-                if (n_splits == 1) {
-                    lse[grow] = m_run + logf(l_run);
-                } else {
-                    ws_m[(size_t)z * rows_total + grow] = m_run;
-                    ws_l[(size_t)z * rows_total + grow] = l_run;
-                }
-            }
-        }
-        mbar_arrive(mb_fin);
         return;
     }
 
-    // ---------------- O warps: O = alpha O + P V on 64 columns, then the split of sub-tile t + 2
+    // ---------------- O warps, per sub-tile: the softmax (thread tid: row tid / 16, key tid % 16),
+    // then O = alpha O + P V on 64 columns; thread 0 refills the slot they free
+    const int srow = tid >> 4, skey = tid & 15;
+    const bool srow_ok = srow < nrows;
+    const u8* vrow = visibility + ((long long)b * Q * Q + (long long)(srow_ok ? (row0 + srow) / H : 0) * Q - P);
+    const float* ss_at = sS + srow * FX_KEYS + (skey ^ (8 * ((srow >> 1) & 1)));
+    unsigned char* pp_at = sPp + srow * 32 + 16 * ((skey >> 3) ^ ((srow >> 2) & 1)) + 2 * (skey & 7);
+    float m_run = neg_inf(), l_run = 0.f;
     const int col0 = 64 * warp;                                  // this warp's value columns
     float o[8][4];
 #pragma unroll
     for (int j = 0; j < 8; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+#if FX_DIAG == 3
+    return;
+#endif
 
 #pragma unroll 1
     for (int t = 0; t < nsub; ++t) {
-        const int buf = t & 1;
-        if (t >= 2) mbar_wait(mb_kp_full + 8 * buf, ((t >> 1) - 1) & 1);   // K pieces of t (other lanes')
-        mbar_wait(mb_full + 8 * buf, (t >> 1) & 1);              // P, alpha of t
-        u32 pa[3][4];
-        const unsigned char* pb = sPp + buf * FX_PP_BYTES + lrow * 32 + 16 * (lhi ^ ((lrow >> 2) & 1));
+        const int buf = t & 1, slot = t % FX_SLOTS, use = (t / FX_SLOTS) & 1;
+        mbar_wait(mb_s_full + 8 * buf, (t >> 1) & 1);            // the partials of t
+        float d = ss_at[buf * FX_S_FLOATS];
 #pragma unroll
-        for (int p = 0; p < 3; ++p) ldmatrix_x4(pa[p], pb + p * FX_ROWS * FX_KEYS * 2);
-        const float al0 = sAlpha[buf * FX_ROWS + g], al1 = sAlpha[buf * FX_ROWS + g + 8];
-        mbar_arrive(mb_empty_s + 8 * buf);                       // this thread's reads of P, alpha done
-        const unsigned char* kp = sKp + 3 * buf * FX_PIECE_BYTES;
+        for (int w = 1; w < FX_SW; ++w) d += ss_at[buf * FX_S_FLOATS + w * FX_ROWS * FX_KEYS];
+        mbar_arrive(mb_s_empty + 8 * buf);                       // this thread's reads of sS[buf] done
+        const int j = kbeg + t * FX_KEYS + skey;
+        bool ok = srow_ok && j < kend;
+        if (ok && j >= P) ok = vrow[j] != 0;
+        const float s = ok ? d * sm_scale : neg_inf();
+        float mx = s;
+#pragma unroll
+        for (int x = 1; x < 16; x <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, x));
+        const float m_new = fmaxf(m_run, mx);
+        const float p = ok ? expf(s - m_new) : 0.f;              // ok => m_new finite
+        const float alpha = m_new == neg_inf() ? 1.f : expf(m_run - m_new);
+        float ps = p;
+#pragma unroll
+        for (int x = 1; x < 16; x <<= 1) ps += __shfl_xor_sync(0xffffffffu, ps, x);
+        l_run = l_run * alpha + ps;
+        m_run = m_new;
+        u32 pp[3];
+        split3(p, 0.f, pp[0], pp[1], pp[2]);
+        named_barrier(1, FX_OT);                                 // every O thread has read P, alpha of t - 1
+#pragma unroll
+        for (int i = 0; i < 3; ++i) *(u16*)(pp_at + i * FX_ROWS * FX_KEYS * 2) = (u16)pp[i];
+        if (skey == 0) sAlpha[srow] = alpha;
+        named_barrier(1, FX_OT);                                 // P, alpha of t written
+        u32 pa[3][4];
+        const unsigned char* pb = sPp + lrow * 32 + 16 * (lhi ^ ((lrow >> 2) & 1));
+#pragma unroll
+        for (int i = 0; i < 3; ++i) ldmatrix_x4(pa[i], pb + i * FX_ROWS * FX_KEYS * 2);
+        const float al0 = sAlpha[g], al1 = sAlpha[g + 8];
+        mbar_wait(mb_kp_full + 8 * slot, use);                   // V pieces of t
+        const unsigned char* kp = sKp + slot * FX_TILE_BYTES;
 #pragma unroll
         for (int j0 = 0; j0 < 8; j0 += 4) {
             // four n tiles (32 columns) at once: V pieces by ldmatrix.trans (keys 0-7 / 8-15 of 8
@@ -380,8 +350,8 @@ verify_attn_fp32_bf16x3(const float* __restrict__ q, const float* __restrict__ k
 #pragma unroll
             for (int h = 0; h < 2; ++h)
 #pragma unroll
-                for (int p = 0; p < 3; ++p)
-                    ldmatrix_x4_trans(bv[h][p], kp + p * FX_PIECE_BYTES +
+                for (int i = 0; i < 3; ++i)
+                    ldmatrix_x4_trans(bv[h][i], kp + i * FX_PIECE_BYTES +
                                                 fx_at(lrow, (col0 + 8 * (j0 + 2 * h)) / 8 + lhi));
             float c[4][4];
 #pragma unroll
@@ -397,34 +367,37 @@ verify_attn_fp32_bf16x3(const float* __restrict__ q, const float* __restrict__ k
 #endif
 #pragma unroll
             for (int jj = 0; jj < 4; ++jj) {
-                const int j = j0 + jj;
-                o[j][0] = fmaf(al0, o[j][0], c[jj][0]);
-                o[j][1] = fmaf(al0, o[j][1], c[jj][1]);
-                o[j][2] = fmaf(al1, o[j][2], c[jj][2]);
-                o[j][3] = fmaf(al1, o[j][3], c[jj][3]);
+                const int jc = j0 + jj;
+                o[jc][0] = fmaf(al0, o[jc][0], c[jj][0]);
+                o[jc][1] = fmaf(al0, o[jc][1], c[jj][1]);
+                o[jc][2] = fmaf(al1, o[jc][2], c[jj][2]);
+                o[jc][3] = fmaf(al1, o[jc][3], c[jj][3]);
             }
         }
-        if (t + 2 < nsub) {
-            // slot buf is free: the S warps are past FULL of t, and this warp's own reads of its
-            // columns are done (__syncwarp); split sub-tile t + 2 from the staging slot into it
-            __syncwarp();
-            cp_async_wait<0>();
-            unsigned char* dst = sKp + 3 * buf * FX_PIECE_BYTES;
-#pragma unroll
-            for (int i = 0; i < FX_OWN; ++i) {
-                int key, ch;
-                own(i, key, ch);
-                split_store(dst, key, ch, *(const float4*)(sStage + key * ATTN_D + 4 * ch));
-            }
-            if (t + 3 < nsub) stage_own(t + 3);
-            cp_async_commit();
-            mbar_arrive(mb_kp_full + 8 * buf);
+        // the slot is free once every O thread has read it (the S warps read it before S_FULL of t)
+        mbar_arrive(mb_kp_empty + 8 * slot);
+        if (tid == 0 && t + FX_SLOTS < nsub) {
+            mbar_wait(mb_kp_empty + 8 * slot, use);
+            bulk_load(sKp + slot * FX_TILE_BYTES, ktiles + (size_t)(t + FX_SLOTS) * FX_TILE_BYTES, FX_TILE_BYTES,
+                      mb_kp_full + 8 * slot);
         }
     }
-    cp_async_wait<0>();
+    // the row statistics: lse, or the split's m and l; l for the normalisation below
+    if (skey == 0) {
+        sL[srow] = l_run;
+        if (srow_ok) {
+            const size_t grow = grow0 + srow;
+            if (n_splits == 1) {
+                lse[grow] = m_run + logf(l_run);
+            } else {
+                ws_m[(size_t)z * rows_total + grow] = m_run;
+                ws_l[(size_t)z * rows_total + grow] = l_run;
+            }
+        }
+    }
+    named_barrier(1, FX_OT);                                     // sL written
 
     // ---------------- epilogue: O rows g, g + 8 (normalised when the keys are not split)
-    mbar_wait(mb_fin, 0);                                        // sL written
     const bool direct = n_splits == 1;
     float* base = (direct ? out : ws_o + (size_t)z * rows_total * ATTN_DV) + grow0 * ATTN_DV + col0 + 2 * t4;
 #pragma unroll

@@ -36,7 +36,7 @@ if want e2e; then
 fi
 if want sanitize; then
   # one bundle per kernel path: the defaults here (tb_sorted, tb_smem at budget 1024, tree_accept's
-  # register and shared-memory walks, fp32_dmma, bf16_wgmma2), then the fallbacks forced (--kernel)
+  # register and shared-memory walks, fp32_bf16x3, bf16_wgmma2), then the fallbacks forced (--kernel)
   rm -rf goldens-sanitize goldens-fallback
   for f in tree_build/example_b tree_build/b64_n64_l15 tree_build/b2_n1024_l24 tree_accept/mixed_b64_n64_l15 \
            tree_accept/root_only_q1 tree_accept/full_b2_n512 verify_attn/fp32_b2_h8_p0_n8 \

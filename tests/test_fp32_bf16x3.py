@@ -1,20 +1,11 @@
 """fp32_bf16x3 (kernels/verify_attn_fp32_bf16x3.cu) on the CPU: a model of its exact three-piece bf16
-split, and that no launch picks it by default (its launch figures and builds: tests/test_fp32_kernels.py;
-its results are checked on the GPU by tests/test_cuda_kernels.py, every CUDA_KERNELS entry)."""
+split (its launch figures, builds and the launch choice: tests/test_fp32_kernels.py; its results are
+checked on the GPU by tests/test_cuda_kernels.py, every CUDA_KERNELS entry)."""
 from __future__ import annotations
 
 import ml_dtypes
 import numpy as np
 
-from kdtr.ops import get_op
-
-OP = get_op("verify_attn")
-
-
-def test_not_a_default():
-    """4% faster than fp32_dmma in one process, but without the full GPU evidence a default needs
-    (kernels/NOTES.md, "Session 6"): it runs only when named."""
-    assert "fp32_bf16x3" not in OP.CUDA_DEFAULTS
 
 
 def split3(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

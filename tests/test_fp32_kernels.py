@@ -43,11 +43,19 @@ def test_builds_without_spills(name, arch, defines, cache_dir):
     assert (r.local_bytes, r.spill_stores, r.spill_loads) == (0, 0, 0), r
 
 
-@pytest.mark.parametrize("optin,expect", [(H200_OPTIN, "fp32_dmma"),
-                                          (OP.CUDA_KERNELS["fp32_dmma"].smem + 63, "fp32_gemm"),
-                                          (101376, "fp32_ffma")])
-def test_fp32_launch_picks_the_first_kernel_that_fits(monkeypatch, optin, expect):
-    """H100/H200 (227 KB): fp32_dmma; a GPU with less opt-in shared memory falls back in order."""
+BF16X3_SMEM, DMMA_SMEM = OP.CUDA_KERNELS["fp32_bf16x3"].smem, OP.CUDA_KERNELS["fp32_dmma"].smem
+
+
+@pytest.mark.parametrize("optin,arch,expect", [(H200_OPTIN, "sm_90", "fp32_bf16x3"),
+                                               (H200_OPTIN, "sm_100", "fp32_bf16x3"),
+                                               (H200_OPTIN, "sm_89", "fp32_dmma"),
+                                               (BF16X3_SMEM + 63, "sm_90", "fp32_dmma"),
+                                               (DMMA_SMEM + 63, "sm_90", "fp32_gemm"),
+                                               (101376, "sm_120", "fp32_ffma")])
+def test_fp32_launch_picks_the_first_kernel_that_fits(monkeypatch, optin, arch, expect):
+    """H100/H200 (227 KB, sm_90): fp32_bf16x3; a GPU with less opt-in shared memory, or without the
+    bulk copies fp32_bf16x3 needs (older than sm_90), falls back in CUDA_DEFAULTS order."""
     monkeypatch.setattr(device, "gpu_available", lambda: True)
     monkeypatch.setattr(device, "max_shared_optin", lambda *a: optin)
+    monkeypatch.setattr(device, "device_arch", lambda *a: arch)
     assert OP.kernel_choice("fp32", {}, {}) == expect

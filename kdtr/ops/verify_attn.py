@@ -295,8 +295,12 @@ class VerifyAttn(Op):
     # CUDA binding (kernels/verify_attn_*.cu). One entry per kernel: the variant it serves, source,
     # entry, merge entry, (token, head) rows and keys per tile, threads, dynamic shared memory (the
     # .cu's *_SMEM_BYTES), arch suffix ("a": sm_90a-only code, run only on an sm_90 device), the
-    # fewest key tiles per split, whether a full grid is re-split to even out its last wave, and
-    # (optional) `sizing`: defines -> (rows per tile, shared bytes), for a kernel whose tile is a knob.
+    # fewest key tiles per split, whether a full grid is re-split to even out its last wave,
+    # (optional) `sizing`: defines -> (rows per tile, shared bytes), for a kernel whose tile is a knob,
+    # `pieces`: for a kernel that reads its operands pre-split, the bytes of one 16-row tile of them
+    # (the entry `<main>_pieces`, grid (4 x tiles, B) of 144 threads, writes every kv and q tile of
+    # them first; the main kernel then takes that buffer in place of q and kv), and `min_sm`: the
+    # oldest architecture that has the instructions it uses (a default is skipped on older ones).
     class CudaKernel(NamedTuple):
         variant: str
         source: str
@@ -310,6 +314,8 @@ class VerifyAttn(Op):
         split_min_tiles: int = 4
         rebalance: bool = False
         sizing: object = None
+        pieces: int = 0
+        min_sm: int = 0
 
     CUDA_KERNELS = {
         "fp32_ffma": CudaKernel("fp32", "verify_attn_fp32.cu", "verify_attn_fp32", "verify_attn_fp32_merge",
@@ -327,14 +333,15 @@ class VerifyAttn(Op):
         # fp32_gemm's 58.6 in one process on an H200 (kernels/NOTES.md, "Session 5").
         "fp32_dmma": CudaKernel("fp32", "verify_attn_fp32_dmma.cu", "verify_attn_fp32_dmma",
                                 "verify_attn_fp32_dmma_merge", 34, 16, 384, 228592, split_min_tiles=4),
-        # every fp32 operand split exactly into three bf16 pieces, six piece products per product on
-        # the bf16 tensor cores (mma.sync): 4 score + softmax warps, 8 P.V warps that also split the
-        # kv rows; 16-row tiles, 17 x 7 = 119 blocks at B=1 H=16 Q=17 P=2048. Not a default: 48.4-48.9
-        # us there against fp32_dmma's 50.5-51.0 in one process (too late in session 6 for the full
-        # evidence a default needs), with the lowest error of the fp32 kernels (rel L2 1.3e-7 against
-        # 2.2e-7; kernels/NOTES.md, "Session 6"). Run it with --kernel fp32_bf16x3.
+        # every fp32 operand split exactly into three bf16 pieces (once, by a pieces kernel: its
+        # buffer is 1.5x the kv and q), six piece products per product on the bf16 tensor cores
+        # (mma.sync): 4 score warps, 8 softmax + P.V warps, the pieces streamed by bulk copies; 16-row
+        # tiles, 17 x 7 = 119 blocks at B=1 H=16 Q=17 P=2048: 39.6-41.1 us there against fp32_dmma's
+        # 50.1-51.8 in one process on an H200, and the lowest error of the fp32 kernels (rel L2 1.3e-7
+        # against 2.2e-7; kernels/NOTES.md, "Session 7"). Bulk copies need sm_90 or newer.
         "fp32_bf16x3": CudaKernel("fp32", "verify_attn_fp32_bf16x3.cu", "verify_attn_fp32_bf16x3",
-                                  "verify_attn_fp32_bf16x3_merge", 16, 16, 384, 214272, split_min_tiles=4),
+                                  "verify_attn_fp32_bf16x3_merge", 16, 16, 384, 231128, split_min_tiles=4,
+                                  pieces=55296, min_sm=90),
         "bf16_mma": CudaKernel("bf16_paged", "verify_attn_bf16_paged.cu", "verify_attn_bf16_paged",
                                "verify_attn_bf16_merge", 64, 32, 256, 166144),
         "bf16_wgmma2": CudaKernel("bf16_paged", "verify_attn_bf16_wgmma2.cu", "verify_attn_bf16_wgmma2",
@@ -342,7 +349,7 @@ class VerifyAttn(Op):
     }
     # Kernels the launch may pick by default (each passed the GPU tests on an H200; kernels/NOTES.md);
     # others run only when named.
-    CUDA_DEFAULTS = ("fp32_dmma", "fp32_gemm", "fp32_ffma", "bf16_mma", "bf16_wgmma2")
+    CUDA_DEFAULTS = ("fp32_bf16x3", "fp32_dmma", "fp32_gemm", "fp32_ffma", "bf16_mma", "bf16_wgmma2")
 
     def cuda_kernels(self, variant):
         return tuple(name for name, k in self.CUDA_KERNELS.items() if k.variant == variant)
@@ -352,15 +359,17 @@ class VerifyAttn(Op):
 
     def kernel_choice(self, variant, inputs, params):
         """Name of the CUDA kernel run_cuda launches for these inputs here (a CUDA_KERNELS key):
-        for fp32 the first fp32 kernel of CUDA_DEFAULTS whose shared memory fits (Hopper: fp32_dmma),
-        else fp32_ffma; for bf16_paged the wgmma kernel on sm_90 (H100/H200), else the portable one."""
+        for fp32 the first fp32 kernel of CUDA_DEFAULTS whose shared memory fits and whose
+        instructions exist here (Hopper: fp32_bf16x3), else fp32_ffma; for bf16_paged the wgmma kernel
+        on sm_90 (H100/H200), else the portable one."""
         from ..device import device_arch, gpu_available, max_shared_optin
 
         if variant == "fp32":
             if gpu_available():
+                sm = int(device_arch().removeprefix("sm_"))
                 for name in self.CUDA_DEFAULTS:
                     k = self.CUDA_KERNELS[name]
-                    if k.variant == "fp32" and k.smem + 64 <= max_shared_optin():
+                    if k.variant == "fp32" and k.smem + 64 <= max_shared_optin() and sm >= k.min_sm:
                         return name
             return "fp32_ffma"
         if "bf16_wgmma2" in self.CUDA_DEFAULTS and gpu_available() and device_arch() == "sm_90":
@@ -423,9 +432,17 @@ class VerifyAttn(Op):
         else:
             workspace = [c_void_p(0)] * 3
         if variant == "fp32":
-            args = [inputs["q"], inputs["kv"], inputs["prefix_len"], inputs["visibility"], c_int(batch),
-                    c_int(q_len), c_int(heads), c_int(inputs["kv"].shape[1]),
-                    c_float(float(params["sm_scale"])), c_int(splits)]
+            operands = [inputs["q"], inputs["kv"]]
+            if k.pieces:
+                kv_tiles = math.ceil(kv_bound / k.keys)
+                pieces = torch.empty(batch * (kv_tiles + tiles) * k.pieces, dtype=torch.uint8,
+                                     device=outputs["out"].device)
+                get_kernel(k.source, k.main + "_pieces", arch=arch).launch(
+                    (4 * (kv_tiles + tiles), batch), 144, operands + [inputs["prefix_len"], c_int(q_len), c_int(heads),
+                                                                c_int(kv_bound), pieces])
+                operands = [pieces]
+            args = operands + [inputs["prefix_len"], inputs["visibility"], c_int(batch), c_int(q_len),
+                               c_int(heads), c_int(kv_bound), c_float(float(params["sm_scale"])), c_int(splits)]
         else:
             args = [inputs[n] for n in ("q", "kv_buffer", "kv_indptr", "kv_indices", "tree_slots",
                                               "custom_mask", "mask_indptr")]
