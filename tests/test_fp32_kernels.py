@@ -5,6 +5,7 @@ fp32_bf16x3's split: tests/test_fp32_bf16x3.py). Their results are checked on th
 tests/test_cuda_kernels.py (every CUDA_KERNELS entry)."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import kdtr.device as device
@@ -46,16 +47,27 @@ def test_builds_without_spills(name, arch, defines, cache_dir):
 BF16X3_SMEM, DMMA_SMEM = OP.CUDA_KERNELS["fp32_bf16x3"].smem, OP.CUDA_KERNELS["fp32_dmma"].smem
 
 
-@pytest.mark.parametrize("optin,arch,expect", [(H200_OPTIN, "sm_90", "fp32_bf16x3"),
-                                               (H200_OPTIN, "sm_100", "fp32_bf16x3"),
-                                               (H200_OPTIN, "sm_89", "fp32_dmma"),
-                                               (BF16X3_SMEM + 63, "sm_90", "fp32_dmma"),
-                                               (DMMA_SMEM + 63, "sm_90", "fp32_gemm"),
-                                               (101376, "sm_120", "fp32_ffma")])
-def test_fp32_launch_picks_the_first_kernel_that_fits(monkeypatch, optin, arch, expect):
-    """H100/H200 (227 KB, sm_90): fp32_bf16x3; a GPU with less opt-in shared memory, or without the
-    bulk copies fp32_bf16x3 needs (older than sm_90), falls back in CUDA_DEFAULTS order."""
+def fp32_inputs(batch, heads, prefix, q_len=17):
+    """Inputs with the shapes kernel_choice reads (its fill check)."""
+    return {"q": np.zeros((batch, q_len, heads, 576), np.float32),
+            "kv": np.zeros((batch, prefix + q_len, 576), np.float32)}
+
+
+@pytest.mark.parametrize("optin,arch,shape,expect", [(H200_OPTIN, "sm_90", (1, 16, 2048), "fp32_bf16x3"),
+                                                     (H200_OPTIN, "sm_100", (1, 16, 2048), "fp32_bf16x3"),
+                                                     (H200_OPTIN, "sm_90", (4, 16, 8192), "fp32_dmma"),
+                                                     (H200_OPTIN, "sm_90", (1, 16, 16), "fp32_dmma"),
+                                                     (H200_OPTIN, "sm_89", (1, 16, 2048), "fp32_dmma"),
+                                                     (BF16X3_SMEM + 63, "sm_90", (1, 16, 2048), "fp32_dmma"),
+                                                     (DMMA_SMEM + 63, "sm_90", (1, 16, 2048), "fp32_gemm"),
+                                                     (101376, "sm_120", (1, 16, 2048), "fp32_ffma")])
+def test_fp32_launch_picks_the_first_kernel_that_fits(monkeypatch, optin, arch, shape, expect):
+    """H100/H200 (227 KB, sm_90, 132 SMs): fp32_bf16x3 where its grid fills 3/4 of the SMs (B=1 H=16
+    P=2048: 17 tiles x 7 splits = 119 blocks), fp32_dmma where it does not (B=4 P=8192: 68 blocks, 813
+    against 581 us on an H200; a short prefix: too few keys to split); a GPU with less opt-in shared
+    memory, or without bulk copies (older than sm_90), falls back in CUDA_DEFAULTS order."""
     monkeypatch.setattr(device, "gpu_available", lambda: True)
     monkeypatch.setattr(device, "max_shared_optin", lambda *a: optin)
     monkeypatch.setattr(device, "device_arch", lambda *a: arch)
-    assert OP.kernel_choice("fp32", {}, {}) == expect
+    monkeypatch.setattr(device, "multiprocessor_count", lambda *a: 132)
+    assert OP.kernel_choice("fp32", fp32_inputs(*shape), {}) == expect

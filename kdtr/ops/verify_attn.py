@@ -300,7 +300,8 @@ class VerifyAttn(Op):
     # `pieces`: for a kernel that reads its operands pre-split, the bytes of one 16-row tile of them
     # (the entry `<main>_pieces`, grid (4 x tiles, B) of 144 threads, writes every kv and q tile of
     # them first; the main kernel then takes that buffer in place of q and kv), and `min_sm`: the
-    # oldest architecture that has the instructions it uses (a default is skipped on older ones).
+    # oldest architecture that has the instructions it uses, and `min_fill`: the fraction of the SMs
+    # its grid must occupy (a default is skipped on older architectures and on smaller grids).
     class CudaKernel(NamedTuple):
         variant: str
         source: str
@@ -316,6 +317,7 @@ class VerifyAttn(Op):
         sizing: object = None
         pieces: int = 0
         min_sm: int = 0
+        min_fill: float = 0.0
 
     CUDA_KERNELS = {
         "fp32_ffma": CudaKernel("fp32", "verify_attn_fp32.cu", "verify_attn_fp32", "verify_attn_fp32_merge",
@@ -338,10 +340,12 @@ class VerifyAttn(Op):
         # (mma.sync): 4 score warps, 8 softmax + P.V warps, the pieces streamed by bulk copies; 16-row
         # tiles, 17 x 7 = 119 blocks at B=1 H=16 Q=17 P=2048: 39.6-41.1 us there against fp32_dmma's
         # 50.1-51.8 in one process on an H200, and the lowest error of the fp32 kernels (rel L2 1.3e-7
-        # against 2.2e-7; kernels/NOTES.md, "Session 7"). Bulk copies need sm_90 or newer.
+        # against 2.2e-7; kernels/NOTES.md, "Session 7"). Bulk copies need sm_90 or newer. Its
+        # per-block chains are long: with half the SMs busy (B=4 H=16 Q=17 P=8192: 68 blocks) it ran
+        # 813 us against fp32_dmma's 581, so it is chosen only when its grid fills 3/4 of the SMs.
         "fp32_bf16x3": CudaKernel("fp32", "verify_attn_fp32_bf16x3.cu", "verify_attn_fp32_bf16x3",
                                   "verify_attn_fp32_bf16x3_merge", 16, 16, 384, 231128, split_min_tiles=4,
-                                  pieces=55296, min_sm=90),
+                                  pieces=55296, min_sm=90, min_fill=0.75),
         "bf16_mma": CudaKernel("bf16_paged", "verify_attn_bf16_paged.cu", "verify_attn_bf16_paged",
                                "verify_attn_bf16_merge", 64, 32, 256, 166144),
         "bf16_wgmma2": CudaKernel("bf16_paged", "verify_attn_bf16_wgmma2.cu", "verify_attn_bf16_wgmma2",
@@ -359,8 +363,9 @@ class VerifyAttn(Op):
 
     def kernel_choice(self, variant, inputs, params):
         """Name of the CUDA kernel run_cuda launches for these inputs here (a CUDA_KERNELS key):
-        for fp32 the first fp32 kernel of CUDA_DEFAULTS whose shared memory fits and whose
-        instructions exist here (Hopper: fp32_bf16x3), else fp32_ffma; for bf16_paged the wgmma kernel
+        for fp32 the first fp32 kernel of CUDA_DEFAULTS whose shared memory fits, whose instructions
+        exist here and whose grid fills its min_fill of the SMs (Hopper: fp32_bf16x3 when it fills 3/4
+        of them, else fp32_dmma), else fp32_ffma; for bf16_paged the wgmma kernel
         on sm_90 (H100/H200), else the portable one."""
         from ..device import device_arch, gpu_available, max_shared_optin
 
@@ -369,12 +374,24 @@ class VerifyAttn(Op):
                 sm = int(device_arch().removeprefix("sm_"))
                 for name in self.CUDA_DEFAULTS:
                     k = self.CUDA_KERNELS[name]
-                    if k.variant == "fp32" and k.smem + 64 <= max_shared_optin() and sm >= k.min_sm:
+                    if k.variant == "fp32" and k.smem + 64 <= max_shared_optin() and sm >= k.min_sm \
+                            and (not k.min_fill or self._fill(k, inputs) >= k.min_fill):
                         return name
             return "fp32_ffma"
         if "bf16_wgmma2" in self.CUDA_DEFAULTS and gpu_available() and device_arch() == "sm_90":
             return "bf16_wgmma2"
         return "bf16_mma"
+
+    def _fill(self, k, inputs):
+        """Blocks of k's fp32 grid for these inputs per SM (run_cuda's tiles and splits)."""
+        import math
+
+        from ..device import multiprocessor_count
+
+        batch, q_len, heads, _ = inputs["q"].shape
+        ctas = math.ceil(q_len * heads / k.rows) * batch
+        sms = multiprocessor_count()
+        return ctas * self._splits(k, ctas, inputs["kv"].shape[1], sms) / sms
 
     @staticmethod
     def _splits(k, ctas, kv_bound, sms):
