@@ -115,54 +115,13 @@ __device__ __forceinline__ void mbar_fence_init() {
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 }
 
-// The calling thread arrives on mbarrier `mbar` and raises the bytes its phase waits for by `bytes`.
-__device__ __forceinline__ void mbar_expect_tx(unsigned mbar, unsigned bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"(mbar), "r"(bytes) : "memory");
-}
-
 // `bytes` (a multiple of 16; both addresses 16-byte aligned) from global to shared memory by the
 // bulk-copy engine; the calling thread arrives on mbarrier `mbar` (count 1) expecting them, and the
 // barrier's phase completes once they have landed.
 __device__ __forceinline__ void bulk_load(void* dst, const void* src, unsigned bytes, unsigned mbar) {
-    mbar_expect_tx(mbar, bytes);
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"(mbar), "r"(bytes) : "memory");
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
                  :: "r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(mbar) : "memory");
-}
-
-// Thread block clusters (sm_90+): this CTA's rank; a shared address of this CTA mapped into CTA
-// `rank` of the cluster; an arrival on a (possibly remote) mbarrier, released at cluster scope; a
-// wait that acquires at cluster scope (for arrivals from other CTAs); every thread of the cluster.
-__device__ __forceinline__ unsigned cluster_rank() {
-    unsigned r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-    return r;
-}
-__device__ __forceinline__ unsigned cluster_map(unsigned addr, unsigned rank) {
-    unsigned r;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
-    return r;
-}
-__device__ __forceinline__ void mbar_arrive_cluster(unsigned cluster_addr) {
-    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" :: "r"(cluster_addr) : "memory");
-}
-__device__ __forceinline__ void mbar_wait_cluster(unsigned addr, unsigned parity) {
-    asm volatile(
-        "{\n.reg .pred done;\n"
-        "MBAR_WAIT_CLUSTER:\n"
-        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra MBAR_WAIT_CLUSTER;\n}\n"
-        :: "r"(addr), "r"(parity) : "memory");
-}
-__device__ __forceinline__ void cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-// Like bulk_load's copy, but the bytes land at the same offset in every CTA of `cta_mask`, each
-// of whose mbarriers at `mbar`'s offset counts them (the caller expects them there: mbar_expect_tx).
-__device__ __forceinline__ void bulk_load_multicast(void* dst, const void* src, unsigned bytes, unsigned mbar,
-                                                    unsigned short cta_mask) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster "
-                 "[%0], [%1], %2, [%3], %4;\n"
-                 :: "r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(mbar), "h"(cta_mask) : "memory");
 }
 
 // Bytes of dynamic shared memory this launch got: a kernel whose layout is sized by compile-time

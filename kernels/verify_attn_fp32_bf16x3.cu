@@ -87,10 +87,6 @@
 #define FX_PP_BYTES (3 * FX_ROWS * FX_KEYS * 2)  // sPp
 #define FX_SMEM_BYTES ((1 + FX_SLOTS) * FX_TILE_BYTES + 2 * FX_S_FLOATS * 4 + FX_PP_BYTES + 2 * FX_ROWS * 4 \
                        + 8 * (5 + 2 * FX_SLOTS))
-#ifndef FX_CLUSTER
-#define FX_CLUSTER 2                             // CTAs a cluster: row tiles 2i, 2i + 1 share each K-piece load
-#endif
-#define FX_HALF_BYTES (FX_TILE_BYTES / 2)        // the half of a tile each CTA of a pair copies for both
 #define FX_PIECES_ROWS 4                         // pieces kernel: rows a block (one 16-byte chunk a thread each)
 #define FX_PIECES_SPLIT (FX_ROWS / FX_PIECES_ROWS)   // blocks a tile
 #define FX_MAXZ 16                               // merge: splits loaded per batch
@@ -101,9 +97,6 @@
 
 #if FX_ROWS * FX_KEYS != FX_OT || FX_KSTEPS % 3 || FX_KSTEPS * 16 * FX_SW != ATTN_D
 #error "the softmax gives each O thread one key of one row; S warps take whole triples of k-steps"
-#endif
-#if FX_CLUSTER != 1 && FX_CLUSTER != 2
-#error "FX_CLUSTER: 1 (each CTA loads its own K pieces) or 2 (a pair shares them, multicast)"
 #endif
 #if 64 * FX_OW != ATTN_DV || FX_PIECES_SPLIT * FX_PIECES_ROWS != FX_ROWS
 #error "O warp w owns value columns [64w, 64w + 64); the pieces blocks of a tile cover its rows"
@@ -167,12 +160,7 @@ verify_attn_fp32_bf16x3_pieces(const float* __restrict__ q, const float* __restr
     for (int i = 0; i < FX_PIECES_ROWS; ++i) split_store(dst, r0 + i, c, v[i]);
 }
 
-#if FX_CLUSTER > 1
-#define FX_CLUSTER_DIMS __cluster_dims__(FX_CLUSTER, 1, 1)
-#else
-#define FX_CLUSTER_DIMS
-#endif
-extern "C" __global__ void __launch_bounds__(FX_THREADS, 1) FX_CLUSTER_DIMS
+extern "C" __global__ void __launch_bounds__(FX_THREADS, 1)
 verify_attn_fp32_bf16x3(const unsigned char* __restrict__ pieces, const int* __restrict__ prefix_len,
                         const u8* __restrict__ visibility, int B, int Q, int H, int S, float sm_scale,
                         int n_splits, float* __restrict__ out, float* __restrict__ lse,
@@ -203,8 +191,7 @@ verify_attn_fp32_bf16x3(const unsigned char* __restrict__ pieces, const int* __r
     const size_t grow0 = (size_t)b * rows_req + row0;
     const size_t rows_total = (size_t)B * rows_req;
     const int kv_tiles = (S + FX_KEYS - 1) / FX_KEYS;
-    const int q_tiles = (rows_req + FX_ROWS - 1) / FX_ROWS;
-    const unsigned char* tiles = pieces + (size_t)b * (kv_tiles + q_tiles) * FX_TILE_BYTES;
+    const unsigned char* tiles = pieces + (size_t)b * (kv_tiles + (rows_req + FX_ROWS - 1) / FX_ROWS) * FX_TILE_BYTES;
     const unsigned char* ktiles = tiles + (size_t)(kbeg / FX_KEYS) * FX_TILE_BYTES;   // sub-tile 0 of the split
     const bool s_warp = warp >= FX_OW;                           // warp-uniform role
     const int lrow = (lane & 7) + 8 * ((lane >> 3) & 1), lhi = lane >> 4;   // ldmatrix x4 addressing
@@ -212,19 +199,7 @@ verify_attn_fp32_bf16x3(const unsigned char* __restrict__ pieces, const int* __r
 #if FX_DIAG == 4
     return;
 #endif
-    // sub-tile `sub` of the split into K-piece slot `slot`: with a cluster, this CTA's half of it to
-    // both CTAs of the pair, and this CTA's barrier waits for both halves
-    auto load_slot = [&](int slot, int sub) {
-        const unsigned char* src = ktiles + (size_t)sub * FX_TILE_BYTES;
-#if FX_CLUSTER > 1
-        const unsigned half = cluster_rank() * FX_HALF_BYTES;
-        mbar_expect_tx(mb_kp_full + 8 * slot, FX_TILE_BYTES);
-        bulk_load_multicast(sKp + slot * FX_TILE_BYTES + half, src + half, FX_HALF_BYTES, mb_kp_full + 8 * slot, 0x3);
-#else
-        bulk_load(sKp + slot * FX_TILE_BYTES, src, FX_TILE_BYTES, mb_kp_full + 8 * slot);
-#endif
-    };
-    if (tid == 0) {     // mbarriers
+    if (tid == 0) {     // mbarriers, then the Q tile's pieces and the first FX_SLOTS sub-tiles
         for (int i = 0; i < 2; ++i) {
             mbar_init(mb_s_full + 8 * i, 32 * FX_SW);
             mbar_init(mb_s_empty + 8 * i, FX_OT);
@@ -232,20 +207,14 @@ verify_attn_fp32_bf16x3(const unsigned char* __restrict__ pieces, const int* __r
         mbar_init(mb_q_full, 1);
         for (int i = 0; i < FX_SLOTS; ++i) {
             mbar_init(mb_kp_full + 8 * i, 1);
-            mbar_init(mb_kp_empty + 8 * i, FX_CLUSTER == 1 ? FX_OT : FX_CLUSTER * FX_OW);
+            mbar_init(mb_kp_empty + 8 * i, FX_OT);
         }
         mbar_fence_init();
+        bulk_load(sQp, tiles + (size_t)(kv_tiles + blockIdx.x) * FX_TILE_BYTES, FX_TILE_BYTES, mb_q_full);
+        for (int i = 0; i < min(FX_SLOTS, nsub); ++i)
+            bulk_load(sKp + i * FX_TILE_BYTES, ktiles + (size_t)i * FX_TILE_BYTES, FX_TILE_BYTES, mb_kp_full + 8 * i);
     }
-#if FX_CLUSTER > 1
-    cluster_sync();                                              // both CTAs' mbarriers initialised
-#else
     __syncthreads();                                             // mbarriers initialised
-#endif
-    if (tid == 0) {     // the Q tile's pieces (a padding CTA past the last tile: any tile) and sub-tiles 0..2
-        bulk_load(sQp, tiles + (size_t)(kv_tiles + min((int)blockIdx.x, q_tiles - 1)) * FX_TILE_BYTES,
-                  FX_TILE_BYTES, mb_q_full);
-        for (int i = 0; i < min(FX_SLOTS, nsub); ++i) load_slot(i, i);
-    }
 
     if (s_warp) {
         // ---------------- S warps: partial scores over their FX_KSTEPS k16 steps, nothing else
@@ -317,9 +286,6 @@ verify_attn_fp32_bf16x3(const unsigned char* __restrict__ pieces, const int* __r
             }
             mbar_arrive(mb_s_full + 8 * buf);
         }
-#if FX_CLUSTER > 1
-        cluster_sync();                                          // no CTA leaves while its pair may still signal it
-#endif
         return;
     }
 
@@ -408,20 +374,12 @@ verify_attn_fp32_bf16x3(const unsigned char* __restrict__ pieces, const int* __r
                 o[jc][3] = fmaf(al1, o[jc][3], c[jj][3]);
             }
         }
-        // the slot is free once every O thread has read it (the S warps read it before S_FULL of t);
-        // with a cluster, once both CTAs' O warps have (each warp arrives on both barriers)
-#if FX_CLUSTER > 1
-        __syncwarp();
-        if (lane == 0) {
-            mbar_arrive(mb_kp_empty + 8 * slot);
-            mbar_arrive_cluster(cluster_map(mb_kp_empty + 8 * slot, cluster_rank() ^ 1));
-        }
-#else
+        // the slot is free once every O thread has read it (the S warps read it before S_FULL of t)
         mbar_arrive(mb_kp_empty + 8 * slot);
-#endif
         if (tid == 0 && t + FX_SLOTS < nsub) {
-            mbar_wait_cluster(mb_kp_empty + 8 * slot, use);
-            load_slot(slot, t + FX_SLOTS);
+            mbar_wait(mb_kp_empty + 8 * slot, use);
+            bulk_load(sKp + slot * FX_TILE_BYTES, ktiles + (size_t)(t + FX_SLOTS) * FX_TILE_BYTES, FX_TILE_BYTES,
+                      mb_kp_full + 8 * slot);
         }
     }
     // the row statistics: lse, or the split's m and l; l for the normalisation below
@@ -456,9 +414,6 @@ verify_attn_fp32_bf16x3(const unsigned char* __restrict__ pieces, const int* __r
             }
         }
     }
-#if FX_CLUSTER > 1
-    cluster_sync();
-#endif
 }
 
 // grid = B*Q*H rows, block = MERGE_THREADS (128): attn_common.cuh's merge_row_batched

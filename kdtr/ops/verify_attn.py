@@ -301,9 +301,7 @@ class VerifyAttn(Op):
     # (the entry `<main>_pieces`, grid (4 x tiles, B) of 144 threads, writes every kv and q tile of
     # them first; the main kernel then takes that buffer in place of q and kv), and `min_sm`: the
     # oldest architecture that has the instructions it uses, and `min_fill`: the fraction of the SMs
-    # its grid must occupy (a default is skipped on older architectures and on smaller grids), and
-    # `cluster`: CTAs per thread-block cluster along the row tiles (the .cu's __cluster_dims__; the
-    # grid's row tiles are rounded up to a multiple of it).
+    # its grid must occupy (a default is skipped on older architectures and on smaller grids).
     class CudaKernel(NamedTuple):
         variant: str
         source: str
@@ -320,7 +318,6 @@ class VerifyAttn(Op):
         pieces: int = 0
         min_sm: int = 0
         min_fill: float = 0.0
-        cluster: int = 1
 
     CUDA_KERNELS = {
         "fp32_ffma": CudaKernel("fp32", "verify_attn_fp32.cu", "verify_attn_fp32", "verify_attn_fp32_merge",
@@ -348,7 +345,7 @@ class VerifyAttn(Op):
         # 813 us against fp32_dmma's 581, so it is chosen only when its grid fills 3/4 of the SMs.
         "fp32_bf16x3": CudaKernel("fp32", "verify_attn_fp32_bf16x3.cu", "verify_attn_fp32_bf16x3",
                                   "verify_attn_fp32_bf16x3_merge", 16, 16, 384, 231128, split_min_tiles=4,
-                                  pieces=55296, min_sm=90, min_fill=0.75, cluster=2),
+                                  pieces=55296, min_sm=90, min_fill=0.75),
         "bf16_mma": CudaKernel("bf16_paged", "verify_attn_bf16_paged.cu", "verify_attn_bf16_paged",
                                "verify_attn_bf16_merge", 64, 32, 256, 166144),
         "bf16_wgmma2": CudaKernel("bf16_paged", "verify_attn_bf16_wgmma2.cu", "verify_attn_bf16_wgmma2",
@@ -392,14 +389,9 @@ class VerifyAttn(Op):
         from ..device import multiprocessor_count
 
         batch, q_len, heads, _ = inputs["q"].shape
-        ctas = self._grid_tiles(k, math.ceil(q_len * heads / k.rows)) * batch
+        ctas = math.ceil(q_len * heads / k.rows) * batch
         sms = multiprocessor_count()
         return ctas * self._splits(k, ctas, inputs["kv"].shape[1], sms) / sms
-
-    @staticmethod
-    def _grid_tiles(k, tiles):
-        """Row tiles of k's grid: `tiles` rounded up to whole clusters (the extra CTAs have no rows)."""
-        return -(-tiles // k.cluster) * k.cluster
 
     @staticmethod
     def _splits(k, ctas, kv_bound, sms):
@@ -443,9 +435,8 @@ class VerifyAttn(Op):
         rows = batch * q_len * heads
         tile_rows, smem = k.sizing(defines or {}) if k.sizing else (k.rows, k.smem)
         tiles = math.ceil(q_len * heads / tile_rows)
-        grid_tiles = self._grid_tiles(k, tiles)
         if splits is None:
-            splits = self._splits(k, grid_tiles * batch, kv_bound, multiprocessor_count())
+            splits = self._splits(k, tiles * batch, kv_bound, multiprocessor_count())
         arch = device_arch() + k.arch_feature if k.arch_feature else None
         main = get_kernel(k.source, k.main, arch=arch, defines=defines or {})
         merger = get_kernel(k.source, k.merge, arch=arch) if splits > 1 else None
@@ -474,7 +465,7 @@ class VerifyAttn(Op):
                                               "custom_mask", "mask_indptr")]
             args += [c_int(batch), c_int(q_len), c_int(heads),
                      c_float(float(params["sm_scale"]) * math.log2(math.e)), c_int(splits)]
-        main.launch((grid_tiles, batch, splits), k.threads, args + [outputs["out"], outputs["lse"], *workspace],
+        main.launch((tiles, batch, splits), k.threads, args + [outputs["out"], outputs["lse"], *workspace],
                     shared_mem=smem)
         if merger is not None:
             merger.launch(rows, 128, [*workspace, c_int(splits), c_int(rows), outputs["out"], outputs["lse"]])
