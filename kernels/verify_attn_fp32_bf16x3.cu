@@ -107,6 +107,9 @@
 #if defined(FX_EXPECT_THREADS) && FX_EXPECT_THREADS != FX_THREADS
 #error "FX_THREADS differs from the host's CUDA_KERNELS entry (kdtr/ops/verify_attn.py)"
 #endif
+#if defined(FX_EXPECT_PIECES) && FX_EXPECT_PIECES != FX_TILE_BYTES * 1000000 + FX_PIECES_SPLIT * 1000 + FX_CH
+#error "the pieces kernel's tile bytes, blocks a tile or block size differ from run_cuda's (kdtr/ops/verify_attn.py)"
+#endif
 
 // byte offset of 16-byte chunk `chunk` (dims 8 chunk ..+7) of row `row` in a [16][576] bf16 piece
 __device__ __forceinline__ int fx_at(int row, int chunk) {

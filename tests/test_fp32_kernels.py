@@ -32,6 +32,17 @@ def test_host_launch_figures_equal_the_kernels(name, cache_dir):
         nvrtc.compile_kernel(k.source, "sm_90", defines={f"{p}_EXPECT_THREADS": k.threads - 32})
 
 
+def test_host_pieces_figures_equal_the_kernels(cache_dir):
+    """run_cuda launches fp32_bf16x3's pieces kernel with PIECES_SPLIT blocks a tile of PIECES_BLOCK
+    threads and sizes its buffer by `pieces` bytes a tile: FX_EXPECT_PIECES makes the .cu #error out
+    unless those equal its FX_PIECES_SPLIT, FX_CH and FX_TILE_BYTES (a drift would leave rows unsplit)."""
+    k = OP.CUDA_KERNELS["fp32_bf16x3"]
+    figures = k.pieces * 1000000 + OP.PIECES_SPLIT * 1000 + OP.PIECES_BLOCK
+    nvrtc.compile_kernel(k.source, "sm_90", defines={"FX_EXPECT_PIECES": figures})
+    with pytest.raises(CompileError, match="pieces kernel"):
+        nvrtc.compile_kernel(k.source, "sm_90", defines={"FX_EXPECT_PIECES": figures + 1})
+
+
 BUILDS = ([("fp32_dmma", "sm_90", d) for d in ({"FD_DIAG": 1}, {"FD_DIAG": 2}, {"FD_PROFILE": 1})]
           + [("fp32_bf16x3", arch, d) for arch in ("sm_90", "sm_120")
              for d in ({}, {"FX_DIAG": 1}, {"FX_DIAG": 2})])

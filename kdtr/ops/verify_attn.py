@@ -298,10 +298,12 @@ class VerifyAttn(Op):
     # fewest key tiles per split, whether a full grid is re-split to even out its last wave,
     # (optional) `sizing`: defines -> (rows per tile, shared bytes), for a kernel whose tile is a knob,
     # `pieces`: for a kernel that reads its operands pre-split, the bytes of one 16-row tile of them
-    # (the entry `<main>_pieces`, grid (4 x tiles, B) of 144 threads, writes every kv and q tile of
+    # (the entry `<main>_pieces`, grid (PIECES_SPLIT x tiles, B) of PIECES_BLOCK threads, writes every kv and q tile of
     # them first; the main kernel then takes that buffer in place of q and kv), and `min_sm`: the
     # oldest architecture that has the instructions it uses, and `min_fill`: the fraction of the SMs
     # its grid must occupy (a default is skipped on older architectures and on smaller grids).
+    PIECES_SPLIT, PIECES_BLOCK = 4, 144     # a `pieces` kernel's blocks per tile and threads per block
+
     class CudaKernel(NamedTuple):
         variant: str
         source: str
@@ -455,7 +457,7 @@ class VerifyAttn(Op):
                 pieces = torch.empty(batch * (kv_tiles + tiles) * k.pieces, dtype=torch.uint8,
                                      device=outputs["out"].device)
                 get_kernel(k.source, k.main + "_pieces", arch=arch).launch(
-                    (4 * (kv_tiles + tiles), batch), 144, operands + [inputs["prefix_len"], c_int(q_len), c_int(heads),
+                    (self.PIECES_SPLIT * (kv_tiles + tiles), batch), self.PIECES_BLOCK, operands + [inputs["prefix_len"], c_int(q_len), c_int(heads),
                                                                 c_int(kv_bound), pieces])
                 operands = [pieces]
             args = operands + [inputs["prefix_len"], inputs["visibility"], c_int(batch), c_int(q_len),
