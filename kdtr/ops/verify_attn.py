@@ -298,8 +298,9 @@ class VerifyAttn(Op):
     # fewest key tiles per split, whether a full grid is re-split to even out its last wave,
     # (optional) `sizing`: defines -> (rows per tile, shared bytes), for a kernel whose tile is a knob,
     # `pieces`: for a kernel that reads its operands pre-split, the bytes of one 16-row tile of them
-    # (the entry `<main>_pieces`, grid (PIECES_SPLIT x tiles, B) of PIECES_BLOCK threads, writes every kv and q tile of
-    # them first; the main kernel then takes that buffer in place of q and kv), and `min_sm`: the
+    # (the entry `<main>_pieces`, grid (PIECES_SPLIT x tiles, B) of PIECES_BLOCK threads, writes
+    # every kv and q tile of them first; the main kernel then takes that buffer in place of q and
+    # kv), and `min_sm`: the
     # oldest architecture that has the instructions it uses, and `min_fill`: the fraction of the SMs
     # its grid must occupy (a default is skipped on older architectures and on smaller grids).
     PIECES_SPLIT, PIECES_BLOCK = 4, 144     # a `pieces` kernel's blocks per tile and threads per block
@@ -367,8 +368,8 @@ class VerifyAttn(Op):
         """Name of the CUDA kernel run_cuda launches for these inputs here (a CUDA_KERNELS key):
         for fp32 the first fp32 kernel of CUDA_DEFAULTS whose shared memory fits, whose instructions
         exist here and whose grid fills its min_fill of the SMs (Hopper: fp32_bf16x3 when it fills 3/4
-        of them, else fp32_dmma), else fp32_ffma; for bf16_paged the wgmma kernel
-        on sm_90 (H100/H200), else the portable one."""
+        of them, else fp32_dmma), else fp32_ffma; for bf16_paged the wgmma kernel on sm_90
+        (H100/H200), else the portable one."""
         from ..device import device_arch, gpu_available, max_shared_optin
 
         if variant == "fp32":
@@ -385,15 +386,23 @@ class VerifyAttn(Op):
         return "bf16_mma"
 
     def _fill(self, k, inputs):
-        """Blocks of k's fp32 grid for these inputs per SM (run_cuda's tiles and splits)."""
+        """Blocks of k's fp32 grid for these inputs per SM."""
+        from ..device import multiprocessor_count
+
+        batch, q_len, heads, _ = inputs["q"].shape
+        tiles, _, splits = self._grid(k, batch, q_len, heads, inputs["kv"].shape[1])
+        return tiles * batch * splits / multiprocessor_count()
+
+    def _grid(self, k, batch, q_len, heads, kv_bound, defines=None):
+        """Row tiles per request, dynamic shared memory and KV splits of the grid run_cuda launches
+        k with (`sizing` resizes a kernel whose tile is a knob)."""
         import math
 
         from ..device import multiprocessor_count
 
-        batch, q_len, heads, _ = inputs["q"].shape
-        ctas = math.ceil(q_len * heads / k.rows) * batch
-        sms = multiprocessor_count()
-        return ctas * self._splits(k, ctas, inputs["kv"].shape[1], sms) / sms
+        tile_rows, smem = k.sizing(defines or {}) if k.sizing else (k.rows, k.smem)
+        tiles = math.ceil(q_len * heads / tile_rows)
+        return tiles, smem, self._splits(k, tiles * batch, kv_bound, multiprocessor_count())
 
     @staticmethod
     def _splits(k, ctas, kv_bound, sms):
@@ -421,7 +430,7 @@ class VerifyAttn(Op):
 
         import torch
 
-        from ..device import device_arch, get_kernel, multiprocessor_count
+        from ..device import device_arch, get_kernel
 
         name = kernel or self.kernel_choice(variant, inputs, params)
         k = self.CUDA_KERNELS[name]
@@ -435,10 +444,8 @@ class VerifyAttn(Op):
             q_len, heads = inputs["tree_slots"].numel() // batch, inputs["q"].shape[1]
             kv_bound = inputs["kv_indices"].numel() + q_len       # >= every request's P_b + Q
         rows = batch * q_len * heads
-        tile_rows, smem = k.sizing(defines or {}) if k.sizing else (k.rows, k.smem)
-        tiles = math.ceil(q_len * heads / tile_rows)
-        if splits is None:
-            splits = self._splits(k, tiles * batch, kv_bound, multiprocessor_count())
+        tiles, smem, auto_splits = self._grid(k, batch, q_len, heads, kv_bound, defines)
+        splits = auto_splits if splits is None else splits
         arch = device_arch() + k.arch_feature if k.arch_feature else None
         main = get_kernel(k.source, k.main, arch=arch, defines=defines or {})
         merger = get_kernel(k.source, k.merge, arch=arch) if splits > 1 else None
@@ -457,8 +464,8 @@ class VerifyAttn(Op):
                 pieces = torch.empty(batch * (kv_tiles + tiles) * k.pieces, dtype=torch.uint8,
                                      device=outputs["out"].device)
                 get_kernel(k.source, k.main + "_pieces", arch=arch).launch(
-                    (self.PIECES_SPLIT * (kv_tiles + tiles), batch), self.PIECES_BLOCK, operands + [inputs["prefix_len"], c_int(q_len), c_int(heads),
-                                                                c_int(kv_bound), pieces])
+                    (self.PIECES_SPLIT * (kv_tiles + tiles), batch), self.PIECES_BLOCK,
+                    operands + [inputs["prefix_len"], c_int(q_len), c_int(heads), c_int(kv_bound), pieces])
                 operands = [pieces]
             args = operands + [inputs["prefix_len"], inputs["visibility"], c_int(batch), c_int(q_len),
                                c_int(heads), c_int(kv_bound), c_float(float(params["sm_scale"])), c_int(splits)]
