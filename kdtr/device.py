@@ -214,8 +214,13 @@ class Kernel:
         return values, pointers
 
     def launch(self, grid: int | Sequence[int], block: int | Sequence[int], args: Sequence[Any],
-               shared_mem: int = 0, stream: Any = None) -> None:
-        """Launch on `stream` (a torch.cuda.Stream; default torch's current stream)."""
+               shared_mem: int = 0, stream: Any = None, *, dependent: bool = False) -> None:
+        """Launch on `stream` (a torch.cuda.Stream; default torch's current stream).
+
+        `dependent` launches it as a programmatic dependent of the grid before it in the stream
+        (sm_90+): it may be scheduled while that grid finishes, so the kernel must pass
+        griddepcontrol.wait (attn_common.cuh's grid_dep_wait) before it touches global memory.
+        """
         import torch
 
         g = _dims(grid, "grid", self)
@@ -230,10 +235,31 @@ class Kernel:
         cu_stream = _streams.get(handle)
         if cu_stream is None:
             cu_stream = _streams[handle] = driver.CUstream(handle)
-        _check(driver.cuLaunchKernel(self.function, *g, *b, int(shared_mem), cu_stream,
-                                     ctypes.addressof(pointers), 0),
-               f"cuLaunchKernel({self.name}, grid={g}, block={b}, shared={shared_mem})", error=LaunchError)
+        what = f"cuLaunchKernel{'Ex' if dependent else ''}({self.name}, grid={g}, block={b}, shared={shared_mem})"
+        if dependent:
+            result = driver.cuLaunchKernelEx(_dependent_config(g, b, int(shared_mem), cu_stream), self.function,
+                                             ctypes.addressof(pointers), 0)
+        else:
+            result = driver.cuLaunchKernel(self.function, *g, *b, int(shared_mem), cu_stream,
+                                           ctypes.addressof(pointers), 0)
+        _check(result, what, error=LaunchError)
         del values                                        # kept alive until the launch returned
+
+
+def _dependent_config(grid: tuple[int, int, int], block: tuple[int, int, int], shared_mem: int, stream: Any):
+    """A CUlaunchConfig with programmatic stream serialization allowed."""
+    driver = _driver()
+    attr = driver.CUlaunchAttribute()
+    attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+    attr.value.programmaticStreamSerializationAllowed = 1
+    config = driver.CUlaunchConfig()
+    config.gridDimX, config.gridDimY, config.gridDimZ = grid
+    config.blockDimX, config.blockDimY, config.blockDimZ = block
+    config.sharedMemBytes = shared_mem
+    config.hStream = stream
+    config.attrs = [attr]
+    config.numAttrs = 1
+    return config
 
 
 def _dims(value: int | Sequence[int], what: str, kernel: Kernel) -> tuple[int, int, int]:

@@ -124,6 +124,31 @@ __device__ __forceinline__ void bulk_load(void* dst, const void* src, unsigned b
                  :: "r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(mbar) : "memory");
 }
 
+// Programmatic dependent launch (sm_90+; no-ops before, and in a grid launched without the host's
+// programmatic-serialization attribute). grid_dep_wait: block until the grid before this one in the
+// stream has completed and its writes are visible; every global access of a grid launched with the
+// attribute must follow it. grid_dep_launch: let the next grid (if launched with the attribute) be
+// scheduled once every block of this one has called it or exited; it never waives the wait.
+__device__ __forceinline__ void grid_dep_wait() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void grid_dep_launch() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+// Warpgroup register budgets (sm_90a / sm_100a): every warp of the warpgroup executes the same one;
+// inc waits until other warpgroups' dec have freed the registers.
+template <int N> __device__ __forceinline__ void setmaxnreg_inc() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(N));
+}
+template <int N> __device__ __forceinline__ void setmaxnreg_dec() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(N));
+}
+
 // Bytes of dynamic shared memory this launch got: a kernel whose layout is sized by compile-time
 // knobs traps when the host gave it less, instead of corrupting memory.
 __device__ __forceinline__ unsigned dynamic_smem_bytes() {
@@ -239,11 +264,14 @@ __device__ __forceinline__ void merge_row_batched(const float* __restrict__ ws_o
     merge_finish(row, col, acc, l, M, lse, store);
 }
 
-// An fp32 kernel's batched split-KV merge entry: grid = B*Q*H rows, block = MERGE_THREADS (128).
+// An fp32 kernel's batched split-KV merge entry: grid = B*Q*H rows, block = MERGE_THREADS (128); it may
+// be launched as a programmatic dependent of its main kernel.
 #define ATTN_MERGE_BATCHED_ENTRY(name, maxz)                                                          \
     extern "C" __global__ void __launch_bounds__(MERGE_THREADS)                                       \
     name(const float* __restrict__ ws_o, const float* __restrict__ ws_m,                               \
          const float* __restrict__ ws_l, int n_splits, int rows, float* __restrict__ out,              \
          float* __restrict__ lse) {                                                                    \
+        grid_dep_wait();                                                                               \
+        grid_dep_launch();                                                                             \
         merge_row_batched<maxz>(ws_o, ws_m, ws_l, n_splits, rows, lse, StoreF32{out});                 \
     }

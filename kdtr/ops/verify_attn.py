@@ -303,6 +303,8 @@ class VerifyAttn(Op):
     # kv), and `min_sm`: the
     # oldest architecture that has the instructions it uses, and `min_fill`: the fraction of the SMs
     # its grid must occupy (a default is skipped on older architectures and on smaller grids).
+    # `dependent`: its pieces, main and merge kernels are launched as programmatic dependents of the
+    # grid before each (each passes griddepcontrol.wait before its first global access).
     PIECES_SPLIT, PIECES_BLOCK = 4, 144     # a `pieces` kernel's blocks per tile and threads per block
 
     class CudaKernel(NamedTuple):
@@ -321,6 +323,7 @@ class VerifyAttn(Op):
         pieces: int = 0
         min_sm: int = 0
         min_fill: float = 0.0
+        dependent: bool = False
 
     CUDA_KERNELS = {
         "fp32_ffma": CudaKernel("fp32", "verify_attn_fp32.cu", "verify_attn_fp32", "verify_attn_fp32_merge",
@@ -340,15 +343,17 @@ class VerifyAttn(Op):
                                 "verify_attn_fp32_dmma_merge", 34, 16, 384, 228592, split_min_tiles=4),
         # every fp32 operand split exactly into three bf16 pieces (once, by a pieces kernel: its
         # buffer is 1.5x the kv and q), six piece products per product on the bf16 tensor cores
-        # (mma.sync): 4 score warps, 8 softmax + P.V warps, the pieces streamed by bulk copies; 16-row
-        # tiles, 17 x 7 = 119 blocks at B=1 H=16 Q=17 P=2048: 39.6-41.1 us there against fp32_dmma's
-        # 50.1-51.8 in one process on an H200, and the lowest error of the fp32 kernels (rel L2 1.3e-7
-        # against 2.2e-7; kernels/NOTES.md, "Session 7"). Bulk copies need sm_90 or newer. Its
-        # per-block chains are long: with half the SMs busy (B=4 H=16 Q=17 P=8192: 68 blocks) it ran
-        # 813 us against fp32_dmma's 581, so it is chosen only when its grid fills 3/4 of the SMs.
+        # (mma.sync): 4 score warps (built for sm_90a: setmaxnreg lets them hold their Q pieces), a
+        # softmax warp, 8 P.V warps, the pieces streamed by bulk copies; the three kernels launched
+        # as programmatic dependents; 16-row tiles, 17 x 7 = 119 blocks at B=1 H=16 Q=17 P=2048:
+        # 37.0-37.8 us there against fp32_dmma's 50.9-51.8 in one process on an H200, and the lowest
+        # error of the fp32 kernels (rel L2 1.3e-7 against 2.2e-7; kernels/NOTES.md, "Session 8").
+        # Bulk copies need sm_90 or newer. Its per-block chains are long: with half the SMs busy
+        # (B=4 H=16 Q=17 P=8192: 68 blocks) it ran 722-726 us against fp32_dmma's 582-587, so it is
+        # chosen only when its grid fills 3/4 of the SMs.
         "fp32_bf16x3": CudaKernel("fp32", "verify_attn_fp32_bf16x3.cu", "verify_attn_fp32_bf16x3",
-                                  "verify_attn_fp32_bf16x3_merge", 16, 16, 384, 231128, split_min_tiles=4,
-                                  pieces=55296, min_sm=90, min_fill=0.75),
+                                  "verify_attn_fp32_bf16x3_merge", 16, 16, 512, 229552, "a", split_min_tiles=4,
+                                  pieces=55296, min_sm=90, min_fill=0.75, dependent=True),
         "bf16_mma": CudaKernel("bf16_paged", "verify_attn_bf16_paged.cu", "verify_attn_bf16_paged",
                                "verify_attn_bf16_merge", 64, 32, 256, 166144),
         "bf16_wgmma2": CudaKernel("bf16_paged", "verify_attn_bf16_wgmma2.cu", "verify_attn_bf16_wgmma2",
@@ -465,7 +470,8 @@ class VerifyAttn(Op):
                                      device=outputs["out"].device)
                 get_kernel(k.source, k.main + "_pieces", arch=arch).launch(
                     (self.PIECES_SPLIT * (kv_tiles + tiles), batch), self.PIECES_BLOCK,
-                    operands + [inputs["prefix_len"], c_int(q_len), c_int(heads), c_int(kv_bound), pieces])
+                    operands + [inputs["prefix_len"], c_int(q_len), c_int(heads), c_int(kv_bound), pieces],
+                    dependent=k.dependent)
                 operands = [pieces]
             args = operands + [inputs["prefix_len"], inputs["visibility"], c_int(batch), c_int(q_len),
                                c_int(heads), c_int(kv_bound), c_float(float(params["sm_scale"])), c_int(splits)]
@@ -475,9 +481,10 @@ class VerifyAttn(Op):
             args += [c_int(batch), c_int(q_len), c_int(heads),
                      c_float(float(params["sm_scale"]) * math.log2(math.e)), c_int(splits)]
         main.launch((tiles, batch, splits), k.threads, args + [outputs["out"], outputs["lse"], *workspace],
-                    shared_mem=smem)
+                    shared_mem=smem, dependent=k.dependent)
         if merger is not None:
-            merger.launch(rows, 128, [*workspace, c_int(splits), c_int(rows), outputs["out"], outputs["lse"]])
+            merger.launch(rows, 128, [*workspace, c_int(splits), c_int(rows), outputs["out"], outputs["lse"]],
+                          dependent=k.dependent)
 
     # -- reports --------------------------------------------------------------------------
     def describe(self, variant, inputs, params):
