@@ -143,10 +143,10 @@ __device__ __forceinline__ void grid_dep_launch() {
 // Warpgroup register budgets (sm_90a / sm_100a): every warp of the warpgroup executes the same one;
 // inc waits until other warpgroups' dec have freed the registers.
 template <int N> __device__ __forceinline__ void setmaxnreg_inc() {
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(N));
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(N) : "memory");
 }
 template <int N> __device__ __forceinline__ void setmaxnreg_dec() {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(N));
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(N) : "memory");
 }
 
 // Bytes of dynamic shared memory this launch got: a kernel whose layout is sized by compile-time

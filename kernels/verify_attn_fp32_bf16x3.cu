@@ -14,7 +14,7 @@
 //   verify_attn_fp32_bf16x3_pieces(q f32 [B,Q,H,576], kv f32 [B,S,576], prefix_len i32 [B], Q, H, S,
 //                                  pieces u8 [B][ceil(S/16) + ceil(Q*H/16)][FX_TILE_BYTES])
 // Launch (main): grid = (ceil(Q*H / 16), B, n_splits), block = FX_THREADS (512), dynamic shared
-//   memory FX_SMEM_BYTES (229,552 B: opt-in; one block per SM; the kernel traps with less); sm_90+,
+//   memory FX_SMEM_BYTES (229,576 B: opt-in; one block per SM; the kernel traps with less); sm_90+,
 //   built for sm_90a (FX_QREG below).
 //   verify_attn_fp32_bf16x3(pieces, prefix_len i32 [B], visibility u8 [B,Q,Q], B, Q, H, S,
 //                           sm_scale, n_splits, out f32 [B,Q,H,512], lse f32 [B,Q,H], ws_o, ws_m, ws_l)
@@ -29,34 +29,37 @@
 //   before its first global access and lets the next grid launch at once).
 //
 // Loads: thread 0 initialises the mbarriers and bulk-copies (cp.async.bulk, completion on an
-//   mbarrier's transaction count) the Q tile's pieces and sub-tiles 0..2 into three K-piece slots;
-//   afterwards O thread 0 refills slot t % 3 with sub-tile t + 3 once every O thread has released it.
+//   mbarrier's transaction count) the Q tile's pieces and sub-tiles 0..2 into three K-piece slots.
+//   With FX_QREG the Q tile's room becomes a fourth slot once the S warps hold Q in registers
+//   (Q_EMPTY): softmax thread 0 copies sub-tile 3 there. Afterwards O thread 0 refills slot
+//   t % FX_SLOTS with sub-tile t + FX_SLOTS once every O thread has released it.
 // Warp roles, one warpgroup each but the O warps' two (hand-offs through mbarriers; each thread
 //   arrives after its own accesses):
 //   S warps 8..11 (one per SM sub-partition), MMAs only, per sub-tile t: S[16 rows][16 keys] over
 //     dims [144w, 144w + 144) with mma.m16n8k16 bf16 (A = Q pieces, B = K pieces, both ldmatrix).
-//     With FX_QREG (sm_90a / sm_100a) setmaxnreg gives them 216 registers and they load their Q
-//     pieces once (108 registers) instead of every sub-tile. The a0b0 product of each 16-dim k-step
+//     With FX_QREG (sm_90a / sm_100a) setmaxnreg gives them FX_NREG_S registers and they load their
+//     Q pieces once (108 registers) instead of every sub-tile. The a0b0 product of each 16-dim k-step
 //     goes into a zeroed accumulator that is then added to the partial in fp32 (round to nearest);
 //     the five smaller products accumulate in chains of their own (k-step mod 3), so the tensor
 //     cores' own accumulation never carries the partial sum: partial = main + ((x0 + x1) + x2) ->
 //     sS[t & 1]; arrive S_FULL.
-//   Softmax warp 12, per sub-tile t: lane owns row lane / 2 and keys [8h, 8h + 8), h = lane % 2 (the
-//     four partials added in w order), row max and sum over its 8 keys and its partner lane; P split
-//     into pieces and alpha written over the partials in sS[t & 1]; arrive P_FULL. It keeps m and l
-//     and writes lse or the split's m, l and sL at the end (L_FULL). Warps 13..15 only make
-//     warpgroup 3 whole (setmaxnreg is per warpgroup) and exit.
+//   Softmax warps 12..15, per sub-tile t: thread st owns row st / 8 and keys 2 (st % 8), +1 (the four
+//     partials added in w order), row max and sum over 8 lanes (xor 1, 2, 4); named barrier 2 (all
+//     partials read), then P split into pieces and alpha written over the partials in sS[t & 1];
+//     arrive P_FULL. They keep m and l and write lse or the split's m, l and sL at the end (L_FULL).
 //   O warps 0..7, per sub-tile t: P pieces (ldmatrix) and alpha from sS[t & 1], arrive S_EMPTY;
 //     O[16][64w ..+64) = alpha O + P V with V pieces by ldmatrix.trans, per n8 tile the six products
 //     smallest first into a zeroed C, then O = fmaf(alpha, O, C); arrive KP_EMPTY.
-//   mbarriers: S_FULL[2] (128 S threads: partials of t in sS[t & 1]), P_FULL[2] (32: P of t there),
-//     S_EMPTY[2] (256 O threads: P read, the buffer free), Q_FULL and KP_FULL[3] (one arrival with
-//     the copy's bytes), KP_EMPTY[3] (256 O threads: the slot's V pieces read; the S warps' reads of
-//     it precede S_FULL of t), L_FULL (32: sL written).
-//   Measured on the H200 (kernels/NOTES.md, "Session 8"): 37.0-37.8 us at the timing shape against
-//   session 7's 40.9-41.8 and fp32_dmma's 50.9-51.8 in one process, outputs bit-identical to session
-//   7's; of that ~3.5 us is the pieces kernel and ~3.2 us the merge. The loop streams ~1 MB of pieces
-//   a block out of L2 (121 MB in all, ~5 TB/s).
+//   mbarriers: S_FULL[2] (128 S threads: partials of t in sS[t & 1]), P_FULL[2] (128 softmax
+//     threads: P of t there), S_EMPTY[2] (256 O threads: P read, the buffer free), Q_FULL and
+//     KP_FULL[4] (one arrival with the copy's bytes), Q_EMPTY (128 S threads: Q in registers),
+//     KP_EMPTY[4] (256 O threads: the slot's V pieces read; the S warps' reads of it precede S_FULL
+//     of t), L_FULL (128 softmax threads: sL written).
+//   Measured on the H200 (kernels/NOTES.md, "Session 8"): 35.8-36.0 us at the timing shape against
+//   session 7's 40.6-40.8 and fp32_dmma's 50.4-51.2 in one process, outputs bit-identical to session
+//   7's; of that ~3.4 us is the pieces kernel and ~3.3 us the merge. Per-instruction stall samples
+//   (ncu): the S warps never wait, the softmax and P.V warps wait on them: the score MMAs (108 a
+//   sub-tile per S warp) are the critical stage.
 //
 // Numerical contract: no bit of an fp32 input is dropped; every product of two pieces is exact in
 //   fp32; per 16 products the tensor cores add in their own order and rounding, after which sums
@@ -69,17 +72,17 @@
 //   past the request's Q*H are never read (their pieces are zeros) and masked keys get p = 0 exactly.
 //   Target: relative L2 <= 1e-6 against float64 (ops.md fp32 tolerances).
 //
-// Knobs (timing only, wrong results): FX_DIAG = 1 no score MMAs, 2 no P.V MMAs, 3 only the first
-//   loads, 4 the launches alone.
+// Knobs: FX_DIAG (timing only, wrong results) = 1 no score MMAs, 2 no P.V MMAs, 3 only the first
+//   loads, 4 the launches alone; FX_NREG_O / _S / _SM (all three together) the setmaxnreg split.
 //
-// Shared memory (FX_SMEM_BYTES = 229,552 B):
+// Shared memory (FX_SMEM_BYTES = 229,576 B):
 //   sQp    [3 pieces][16 rows][576] bf16, 16-byte chunk c of row r at c ^ (r & 7)       55,296
-//   sKp    [3 slots][3 pieces][16 keys][576] bf16, the same swizzle                    165,888
+//   slots  [3][3 pieces][16 keys][576] bf16, the same swizzle (slot 3: sQp's room)      165,888
 //   sS     [2][4 S warps][16 rows][16 keys] fp32 partials, key k of row r at k ^ 8 ((r >> 1) & 1);
 //          after the softmax: P [3 pieces][16 rows][16 keys] bf16 (8-key half h of row r at
 //          h ^ ((r >> 2) & 1)), then alpha [16] fp32                                    8,192
 //   sL     [16] fp32                                                                      64
-//   14 mbarriers                                                                          112
+//   17 mbarriers                                                                          136
 #include "attn_common.cuh"
 
 #define FX_ROWS 16                               // rows per block: one m16 tile
@@ -97,10 +100,21 @@
 #define FX_KSTEPS (ATTN_D / (16 * FX_SW))        // k16 steps per S warp (9)
 #define FX_PIECE_BYTES (16 * ATTN_D * 2)         // one [16][576] bf16 piece
 #define FX_TILE_BYTES (3 * FX_PIECE_BYTES)       // a tile's three pieces: 55,296 B
-#define FX_SLOTS 3                               // K-piece slots: sub-tiles t + 1, t + 2 load during t
+#ifndef FX_NREG_O                                // FX_QREG: registers per thread of the O, S and softmax
+#define FX_NREG_O 104                            // warpgroups (2 O + S + softmax = 512; ptxas spills nothing
+#define FX_NREG_S 240                            // at these in any FX_DIAG build)
+#define FX_NREG_SM 64
+#endif
+#if 2 * FX_NREG_O + FX_NREG_S + FX_NREG_SM != 512
+#error "setmaxnreg: the four warpgroups' registers must add up to the launch's 4 x 128"
+#endif
+#define FX_SLOTS (3 + FX_QREG)                   // K-piece slots; the 4th (FX_QREG) is the Q tile's once read
+#define FX_SMW 4                                 // softmax warps: warpgroup 3
+#define FX_ST (FX_SMW * 32)
 #define FX_S_FLOATS (FX_SW * FX_ROWS * FX_KEYS)  // one sS buffer: a partial per dim quarter
 #define FX_PP_BYTES (3 * FX_ROWS * FX_KEYS * 2)  // P's pieces, written over the partials they came from
-#define FX_SMEM_BYTES ((1 + FX_SLOTS) * FX_TILE_BYTES + 2 * FX_S_FLOATS * 4 + FX_ROWS * 4 + 8 * (8 + 2 * FX_SLOTS))
+#define FX_MBARS 17                              // S_FULL, S_EMPTY, P_FULL 2 each, Q_FULL, L_FULL, Q_EMPTY, KP_FULL 4, KP_EMPTY 4
+#define FX_SMEM_BYTES (4 * FX_TILE_BYTES + 2 * FX_S_FLOATS * 4 + FX_ROWS * 4 + 8 * FX_MBARS)
 #define FX_PIECES_ROWS 4                         // pieces kernel: rows a block (one 16-byte chunk a thread each)
 #define FX_PIECES_SPLIT (FX_ROWS / FX_PIECES_ROWS)   // blocks a tile
 #define FX_MAXZ 16                               // merge: splits loaded per batch
@@ -109,9 +123,9 @@
 #define FX_DIAG 0
 #endif
 
-#if FX_ROWS * FX_KEYS != 32 * 8 || FX_PP_BYTES + 4 * FX_ROWS > 4 * FX_S_FLOATS || FX_KSTEPS % 3 \
-    || FX_KSTEPS * 16 * FX_SW != ATTN_D
-#error "the softmax warp's lanes own 8 keys of a row; P and alpha fit in an sS buffer; S warps take whole k-step triples"
+#if FX_ROWS * FX_KEYS != 2 * FX_ST || FX_PP_BYTES + 4 * FX_ROWS > 4 * FX_S_FLOATS || FX_KSTEPS % 3 \
+    || FX_KSTEPS * 16 * FX_SW != ATTN_D || (FX_OW + FX_SW + FX_SMW) * 32 != FX_THREADS
+#error "softmax threads own 2 keys of a row; P and alpha fit in an sS buffer; S warps take whole k-step triples; 4 warpgroups"
 #endif
 #if 64 * FX_OW != ATTN_DV || FX_PIECES_SPLIT * FX_PIECES_ROWS != FX_ROWS
 #error "O warp w owns value columns [64w, 64w + 64); the pieces blocks of a tile cover its rows"
@@ -189,14 +203,13 @@ verify_attn_fp32_bf16x3(const unsigned char* __restrict__ pieces, const int* __r
     if (dynamic_smem_bytes() < FX_SMEM_BYTES) __trap();         // host and kernel disagree
     grid_dep_wait();                                             // the pieces kernel's writes
     grid_dep_launch();
-    unsigned char* sQp = smem_raw;
-    unsigned char* sKp = sQp + FX_TILE_BYTES;
-    float* sS = (float*)(sKp + FX_SLOTS * FX_TILE_BYTES);
+    unsigned char* sQp = smem_raw;                               // the Q tile, then K-piece slot 3
+    float* sS = (float*)(smem_raw + 4 * FX_TILE_BYTES);
     float* sL = sS + 2 * FX_S_FLOATS;
-    // S_FULL 0,1 | S_EMPTY 2,3 | P_FULL 4,5 | Q_FULL 6 | L_FULL 7 | KP_FULL 8.. | KP_EMPTY 8 + FX_SLOTS..
+    // S_FULL 0,1 | S_EMPTY 2,3 | P_FULL 4,5 | Q_FULL 6 | L_FULL 7 | Q_EMPTY 8 | KP_FULL 9..12 | KP_EMPTY 13..16
     const unsigned mb = smem_addr(sL + FX_ROWS);
     const unsigned mb_s_full = mb, mb_s_empty = mb + 16, mb_p_full = mb + 32, mb_q_full = mb + 48,
-                   mb_l_full = mb + 56, mb_kp_full = mb + 64, mb_kp_empty = mb_kp_full + 8 * FX_SLOTS;
+                   mb_l_full = mb + 56, mb_q_empty = mb + 64, mb_kp_full = mb + 72, mb_kp_empty = mb + 104;
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t4 = lane & 3;
@@ -212,6 +225,8 @@ verify_attn_fp32_bf16x3(const unsigned char* __restrict__ pieces, const int* __r
     const unsigned char* tiles = pieces + (size_t)b * (kv_tiles + (rows_req + FX_ROWS - 1) / FX_ROWS) * FX_TILE_BYTES;
     const unsigned char* ktiles = tiles + (size_t)(kbeg / FX_KEYS) * FX_TILE_BYTES;   // sub-tile 0 of the split
     const int lrow = (lane & 7) + 8 * ((lane >> 3) & 1), lhi = lane >> 4;   // ldmatrix x4 addressing
+    // K-piece slot i: slots 0..2 follow the Q tile, slot 3 is the Q tile's room
+    auto slot_at = [&](int i) { return smem_raw + ((i + 1) & 3) * FX_TILE_BYTES; };
 
 #if FX_DIAG == 4
     return;
@@ -220,32 +235,33 @@ verify_attn_fp32_bf16x3(const unsigned char* __restrict__ pieces, const int* __r
         for (int i = 0; i < 2; ++i) {
             mbar_init(mb_s_full + 8 * i, 32 * FX_SW);
             mbar_init(mb_s_empty + 8 * i, FX_OT);
-            mbar_init(mb_p_full + 8 * i, 32);
+            mbar_init(mb_p_full + 8 * i, FX_ST);
         }
         mbar_init(mb_q_full, 1);
-        mbar_init(mb_l_full, 32);
+        mbar_init(mb_l_full, FX_ST);
+        mbar_init(mb_q_empty, 32 * FX_SW);
         for (int i = 0; i < FX_SLOTS; ++i) {
             mbar_init(mb_kp_full + 8 * i, 1);
             mbar_init(mb_kp_empty + 8 * i, FX_OT);
         }
         mbar_fence_init();
         bulk_load(sQp, tiles + (size_t)(kv_tiles + blockIdx.x) * FX_TILE_BYTES, FX_TILE_BYTES, mb_q_full);
-        for (int i = 0; i < min(FX_SLOTS, nsub); ++i)
-            bulk_load(sKp + i * FX_TILE_BYTES, ktiles + (size_t)i * FX_TILE_BYTES, FX_TILE_BYTES, mb_kp_full + 8 * i);
+        for (int i = 0; i < min(3, nsub); ++i)                  // slot 3 once the S warps hold Q (below)
+            bulk_load(slot_at(i), ktiles + (size_t)i * FX_TILE_BYTES, FX_TILE_BYTES, mb_kp_full + 8 * i);
     }
     __syncthreads();                                             // mbarriers initialised
-    // With FX_QREG each role sets its warpgroup's registers (512 x 128 in all): the S warps 216 for
-    // their Q pieces, the O warps 112, the softmax warpgroup 72.
+    // With FX_QREG each role sets its warpgroup's registers (FX_NREG_*; 512 x 128 in all) where its
+    // code starts, so that no value lives across a setmaxnreg.
 
     if (warp >= FX_OW && warp < FX_OW + FX_SW) {
         // ---------------- S warps: partial scores over their FX_KSTEPS k16 steps, nothing else
 #if FX_QREG
-        setmaxnreg_inc<216>();
+        setmaxnreg_inc<FX_NREG_S>();
 #endif
         const int sw = warp - FX_OW;                             // dim quarter
         mbar_wait(mb_q_full, 0);
 #if FX_DIAG == 3
-        for (int i = 0; i < min(FX_SLOTS, nsub); ++i) mbar_wait(mb_kp_full + 8 * i, 0);
+        for (int i = 0; i < min(3, nsub); ++i) mbar_wait(mb_kp_full + 8 * i, 0);
         return;
 #endif
 #if FX_QREG
@@ -255,12 +271,13 @@ verify_attn_fp32_bf16x3(const unsigned char* __restrict__ pieces, const int* __r
 #pragma unroll
             for (int p = 0; p < 3; ++p)
                 ldmatrix_x4(aq[u][p], sQp + p * FX_PIECE_BYTES + fx_at(lrow, 2 * (FX_KSTEPS * sw + u) + lhi));
+        mbar_arrive(mb_q_empty);                                 // the Q tile's room may take sub-tile 3
 #endif
 #pragma unroll 1
         for (int t = 0; t < nsub; ++t) {
             const int buf = t & 1, slot = t % FX_SLOTS;
             mbar_wait(mb_kp_full + 8 * slot, (t / FX_SLOTS) & 1);   // K pieces of t
-            const unsigned char* kp = sKp + slot * FX_TILE_BYTES;
+            const unsigned char* kp = slot_at(slot);
             float acc[2][4], cx[2][3][4];
 #pragma unroll
             for (int n = 0; n < 2; ++n)
@@ -332,71 +349,65 @@ verify_attn_fp32_bf16x3(const unsigned char* __restrict__ pieces, const int* __r
 
     if (warp >= FX_OW + FX_SW) {
 #if FX_QREG
-        setmaxnreg_dec<72>();
+        setmaxnreg_dec<FX_NREG_SM>();
 #endif
-        if (warp > FX_OW + FX_SW) return;                        // warpgroup 3's spare warps
-        // ---------------- softmax warp, per sub-tile: lane owns row r = lane / 2, keys [8h, 8h + 8)
-        // (h = lane % 2); P's pieces and alpha replace the partials in sS[buf]. It keeps the row
-        // statistics and writes them at the end.
-        const int r = lane >> 1, h = lane & 1;
+        // ---------------- softmax warps, per sub-tile: thread st owns row r = st / 8, keys 2 (st % 8)
+        // and the next; P's pieces and alpha replace the partials in sS[buf]. They keep the row
+        // statistics and write them at the end.
+        const int st = tid - (FX_OW + FX_SW) * 32, r = st >> 3, kpair = st & 7;
         const bool r_ok = r < nrows;
         const u8* vrow = visibility + ((long long)b * Q * Q + (long long)(r_ok ? (row0 + r) / H : 0) * Q - P);
-        const int ss_off = r * FX_KEYS + 8 * (h ^ ((r >> 1) & 1));   // keys 8h..8h+7 of row r
-        const int pp_off = r * 32 + 16 * (h ^ ((r >> 2) & 1));
+        const int ss_off = r * FX_KEYS + ((2 * kpair) ^ (8 * ((r >> 1) & 1)));        // keys 2 kpair, +1 of row r
+        const int pp_off = r * 32 + 16 * ((kpair >> 2) ^ ((r >> 2) & 1)) + 4 * (kpair & 3);
         float m_run = neg_inf(), l_run = 0.f;
 #if FX_DIAG == 3
         return;
+#endif
+#if FX_QREG
+        if (st == 0 && nsub > 3) {                               // sub-tile 3 into the Q tile's room
+            mbar_wait(mb_q_empty, 0);
+            bulk_load(slot_at(3), ktiles + (size_t)3 * FX_TILE_BYTES, FX_TILE_BYTES, mb_kp_full + 8 * 3);
+        }
 #endif
 #pragma unroll 1
         for (int t = 0; t < nsub; ++t) {
             const int buf = t & 1;
             float* sb = sS + buf * FX_S_FLOATS;
             mbar_wait(mb_s_full + 8 * buf, (t >> 1) & 1);        // the partials of t
-            float d[8];
-            *(float4*)&d[0] = *(const float4*)(sb + ss_off);
-            *(float4*)&d[4] = *(const float4*)(sb + ss_off + 4);
+            float2 d = *(const float2*)(sb + ss_off);
 #pragma unroll
             for (int w = 1; w < FX_SW; ++w) {
-                const float4 x0 = *(const float4*)(sb + w * FX_ROWS * FX_KEYS + ss_off);
-                const float4 x1 = *(const float4*)(sb + w * FX_ROWS * FX_KEYS + ss_off + 4);
-                d[0] += x0.x; d[1] += x0.y; d[2] += x0.z; d[3] += x0.w;
-                d[4] += x1.x; d[5] += x1.y; d[6] += x1.z; d[7] += x1.w;
+                const float2 x = *(const float2*)(sb + w * FX_ROWS * FX_KEYS + ss_off);
+                d.x += x.x;
+                d.y += x.y;
             }
-            __syncwarp();                                        // every partial read: P may overwrite them
-            const int j0 = kbeg + t * FX_KEYS + 8 * h;
-            float sc[8], mx = neg_inf();
-            bool ok[8];
+            named_barrier(2, FX_ST);                             // every partial read: P may overwrite them
+            const int j = kbeg + t * FX_KEYS + 2 * kpair;
+            bool ok0 = r_ok && j < kend, ok1 = r_ok && j + 1 < kend;
+            if (ok0 && j >= P) ok0 = vrow[j] != 0;
+            if (ok1 && j + 1 >= P) ok1 = vrow[j + 1] != 0;
+            const float s0 = ok0 ? d.x * sm_scale : neg_inf(), s1 = ok1 ? d.y * sm_scale : neg_inf();
+            float mx = fmaxf(s0, s1);
 #pragma unroll
-            for (int k = 0; k < 8; ++k) {
-                const int j = j0 + k;
-                ok[k] = r_ok && j < kend;
-                if (ok[k] && j >= P) ok[k] = vrow[j] != 0;
-                sc[k] = ok[k] ? d[k] * sm_scale : neg_inf();
-                mx = fmaxf(mx, sc[k]);
-            }
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            for (int x = 1; x < 8; x <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, x));
             const float m_new = fmaxf(m_run, mx);
-            float pr[8];
-#pragma unroll
-            for (int k = 0; k < 8; ++k) pr[k] = ok[k] ? expf(sc[k] - m_new) : 0.f;   // ok => m_new finite
+            const float p0 = ok0 ? expf(s0 - m_new) : 0.f, p1 = ok1 ? expf(s1 - m_new) : 0.f;   // ok => m_new finite
             const float alpha = m_new == neg_inf() ? 1.f : expf(m_run - m_new);
-            // the 16 keys' sum as a balanced tree in key order
-            float ps = ((pr[0] + pr[1]) + (pr[2] + pr[3])) + ((pr[4] + pr[5]) + (pr[6] + pr[7]));
-            ps += __shfl_xor_sync(0xffffffffu, ps, 1);
+            // the 16 keys' sum as a balanced tree in key order: pairs, quads, eights, all
+            float ps = p0 + p1;
+#pragma unroll
+            for (int x = 1; x < 8; x <<= 1) ps += __shfl_xor_sync(0xffffffffu, ps, x);
             l_run = l_run * alpha + ps;
             m_run = m_new;
-            uint4 pc[3];
-            split3(pr[0], pr[1], pc[0].x, pc[1].x, pc[2].x);
-            split3(pr[2], pr[3], pc[0].y, pc[1].y, pc[2].y);
-            split3(pr[4], pr[5], pc[0].z, pc[1].z, pc[2].z);
-            split3(pr[6], pr[7], pc[0].w, pc[1].w, pc[2].w);
+            u32 pc[3];
+            split3(p0, p1, pc[0], pc[1], pc[2]);
             unsigned char* pb = (unsigned char*)sb;
 #pragma unroll
-            for (int i = 0; i < 3; ++i) *(uint4*)(pb + i * FX_ROWS * FX_KEYS * 2 + pp_off) = pc[i];
-            if (h == 0) ((float*)(pb + FX_PP_BYTES))[r] = alpha;
+            for (int i = 0; i < 3; ++i) *(u32*)(pb + i * FX_ROWS * FX_KEYS * 2 + pp_off) = pc[i];
+            if (kpair == 0) ((float*)(pb + FX_PP_BYTES))[r] = alpha;
             mbar_arrive(mb_p_full + 8 * buf);
         }
-        if (h == 0) {
+        if (kpair == 0) {
             sL[r] = l_run;
             if (r_ok) {
                 const size_t grow = (size_t)b * rows_req + row0 + r, rows_total = (size_t)B * rows_req;
@@ -415,7 +426,7 @@ verify_attn_fp32_bf16x3(const unsigned char* __restrict__ pieces, const int* __r
     // ---------------- O warps, per sub-tile: O = alpha O + P V on 64 columns; thread 0 refills the
     // slot they free
 #if FX_QREG
-    setmaxnreg_dec<112>();
+    setmaxnreg_dec<FX_NREG_O>();
 #endif
     const int col0 = 64 * warp;                                  // this warp's value columns
     float o[8][4];
@@ -437,7 +448,7 @@ verify_attn_fp32_bf16x3(const unsigned char* __restrict__ pieces, const int* __r
         const float al0 = ((const float*)(pbuf + FX_PP_BYTES))[g], al1 = ((const float*)(pbuf + FX_PP_BYTES))[g + 8];
         mbar_arrive(mb_s_empty + 8 * buf);                       // this thread's reads of sS[buf] done
         mbar_wait(mb_kp_full + 8 * slot, use);                   // V pieces of t
-        const unsigned char* kp = sKp + slot * FX_TILE_BYTES;
+        const unsigned char* kp = slot_at(slot);
 #pragma unroll
         for (int j0 = 0; j0 < 8; j0 += 4) {
             // four n tiles (32 columns) at once: V pieces by ldmatrix.trans (keys 0-7 / 8-15 of 8
@@ -474,7 +485,7 @@ verify_attn_fp32_bf16x3(const unsigned char* __restrict__ pieces, const int* __r
         mbar_arrive(mb_kp_empty + 8 * slot);
         if (tid == 0 && t + FX_SLOTS < nsub) {
             mbar_wait(mb_kp_empty + 8 * slot, use);
-            bulk_load(sKp + slot * FX_TILE_BYTES, ktiles + (size_t)(t + FX_SLOTS) * FX_TILE_BYTES, FX_TILE_BYTES,
+            bulk_load(slot_at(slot), ktiles + (size_t)(t + FX_SLOTS) * FX_TILE_BYTES, FX_TILE_BYTES,
                       mb_kp_full + 8 * slot);
         }
     }

@@ -43,6 +43,15 @@ def test_host_pieces_figures_equal_the_kernels(cache_dir):
         nvrtc.compile_kernel(k.source, "sm_90", defines={"FX_EXPECT_PIECES": figures + 1})
 
 
+def test_register_split_must_fill_the_launch(cache_dir):
+    """setmaxnreg moves registers between warpgroups; the four budgets must add up to what the
+    launch gave them (4 x 128): the .cu refuses a split that does not."""
+    k = OP.CUDA_KERNELS["fp32_bf16x3"]
+    nvrtc.compile_kernel(k.source, "sm_90a", defines={"FX_NREG_O": 120, "FX_NREG_S": 192, "FX_NREG_SM": 80})
+    with pytest.raises(CompileError, match="add up"):
+        nvrtc.compile_kernel(k.source, "sm_90a", defines={"FX_NREG_O": 120, "FX_NREG_S": 200, "FX_NREG_SM": 80})
+
+
 BUILDS = ([("fp32_dmma", "sm_90", d) for d in ({"FD_DIAG": 1}, {"FD_DIAG": 2}, {"FD_PROFILE": 1})]
           + [("fp32_bf16x3", arch, d) for arch in ("sm_90a", "sm_100a", "sm_120a")   # as run_cuda builds it
              for d in ({}, {"FX_DIAG": 1}, {"FX_DIAG": 2})])
@@ -74,9 +83,10 @@ def fp32_inputs(batch, heads, prefix, q_len=17):
                                                      (101376, "sm_120", (1, 16, 2048), "fp32_ffma")])
 def test_fp32_launch_picks_the_first_kernel_that_fits(monkeypatch, optin, arch, shape, expect):
     """H100/H200 (227 KB, sm_90, 132 SMs): fp32_bf16x3 where its grid fills 3/4 of the SMs (B=1 H=16
-    P=2048: 17 tiles x 7 splits = 119 blocks), fp32_dmma where it does not (B=4 P=8192: 68 blocks, 722-726
-    against 582-587 us on an H200, session 8; a short prefix: too few keys to split); a GPU with less opt-in shared
-    memory, or without bulk copies (older than sm_90), falls back in CUDA_DEFAULTS order."""
+    P=2048: 17 tiles x 7 splits = 119 blocks), fp32_dmma where it does not (B=4 P=8192: 68
+    blocks, 683-684 against 582-589 us on an H200, session 8; a short prefix: too few keys to split);
+    a GPU with less opt-in shared memory, or without bulk copies (older than sm_90), falls back in
+    CUDA_DEFAULTS order."""
     monkeypatch.setattr(device, "gpu_available", lambda: True)
     monkeypatch.setattr(device, "max_shared_optin", lambda *a: optin)
     monkeypatch.setattr(device, "device_arch", lambda *a: arch)

@@ -343,16 +343,16 @@ class VerifyAttn(Op):
                                 "verify_attn_fp32_dmma_merge", 34, 16, 384, 228592, split_min_tiles=4),
         # every fp32 operand split exactly into three bf16 pieces (once, by a pieces kernel: its
         # buffer is 1.5x the kv and q), six piece products per product on the bf16 tensor cores
-        # (mma.sync): 4 score warps (built for sm_90a: setmaxnreg lets them hold their Q pieces), a
-        # softmax warp, 8 P.V warps, the pieces streamed by bulk copies; the three kernels launched
+        # (mma.sync): 4 score warps (built for sm_90a: setmaxnreg lets them hold their Q pieces), 4
+        # softmax warps, 8 P.V warps, the pieces streamed by bulk copies; the three kernels launched
         # as programmatic dependents; 16-row tiles, 17 x 7 = 119 blocks at B=1 H=16 Q=17 P=2048:
-        # 37.0-37.8 us there against fp32_dmma's 50.9-51.8 in one process on an H200, and the lowest
+        # 35.8-36.0 us there against fp32_dmma's 50.4-51.2 in one process on an H200, and the lowest
         # error of the fp32 kernels (rel L2 1.3e-7 against 2.2e-7; kernels/NOTES.md, "Session 8").
         # Bulk copies need sm_90 or newer. Its per-block chains are long: with half the SMs busy
-        # (B=4 H=16 Q=17 P=8192: 68 blocks) it ran 722-726 us against fp32_dmma's 582-587, so it is
+        # (B=4 H=16 Q=17 P=8192: 68 blocks) it ran 683-684 us against fp32_dmma's 582-589, so it is
         # chosen only when its grid fills 3/4 of the SMs.
         "fp32_bf16x3": CudaKernel("fp32", "verify_attn_fp32_bf16x3.cu", "verify_attn_fp32_bf16x3",
-                                  "verify_attn_fp32_bf16x3_merge", 16, 16, 512, 229552, "a", split_min_tiles=4,
+                                  "verify_attn_fp32_bf16x3_merge", 16, 16, 512, 229576, "a", split_min_tiles=4,
                                   pieces=55296, min_sm=90, min_fill=0.75, dependent=True),
         "bf16_mma": CudaKernel("bf16_paged", "verify_attn_bf16_paged.cu", "verify_attn_bf16_paged",
                                "verify_attn_bf16_merge", 64, 32, 256, 166144),
