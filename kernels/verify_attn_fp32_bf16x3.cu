@@ -136,6 +136,9 @@
 #if defined(FX_EXPECT_THREADS) && FX_EXPECT_THREADS != FX_THREADS
 #error "FX_THREADS differs from the host's CUDA_KERNELS entry (kdtr/ops/verify_attn.py)"
 #endif
+#if defined(FX_EXPECT_QREG) && FX_EXPECT_QREG != FX_QREG
+#error "FX_QREG (setmaxnreg, Q in the score warps' registers) differs from what the test expects for this arch"
+#endif
 #if defined(FX_EXPECT_PIECES) && FX_EXPECT_PIECES != FX_TILE_BYTES * 1000000 + FX_PIECES_SPLIT * 1000 + FX_CH
 #error "the pieces kernel's tile bytes, blocks a tile or block size differ from run_cuda's (kdtr/ops/verify_attn.py)"
 #endif
