@@ -55,11 +55,12 @@
 //     KP_FULL[4] (one arrival with the copy's bytes), Q_EMPTY (128 S threads: Q in registers),
 //     KP_EMPTY[4] (256 O threads: the slot's V pieces read; the S warps' reads of it precede S_FULL
 //     of t), L_FULL (128 softmax threads: sL written).
-//   Measured on the H200 (kernels/NOTES.md, "Session 8"): 35.8-36.0 us at the timing shape against
-//   session 7's 40.6-40.8 and fp32_dmma's 50.4-51.2 in one process, outputs bit-identical to session
-//   7's; of that ~3.4 us is the pieces kernel and ~3.3 us the merge. Per-instruction stall samples
-//   (ncu): the S warps never wait, the softmax and P.V warps wait on them: the score MMAs (108 a
-//   sub-tile per S warp) are the critical stage.
+//   Measured on the H200 (kernels/NOTES.md, "Session 8"): 31.8-32.4 us at the timing shape against
+//   v8's 36.3-36.5 in one process (session 7's kernel: 40.6-41.2 in calls 4-5), outputs
+//   bit-identical to session 7's; 32.32 us in the bench record. Of that ~3.4 us is the pieces kernel and ~3.3 us
+//   the merge. Per-instruction stall samples (ncu, at 120/192/80 registers): the S warps never wait,
+//   the softmax and P.V warps wait on them: the score MMAs (108 a sub-tile per S warp) are the
+//   critical stage, and their registers (FX_NREG_S) set its pace.
 //
 // Numerical contract: no bit of an fp32 input is dropped; every product of two pieces is exact in
 //   fp32; per 16 products the tensor cores add in their own order and rounding, after which sums

@@ -48,10 +48,11 @@ def test_score_warps_hold_q_where_setmaxnreg_exists(arch, qreg, cache_dir):
     """run_cuda builds fp32_bf16x3 for the device's arch-specific target (arch_feature "a"): on sm_90a
     and sm_100a that takes the setmaxnreg path (Q in the score warps' registers, a fourth K slot);
     elsewhere the portable one."""
-    assert OP.CUDA_KERNELS["fp32_bf16x3"].arch_feature == "a"
-    nvrtc.compile_kernel(OP.CUDA_KERNELS["fp32_bf16x3"].source, arch, defines={"FX_EXPECT_QREG": qreg})
+    k = OP.CUDA_KERNELS["fp32_bf16x3"]
+    assert k.arch_feature == "a"
+    nvrtc.compile_kernel(k.source, arch, defines={"FX_EXPECT_QREG": qreg})
     with pytest.raises(CompileError, match="FX_QREG"):
-        nvrtc.compile_kernel(OP.CUDA_KERNELS["fp32_bf16x3"].source, arch, defines={"FX_EXPECT_QREG": 1 - qreg})
+        nvrtc.compile_kernel(k.source, arch, defines={"FX_EXPECT_QREG": 1 - qreg})
 
 
 def test_register_split_must_fill_the_launch(cache_dir):

@@ -346,8 +346,9 @@ class VerifyAttn(Op):
         # (mma.sync): 4 score warps (built for sm_90a: setmaxnreg lets them hold their Q pieces), 4
         # softmax warps, 8 P.V warps, the pieces streamed by bulk copies; the three kernels launched
         # as programmatic dependents; 16-row tiles, 17 x 7 = 119 blocks at B=1 H=16 Q=17 P=2048:
-        # 35.8-36.0 us there against fp32_dmma's 50.4-51.2 in one process on an H200, and the lowest
-        # error of the fp32 kernels (rel L2 1.3e-7 against 2.2e-7; kernels/NOTES.md, "Session 8").
+        # 32.32 us there in session 8's bench record (fp32_dmma: 50.4-51.2 in one A/B process on an
+        # H200), and the lowest error of the fp32 kernels (rel L2 1.3e-7 against 2.2e-7;
+        # kernels/NOTES.md, "Session 8").
         # Bulk copies need sm_90 or newer. Its per-block chains are long: with half the SMs busy
         # (B=4 H=16 Q=17 P=8192: 68 blocks) it ran 683-684 us against fp32_dmma's 582-589, so it is
         # chosen only when its grid fills 3/4 of the SMs.
