@@ -454,7 +454,7 @@ class VerifyAttn(Op):
         splits = auto_splits if splits is None else splits
         arch = device_arch() + k.arch_feature if k.arch_feature else None
         main = get_kernel(k.source, k.main, arch=arch, defines=defines or {})
-        merger = get_kernel(k.source, k.merge, arch=arch) if splits > 1 else None
+        merger = get_kernel(k.source, k.merge, arch=arch, defines=defines or {}) if splits > 1 else None
         if splits > 1:
             device = outputs["out"].device
             ws_o = torch.empty((splits, rows, LATENT), dtype=torch.float32, device=device)
