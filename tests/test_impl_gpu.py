@@ -61,3 +61,16 @@ def test_parity_of_our_kernel_and_a_peer_is_reported(peer):
     out = report.output("out")
     assert out.nonfinite == 0 and out.worst_position["batch"] < SERVING["batch"]
     print(report.to_json())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", ["fp32", "bf16_paged"])
+def test_the_device_reference_serves_trials_at_serving_sizes(variant):
+    """Both are float64 math stored as f32: at most a rounding apart (2 f32 ulps of room: the sums
+    run in different orders)."""
+    from kdtr.impl.builtin import reference_outputs
+
+    op, inputs, params = small_case("verify_attn", variant, **SERVING)
+    got, want = reference_outputs(op, variant, inputs, params), op.reference(variant, inputs, params)
+    for name in op.outputs:
+        np.testing.assert_allclose(got[name], want[name], rtol=2 * 2.0 ** -23, atol=1e-12, err_msg=name)

@@ -68,3 +68,20 @@ NUMPY = Implementation("numpy", EVERY_OP, _numpy_prepare, device="cpu",
                        doc="the numpy reference (op.reference), float64 math; re-derives a golden")
 
 BUILTINS = {impl.name: impl for impl in (CUDA, TORCH, NUMPY)}
+
+
+def reference_outputs(op, variant: str, inputs, params) -> dict:
+    """Expected outputs for fresh-input trials and bench checks, as numpy arrays: the op's float64
+    device reference (`op.bench_reference`, torch on the GPU, independent of our kernels) when a GPU
+    is present and the op has one, else the numpy reference."""
+    from ..backends import torch_device, upload
+    from ..dtypes import to_numpy
+
+    if torch_device() == "cuda":
+        import torch
+
+        with torch.no_grad():
+            got = op.bench_reference(variant, upload(inputs, "cuda"), params)
+        if got is not None:
+            return {name: to_numpy(t) for name, t in got.items()}
+    return op.reference(variant, inputs, params)
