@@ -1,0 +1,208 @@
+"""The implementation contract: `fn(inputs, params) -> outputs` with ops.md's names, torch tensors.
+
+An `Implementation` is a name, the (op, variant) pairs it serves (each with the outputs it returns:
+all of the op's, or a declared subset such as a peer without `lse`), and `prepare`, which does the
+once-per-case work (layout conversion, planning) and returns the zero-argument call that computes
+the outputs. `impl(op, variant, inputs, params)` is prepare-then-call; `kdtree bench` times only
+the call. `run` executes one and checks what came back (`check_outputs`): an implementation that
+raises, or returns a missing name, a wrong shape or dtype, a non-tensor, or a NaN where the reference
+has none, fails with that reason in an `ImplResult`; the run goes on.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from ..dtypes import FLOAT_DTYPES, NUMPY_DTYPES, kdtr_dtype
+from ..errors import KdtreeError
+from ..ops.base import Op
+
+Outputs = Mapping[str, Any]
+Prepare = Callable[[Op, str, Mapping[str, Any], Mapping[str, Any]], Callable[[], Outputs]]
+ALL_VARIANTS = None
+
+
+class ImplUnavailable(KdtreeError):
+    """An implementation cannot run this case here (not importable, no GPU, a configuration it
+    refuses); the case is listed as not run with this reason, it does not fail."""
+
+
+@dataclass(frozen=True)
+class Serves:
+    """One op (all its variants when `variant` is None) and the outputs returned for it (None: all)."""
+
+    op: str
+    variant: str | None = ALL_VARIANTS
+    outputs: tuple[str, ...] | None = None
+
+    def covers(self, op: str, variant: str) -> bool:
+        return self.op == op and self.variant in (None, variant)
+
+
+def _available() -> str | None:
+    return None
+
+
+@dataclass(frozen=True)
+class Implementation:
+    """One implementation of one or more ops (see the module docstring).
+
+    `probe()` says why it cannot run on this machine (None: it can); it is called on first use, never
+    at import, and may import heavy packages. `version_info()` names the packages that ran (JSON-ready).
+    `device` is where its inputs live: "cuda", "cpu", or "auto" (the GPU when there is one).
+    """
+
+    name: str
+    serves_: tuple[Serves, ...]
+    prepare: Prepare
+    probe: Callable[[], str | None] = _available
+    version_info: Callable[[], dict] = dict
+    device: str = "auto"
+    doc: str = ""
+
+    def serves(self, op: str, variant: str) -> bool:
+        return any(s.covers(op, variant) for s in self.serves_)
+
+    def provides(self, op: Op, variant: str) -> tuple[str, ...]:
+        """The outputs it returns for op/variant, in the op's order (a declared subset or all)."""
+        for s in self.serves_:
+            if s.covers(op.name, variant):
+                return tuple(n for n in op.outputs if s.outputs is None or n in s.outputs)
+        return ()
+
+    def unavailable(self) -> str | None:
+        return self.probe()
+
+    def versions(self) -> dict:
+        return dict(self.version_info())
+
+    def __call__(self, op: Op, variant: str, inputs: Mapping[str, Any], params: Mapping[str, Any]) -> Outputs:
+        return self.prepare(op, variant, inputs, params)()
+
+
+@dataclass(frozen=True)
+class ImplResult:
+    """What one implementation gave for one case: numpy outputs (the provided ones), or why not."""
+
+    impl: str
+    outputs: dict[str, np.ndarray] = field(default_factory=dict)
+    reason: str | None = None        # None: it ran and its outputs fit the contract
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.reason is None
+
+
+def first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0]}" if text else type(err).__name__
+
+
+def _torch_kind(tensor) -> str | None:
+    from ..dtypes import torch_dtype
+
+    for name in NUMPY_DTYPES:
+        if torch_dtype(name) == tensor.dtype:
+            return name
+    return None
+
+
+def check_outputs(op: Op, variant: str, outputs: Any, expected_specs: Mapping[str, tuple[str, tuple[int, ...]]],
+                  provides: tuple[str, ...] | None = None,
+                  reference: Mapping[str, np.ndarray] | None = None) -> str | None:
+    """Why `outputs` break the contract (None: they keep it).
+
+    Every name of `provides` (default: all the op's outputs) must be there and nothing else; each a
+    torch tensor of the spec's shape and dtype, except that a toleranced float output may come in
+    any float dtype (the numpy reference gives bf16 outputs at f32, as goldens store them; the
+    comparison casts). Where `reference` is given, a float output must be NaN only where the
+    reference is (the first such element is named).
+    """
+    import torch
+
+    if not isinstance(outputs, Mapping):
+        return f"returned a {type(outputs).__name__}, not a mapping of output names to tensors"
+    wanted = tuple(op.outputs) if provides is None else tuple(provides)
+    missing = [n for n in wanted if n not in outputs]
+    if missing:
+        return f"returned no {', '.join(map(repr, missing))} (it declares {list(wanted)})"
+    extra = [n for n in outputs if n not in wanted]
+    if extra:
+        return f"returned {', '.join(map(repr, extra))}, not among its declared outputs {list(wanted)}"
+    tolerances = op.tolerances(variant)
+    for name in wanted:
+        value, (kind, shape) = outputs[name], expected_specs[name]
+        if not isinstance(value, torch.Tensor):
+            return f"output {name!r} is a {type(value).__name__}, not a torch tensor"
+        if tuple(value.shape) != tuple(shape):
+            return f"output {name!r} has shape {list(value.shape)}, expected {list(shape)}"
+        got = _torch_kind(value)
+        loose = kind in FLOAT_DTYPES and got in FLOAT_DTYPES and not tolerances[name].exact
+        if got != kind and not loose:
+            return f"output {name!r} has dtype {got or value.dtype}, expected {kind}"
+        if reference is not None and got in FLOAT_DTYPES and name in reference:
+            fault = _new_nan(name, value, reference[name])
+            if fault:
+                return fault
+    return None
+
+
+def _new_nan(name: str, value, reference: np.ndarray) -> str | None:
+    import torch
+
+    got_nan = torch.isnan(value).reshape(-1).cpu().numpy()
+    if not got_nan.any():
+        return None
+    ref = np.asarray(reference).reshape(-1)
+    ref_nan = np.isnan(ref.astype(np.float32)) if ref.dtype.kind == "f" or ref.dtype == NUMPY_DTYPES["bf16"] \
+        else np.zeros(ref.shape, bool)
+    new = np.flatnonzero(got_nan & ~ref_nan)
+    if not new.size:
+        return None
+    index = tuple(int(i) for i in np.unravel_index(int(new[0]), tuple(value.shape)))
+    return f"output {name!r} is NaN at {list(index)} ({new.size} element(s)) where the reference is not"
+
+
+def device_for(impl: Implementation) -> str:
+    if impl.device != "auto":
+        return impl.device
+    from ..backends import torch_device
+
+    return torch_device()
+
+
+def run(impl: Implementation, op: Op, variant: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any],
+        *, reference: Mapping[str, np.ndarray] | None = None) -> ImplResult:
+    """Run `impl` on one case's numpy inputs (uploaded to its device), wait for the device, check
+    the outputs; any exception from the implementation becomes the result's reason (its first line).
+    ImplUnavailable propagates: the case is not run, which is not a failure."""
+    import torch
+
+    from ..backends import upload
+    from ..dtypes import to_numpy
+
+    reason = impl.unavailable()
+    if reason:
+        raise ImplUnavailable(f"{impl.name}: {reason}")
+    device = device_for(impl)
+    started = time.perf_counter()
+    try:
+        with torch.no_grad():
+            got = impl(op, variant, upload(inputs, device), params)
+        if device == "cuda":
+            torch.cuda.synchronize()
+    except ImplUnavailable:
+        raise
+    except Exception as err:  # noqa: BLE001 - an implementation that fails fails its case, with the reason
+        return ImplResult(impl.name, reason=first_line(err), seconds=time.perf_counter() - started)
+    seconds = time.perf_counter() - started
+    provides = impl.provides(op, variant)
+    fault = check_outputs(op, variant, got, op.output_specs(variant, inputs, params), provides, reference)
+    if fault:
+        return ImplResult(impl.name, reason=fault, seconds=seconds)
+    return ImplResult(impl.name, outputs={n: to_numpy(got[n]) for n in provides}, seconds=seconds)

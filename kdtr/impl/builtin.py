@@ -1,0 +1,87 @@
+"""The built-in implementations that come with kdtree: `cuda` (our kernels), `torch` (the torch
+backend), `numpy` (the reference). They serve every op and variant, with all outputs."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Mapping
+
+from ..ops import op_names
+from .base import Implementation, Serves
+
+EVERY_OP = tuple(Serves(name) for name in op_names())
+
+
+def _cuda_prepare(op, variant, inputs, params):
+    """Poisoned outputs (what an unwritten element holds is never a correct value), then the launch."""
+    from ..backends import poisoned
+
+    specs = op.output_specs(variant, inputs, params)
+
+    def call():
+        outputs = {name: poisoned(kind, shape, "cuda") for name, (kind, shape) in specs.items()}
+        op.run_cuda(variant, inputs, params, outputs)
+        return outputs
+    return call
+
+
+def _cuda_probe() -> str | None:
+    from ..device import gpu_available, require_gpu
+    from ..errors import DeviceError
+
+    if gpu_available():
+        return None
+    try:
+        require_gpu()
+    except DeviceError as err:
+        return str(err)
+    return "no CUDA GPU"
+
+
+def _torch_prepare(op, variant, inputs, params):
+    return functools.partial(op.run_torch, variant, inputs, params)
+
+
+def _numpy_prepare(op, variant, inputs: Mapping[str, Any], params):
+    """The reference on the host: inputs copied down, outputs handed back as CPU tensors (at the
+    reference's precision: bf16 outputs come as f32, the way goldens store them)."""
+    from ..dtypes import to_numpy, to_torch
+
+    host = {name: to_numpy(tensor) for name, tensor in inputs.items()}
+
+    def call():
+        return {name: to_torch(array) for name, array in op.reference(variant, host, params).items()}
+    return call
+
+
+def _torch_versions() -> dict:
+    import torch
+
+    return {"torch": torch.__version__, "cuda": torch.version.cuda}
+
+
+CUDA = Implementation("cuda", EVERY_OP, _cuda_prepare, probe=_cuda_probe, version_info=_torch_versions,
+                      device="cuda", doc="our kernels (kernels/*.cu through NVRTC), launched by op.run_cuda")
+TORCH = Implementation("torch", EVERY_OP, _torch_prepare, version_info=_torch_versions,
+                       doc="the torch backend (op.run_torch), on the GPU when there is one")
+NUMPY = Implementation("numpy", EVERY_OP, _numpy_prepare, device="cpu",
+                       doc="the numpy reference (op.reference), float64 math; re-derives a golden")
+
+BUILTINS = {impl.name: impl for impl in (CUDA, TORCH, NUMPY)}
+
+
+def reference_outputs(op, variant: str, inputs, params) -> dict:
+    """Expected outputs for fresh-input trials and bench checks, as numpy arrays: the op's float64
+    device reference (`op.bench_reference`, torch on the GPU, independent of our kernels) when a GPU
+    is present and the op has one, else the numpy reference."""
+    from ..backends import torch_device, upload
+    from ..dtypes import to_numpy
+
+    if torch_device() == "cuda":
+        import torch
+
+        with torch.no_grad():
+            got = op.bench_reference(variant, upload(inputs, "cuda"), params)
+        if got is not None:
+            return {name: to_numpy(t) for name, t in got.items()}
+    return op.reference(variant, inputs, params)

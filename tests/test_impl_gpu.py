@@ -1,0 +1,76 @@
+"""The implementations on the GPU: ours and each peer that is importable here, against the reference,
+and their parity. A peer that is not importable (or refuses this configuration) skips with its reason."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kdtr.impl import ImplUnavailable, parity, resolve, run
+from tests.impl_cases import ACCEPT_SMALL, VERIFY_SMALL, small_case
+
+SERVING = dict(batch=4, heads=16, prefix=2048, budget=16)      # Kimi K2 at TP8-like shapes
+
+PEER_CASES = [("sglang_triton", "verify_attn", "bf16_paged", VERIFY_SMALL),
+              ("sglang_triton", "verify_attn", "bf16_paged", SERVING),
+              ("flashinfer_fa2", "verify_attn", "bf16_paged", VERIFY_SMALL),
+              ("flashinfer_fa2", "verify_attn", "bf16_paged", SERVING),
+              ("sgl_kernel", "tree_accept", "default", ACCEPT_SMALL),
+              ("cuda", "verify_attn", "bf16_paged", SERVING),
+              ("cuda", "tree_accept", "default", ACCEPT_SMALL)]
+
+
+def _run_or_skip(name, op, variant, inputs, params, reference):
+    impl = resolve(name)
+    try:
+        return impl, run(impl, op, variant, inputs, params, reference=reference)
+    except ImplUnavailable as err:
+        pytest.skip(str(err))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name, op_name, variant, size", PEER_CASES)
+def test_an_implementation_meets_the_op_tolerance(name, op_name, variant, size):
+    """The op's tolerances hold for the peers too: they were derived for a bf16 kernel with fp32
+    scores and P rounded to bf16 (see VerifyAttn.tolerances), which is what these peers compute."""
+    op, inputs, params = small_case(op_name, variant, **size)
+    reference = op.reference(variant, inputs, params)
+    impl, result = _run_or_skip(name, op, variant, inputs, params, reference)
+    assert result.ok, result.reason
+    assert set(result.outputs) == set(impl.provides(op, variant))
+    for out in result.outputs:
+        tol = op.tolerances(variant)[out]
+        got, ref = result.outputs[out], reference[out]
+        if tol.exact:
+            np.testing.assert_array_equal(got, ref, err_msg=out)
+        else:
+            got, ref = got.astype(np.float64), ref.astype(np.float64)
+            assert np.all(np.abs(got - ref) <= tol.atol + tol.rtol * np.abs(ref)), out
+    print(name, impl.versions())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("peer", ["sglang_triton", "flashinfer_fa2"])
+def test_parity_of_our_kernel_and_a_peer_is_reported(peer):
+    op, inputs, params = small_case("verify_attn", "bf16_paged", **SERVING)
+    reference = op.reference("bf16_paged", inputs, params)
+    _, theirs = _run_or_skip(peer, op, "bf16_paged", inputs, params, reference)
+    _, ours = _run_or_skip("cuda", op, "bf16_paged", inputs, params, reference)
+    report = parity(op, "bf16_paged", ours.outputs, theirs.outputs, ours_name="cuda", theirs_name=peer,
+                    reference=reference, inputs=inputs, params=params)
+    out = report.output("out")
+    assert out.nonfinite == 0 and out.worst_position["batch"] < SERVING["batch"]
+    print(report.to_json())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", ["fp32", "bf16_paged"])
+def test_the_device_reference_serves_trials_at_serving_sizes(variant):
+    """Both are float64 math stored as f32: at most a rounding apart (2 f32 ulps of room: the sums
+    run in different orders)."""
+    from kdtr.impl.builtin import reference_outputs
+
+    op, inputs, params = small_case("verify_attn", variant, **SERVING)
+    got, want = reference_outputs(op, variant, inputs, params), op.reference(variant, inputs, params)
+    for name in op.outputs:
+        np.testing.assert_allclose(got[name], want[name], rtol=2 * 2.0 ** -23, atol=1e-12, err_msg=name)
