@@ -51,13 +51,13 @@ __device__ __forceinline__ void cp_async4(void* dst, const void* src, bool valid
 }
 
 extern "C" __global__ void __launch_bounds__(FB_THREADS, 1)
-verify_attn_bf16_paged(const u16* __restrict__ q, const u16* __restrict__ kv_buffer,
-                       const int* __restrict__ kv_indptr, const int* __restrict__ kv_indices,
-                       const int* __restrict__ tree_slots, const u8* __restrict__ custom_mask,
-                       const int* __restrict__ mask_indptr, int B, int Q, int H,
-                       float sm_scale_log2, int n_splits,
-                       u16* __restrict__ out, float* __restrict__ lse,
-                       float* __restrict__ ws_o, float* __restrict__ ws_m, float* __restrict__ ws_l) {
+verify_attn_bf16_mma(const u16* __restrict__ q, const u16* __restrict__ kv_buffer,
+                     const int* __restrict__ kv_indptr, const int* __restrict__ kv_indices,
+                     const int* __restrict__ tree_slots, const u8* __restrict__ custom_mask,
+                     const int* __restrict__ mask_indptr, int B, int Q, int H,
+                     float sm_scale_log2, int n_splits,
+                     u16* __restrict__ out, float* __restrict__ lse,
+                     float* __restrict__ ws_o, float* __restrict__ ws_m, float* __restrict__ ws_l) {
     extern __shared__ __align__(16) u16 smem_h[];
     u16* sQ = smem_h;                                     // [64][584]
     u16* sK = sQ + FB_ROWS * FB_STR;                      // [2][32][584]
@@ -268,4 +268,4 @@ verify_attn_bf16_paged(const u16* __restrict__ q, const u16* __restrict__ kv_buf
     }
 }
 
-ATTN_MERGE_ENTRY(verify_attn_bf16_merge, u16, StoreBF16)
+ATTN_MERGE_ENTRY(verify_attn_bf16_mma_merge, u16, StoreBF16)

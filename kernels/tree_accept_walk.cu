@@ -72,10 +72,10 @@ struct Tree {
 };
 
 extern "C" __global__ void
-tree_accept(const int* __restrict__ tokens, const int* __restrict__ parents,
-            const int* __restrict__ target_ids, int B, int Q,
-            int* __restrict__ accept_len, int* __restrict__ accept_nodes,
-            int* __restrict__ accept_tokens, int* __restrict__ bonus) {
+tree_accept_walk(const int* __restrict__ tokens, const int* __restrict__ parents,
+                 const int* __restrict__ target_ids, int B, int Q,
+                 int* __restrict__ accept_len, int* __restrict__ accept_nodes,
+                 int* __restrict__ accept_tokens, int* __restrict__ bonus) {
     extern __shared__ __align__(16) int smem_i[];
     const int lane = threadIdx.x;
     const int warp = threadIdx.y;
