@@ -1,6 +1,6 @@
-// Shared pieces of the tree_build kernels (tree_build.cu, tree_build_fast.cu): candidate keys and
-// descriptors, the shared-memory carve-up, rank-tuple comparisons and the output writer. The
-// numerical contract is in tree_build.cu's header.
+// Shared pieces of the tree_build kernels (tree_build_warp.cu, tree_build_smem.cu, tree_build_sorted.cu):
+// candidate keys and descriptors, the shared-memory carve-up and staging, rank-tuple comparisons and
+// the output writer. The numerical contract is in tree_build_warp.cu's header.
 #pragma once
 
 #define TB_THREADS 256

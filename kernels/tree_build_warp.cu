@@ -1,13 +1,11 @@
-// tree_build: best-first DDTree draft tree from per-depth top-K log-probs (ops.md §1).
+// tree_build, kernel `warp`: best-first DDTree draft tree from per-depth top-K log-probs (ops.md §1).
 //
 // Launch: grid = B (one block per request), block = TB_THREADS (256), dynamic shared memory =
 //   what carve() below lays out (the host computes the same sum; Kc = min(K, Q), the columns that
 //   can ever be read: a popped node's rank is < budget, so r + 1 <= budget < Q).
-//   Entries (same arguments):
-//     tree_build_warp  candidates in registers, TB_NPL per lane (compile-time define, capacity
-//                      32 * TB_NPL >= budget + 1: a pop that pushes nothing leaves a hole, one that
-//                      pushes two appends a slot); the fast path for budget < 512.
-//     tree_build       candidates in shared memory; any budget that fits shared memory.
+//   Entry tree_build_warp: candidates in registers, TB_NPL per lane (compile-time define, the host
+//   picks the power of two with capacity 32 * TB_NPL >= budget + 1: a pop that pushes nothing
+//   leaves a hole, one that pushes two appends a slot), budget <= 512. Arguments:
 //   (topk_logp f32 [B,L,K], topk_ids i32 [B,L,K], root_token i32 [B], start i32 [B], B, L, K,
 //    budget, staged, tokens, parents, depths, positions, ranks i32 [B,Q], scores f64 [B,Q],
 //    visibility u8 [B,Q,Q], num_nodes i32 [B])
@@ -29,12 +27,7 @@
 // every lane also reads the log-probs its local best would need if it won, while the reduction
 // runs, so the winner's successors are ready the moment it is known. Node ancestry paths (u16,
 // stride L+1) give O(1) visibility tests; all 256 threads stage the inputs and write the outputs.
-// Measured on an H200 (B=64, budget 64, L=15, CUDA-graph replay, clocks warmed): 27.7 us for
-// tree_build_warp (38.3 us for the shared-memory heap, earlier run), against a 5-10 us target.
-// Budgets 0 / 16 / 32 / 64 / 128 take 2.7 / 8.2 / 14.1 / 27.7 / 74.7 us and B=1 takes what B=64
-// takes: ~0.39 us (~775 cycles) per pop, a one-warp dependent instruction chain (~150 SASS
-// instructions on the common path: FP64 compares, generic loads of the staged log-probs, REDUX,
-// VOTE, POPC, FLO, three SHFL, slot selects) at ~5 cycles each. kernels/NOTES.md.
+// Times: kernels/NOTES.md.
 
 #include "tree_build_common.cuh"
 
