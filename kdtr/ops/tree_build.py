@@ -33,7 +33,7 @@ def kernel_shared_bytes(budget: int, depth: int) -> int:
 
 
 def sorted_shared_bytes(budget: int, depth: int, k: int) -> int:
-    """Shared memory of tree_build_sorted (tree_build_fast.cu): the log-prob table as doubles,
+    """Shared memory of the sorted kernel (tree_build_sorted.cu): the log-prob table as doubles,
     (L + 2) rows of Kc + 1 (an -inf column and two -inf rows: row L holds the child of a depth-L
     node, row L + 1 is that child's child row, which the pop reads when the child becomes the head
     of an empty list), the token ids [L][Kc], the node records (16 B per node)
