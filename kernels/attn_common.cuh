@@ -22,7 +22,7 @@ __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); 
 
 // Declares `chunk`, `kbeg`, `kend` of split z of a request's kvlen keys: chunk = ceil(kvlen / n_splits)
 // rounded up to `round` keys; the split has keys [kbeg, kend) = [min(z chunk, kvlen), min(kbeg + chunk,
-// kvlen)) (empty past the end). Serves the fp32 kernels gemm, dmma and bf16x3. A macro, not a function:
+// kvlen)) (empty past the end). Serves the fp32 kernels dmma and bf16x3. A macro, not a function:
 // spelled out in place it compiles to the SASS those kernels were verified with (a function returning
 // kbeg and kend changed ptxas's allocation).
 #define ATTN_KEY_SPLIT(kvlen, n_splits, z, round)                                                       \
@@ -71,9 +71,9 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const u32 (&a)[4],
 
 // P.V for 4 keys on FFMA: o[r][c] += p[r][j] * v4[j].c for j = 0..3 in order (one fmaf chain per
 // output), rows r < n_rows; row r's 4 weights are the float4 at p + r * p_stride + at (a broadcast
-// when every lane of the warp holds the same rows). Serves fp32_gemm's pass B and fp32_dmma's O
-// warps. A macro, not a function: spelled out in place it compiles to the very SASS both kernels
-// were verified and timed with (an inline function changed ptxas's register allocation).
+// when every lane of the warp holds the same rows). Serves fp32_dmma's O
+// warps. A macro, not a function: spelled out in place it compiles to the very SASS the kernel
+// was verified and timed with (an inline function changed ptxas's register allocation).
 #define ATTN_PV_4KEYS(o, v4, p, p_stride, at, n_rows)                                                  \
     _Pragma("unroll") for (int pv_r = 0; pv_r < (n_rows); ++pv_r) {                                   \
         const float4 pv_p = *(const float4*)((p) + pv_r * (p_stride) + (at));                         \

@@ -1,6 +1,6 @@
-// Shared pieces of the tree_build kernels (tree_build.cu, tree_build_fast.cu): candidate keys and
-// descriptors, the shared-memory carve-up, rank-tuple comparisons and the output writer. The
-// numerical contract is in tree_build.cu's header.
+// Shared pieces of the tree_build kernels (tree_build_warp.cu, tree_build_smem.cu, tree_build_sorted.cu):
+// candidate keys and descriptors, the shared-memory carve-up and staging, rank-tuple comparisons and
+// the output writer. The numerical contract is in tree_build_warp.cu's header.
 #pragma once
 
 #define TB_THREADS 256
@@ -146,5 +146,29 @@ __device__ void write_outputs(const TreeSmem& s, int b, int Q, int stride, int n
             }
             vis[(size_t)i * Q + j] = v;
         }
+    }
+}
+
+// Stages request b's top-K table into shared memory when `staged` (s.lp, s.ids: [L][Kc]) and
+// writes the root's node record (and its path entry when the kernel keeps paths during the loop).
+template <bool ROOT_PATH>
+__device__ __forceinline__ void stage_request(const TreeSmem& s, const float* __restrict__ g_lp,
+                                              const int* __restrict__ g_ids, const int* __restrict__ root_token,
+                                              int b, int L, int K, int Kc, int staged) {
+    const int tid = threadIdx.x;
+    if (staged) {
+        for (int e = tid; e < L * Kc; e += TB_THREADS) {
+            int d = e / Kc, r = e - d * Kc;
+            s.lp[e] = g_lp[(size_t)d * K + r];
+            s.ids[e] = g_ids[(size_t)d * K + r];
+        }
+    }
+    if (tid == 0) {
+        s.node_score[0] = 0.0;
+        s.node_parent[0] = -1;
+        s.node_depth[0] = 0;
+        s.node_rank[0] = -1;
+        s.node_token[0] = root_token[b];
+        if (ROOT_PATH) s.path[0] = 0;
     }
 }

@@ -1,24 +1,13 @@
-// verify_attn, variant bf16_paged, Hopper warpgroup-MMA kernel (FlashMLA-style; ops.md §2), version 2.
+// verify_attn, variant bf16_paged, kernel `bf16_wgmma2`: Hopper warpgroup MMAs (FlashMLA-style; ops.md §2).
 // Target: sm_90a only (wgmma). Built for any other arch (sm_90, sm_120) it is an empty stub that the
 // host never launches there: the host picks it only on an sm_90 device, compiled for sm_90a (the
-// portable mma.sync kernel, verify_attn_bf16_paged.cu, serves other GPUs). Version 1 (git history,
-// removed once this one measured faster at every shape) had the same math, tiles and roles; what
-// differs is how shared memory is handed between the two warpgroups and how K tiles are gathered.
+// portable mma.sync kernel, verify_attn_bf16_mma.cu, serves other GPUs).
 //
 // A block owns 64 consecutive (token, head) rows of one request and one split of its keys
-// (ceil(kvlen / n_splits) rounded up to 64). Keys, values and the mask as in verify_attn_bf16_paged.cu:
+// (ceil(kvlen / n_splits) rounded up to 64). Keys, values and the mask as in verify_attn_bf16_mma.cu:
 // prefix keys always visible and their mask columns never read; keys past the split end zero-filled
 // and masked; only the request's own pool slots are read. Rows past the request's rows are computed
 // on zero queries and never stored.
-//
-// Measured on the H200 (--bench, one process; kernels/NOTES.md, "wgmma2 after its first H200 run"):
-//   B=8 H=64 Q=33 P=8192: 599 us (503 TFLOP/s), this code. The knobs it replaced, same run: the old
-//   slot-table gather 780 us; + L2 prefetch hint .L2::256B 600; WG0 refilling half of each stage
-//   (SPLIT) 622, with the hint 622; the old gather with WG2_SKIP_RESCALE 741. An earlier run's
-//   WG_DIAG 3 (no refills at all, old gather) was 606 us: the refill cost is now about gone at B=8.
-//   B=64 H=16 Q=65 P=32768: 10,721 us (~443 TFLOP/s); old gather 13,057, SPLIT 10,928.
-//   The GPU tests and racecheck pass with this code path (then the knob WG2_GATHER=1; with and
-//   without SPLIT). Its SASS is instruction-for-instruction that of the tested build.
 //
 // Launch (main): grid = (ceil(Q*H / 64), B, n_splits), block = 256 (two warpgroups), dynamic shared
 //   memory WG2_SMEM_BYTES (223,768 B: opt-in, one block per SM).
@@ -35,7 +24,7 @@
 //   bf16 (as FlashAttention / FlashMLA / SGLang do); out = bf16_rn(O / l), lse = ln 2 * (m + log2 l).
 //   No knob changes a result bit (WG2_SKIP_RESCALE skips multiplies by exactly 1.0).
 //
-// Changes against version 1 (kernels/NOTES.md, "wgmma2"):
+// Design (kernels/NOTES.md has the measurements behind it):
 //   1. P_j lives in the rope block (column block 8, dims 512-575) of K stage j & 1: S_j is its only
 //      reader, so it is free once S_j completed, and it is 64 rows x 128 B like P. P therefore rides
 //      the K ring (its write-after-read is the stage refill's, which WG1 issues only after its own
@@ -44,20 +33,16 @@
 //      program order, its arrive on K-full for tile j + 1 (mbarrier), which WG0 waits on before it
 //      writes alpha_{j+2}: every cross-warpgroup hand-off of ordinary shared-memory data goes through
 //      an mbarrier (release arrive, acquire wait), which racecheck tracks.
-//   3. Order (the best one measured; the first design's two-tiles-in-flight order lost 15-20% and is
-//      gone): WG0 waits for its own P·V_j right after issuing it, frees stage j & 1 (named barrier SF),
+//   3. Order (the best one measured): WG0 waits for its own P·V_j right after issuing it, frees stage j & 1 (named barrier SF),
 //      then waits for tile j + 1; WG1, after its own P·V_j and SF, waits for tile j + 1 to land,
 //      publishes it, and only then issues tile j + 2's gather (one tile in flight while S runs).
 //   4. Row-fixed gather (gather_rows): each thread of WG1 owns 4 key rows and one 16-byte chunk
 //      column, loads its rows' slots from global one tile ahead, and refills a tile with 36 cp.async at
-//      immediate offsets from 4 row pointers (~50 SASS instructions per thread). It replaced a gather
-//      through a shared slot table (~17 instructions and a dependent LDS per cp.async, ~600 per thread
-//      and tile, issue-latency bound) and that table's barrier.
+//      immediate offsets from 4 row pointers (~50 SASS instructions per thread).
 //
 // Knobs (compile-time; the op's launch sets none):
-//   WG2_SKIP_RESCALE 1: a warp skips O's rescale when all its alphas are 1. Measured faster with the
-//     old gather (741 against 780 us at B=8; in the first design's order it cost 4%); with this
-//     gather it is untested (not timed, not through the GPU tests or racecheck). Off by default.
+//   WG2_SKIP_RESCALE 1: a warp skips O's rescale when all its alphas are 1; not through the GPU tests
+//     or racecheck. Off by default.
 //   WG_DIAG (timing only, wrong results): 1 = one S wgmma per tile instead of 36, 2 = no P·V wgmma,
 //     3 = no K refills after the first two tiles.
 //
@@ -66,8 +51,8 @@
 //   half): Q once (cp.async, 16 B chunks) and every K tile by the row-fixed gather (page size 1);
 //   O[:, 256:512) += P V with P from shared memory.
 // Shared memory (1024-aligned): Q [9][64][128 B]; K ring 2 x [9][64][128 B] (V = blocks 0-7, P_j in
-//   block 8 after S_j); alpha [2][64] f32; l, m [64] f32; 512 B unused (the removed slot table's
-//   place, kept so that every offset, and so the code, is that of the tested build); mbarriers.
+//   block 8 after S_j); alpha [2][64] f32; l, m [64] f32; 512 B unused (kept so that every offset, and
+//   so the code, is that of the GPU-verified build); mbarriers.
 // Hand-offs (tile j, stage s = j & 1, T tiles in this block's split):
 //   MB_KFULL[s] (mbarrier, 128 = WG1's threads, each after its cp.async of the tile completed and a
 //     proxy fence): phase k <-> tile 2k + s. WG0 waits parity (j >> 1) & 1 before S_j.

@@ -1,14 +1,12 @@
-// verify_attn, variant fp32, "bf16x3": MLA absorbed tree-verify attention, contiguous layout (ops.md §2),
+// verify_attn, variant fp32, kernel `fp32_bf16x3`: MLA absorbed tree-verify attention, contiguous layout (ops.md §2),
 // on the bf16 tensor cores without losing a bit of the fp32 inputs. Every fp32 operand x is split
 // exactly into three bf16 pieces, x = x0 + x1 + x2 (x0 = bf16_rn(x), x1 = bf16_rn(x - x0), x2 = x - x0
 // - x1; 8 + 8 + 8 significand bits hold fp32's 24), and a product a * b becomes the six piece
 // products with i + j <= 2 (a0b0, a0b1, a1b0, a0b2, a1b1, a2b0); the three left out are at most
 // about 2^-23 |a b| together (each piece is at most 2^-8 of the one before), the size of fp32's own
-// rounding of a product. A bf16 x bf16 product is exact in fp32. Why: on the H200 an exact fp32
-// kernel on FFMA / DMMA tops out near 62 TFLOP/s for all of its units together (kernels/NOTES.md,
-// "Session 5"), while mma.sync bf16 runs at 0.57 MMA/clk/SM (~600 TFLOP/s; "Session 6"). The split
-// conversions (F2FP) take the tensor pipe's time, so every operand is split once, by a kernel of its
-// own, and the main kernel only streams pieces (session 7: splitting in the main kernel cost ~8 us).
+// rounding of a product. A bf16 x bf16 product is exact in fp32. The split conversions (F2FP) take
+// the tensor pipe's time, so every operand is split once, by a kernel of its own, and the main kernel
+// only streams pieces (why: kernels/NOTES.md).
 //
 // Launch (pieces): grid = (4 * (ceil(S / 16) + ceil(Q*H / 16)), B), block = 144 (FX_CH); below.
 //   verify_attn_fp32_bf16x3_pieces(q f32 [B,Q,H,576], kv f32 [B,S,576], prefix_len i32 [B], Q, H, S,
@@ -55,12 +53,6 @@
 //     KP_FULL[4] (one arrival with the copy's bytes), Q_EMPTY (128 S threads: Q in registers),
 //     KP_EMPTY[4] (256 O threads: the slot's V pieces read; the S warps' reads of it precede S_FULL
 //     of t), L_FULL (128 softmax threads: sL written).
-//   Measured on the H200 (kernels/NOTES.md, "Session 8"): 31.8-32.4 us at the timing shape against
-//   v8's 36.3-36.5 in one process (session 7's kernel: 40.6-41.2 in calls 4-5), outputs
-//   bit-identical to session 7's; 32.32 us in the bench record. Of that ~3.4 us is the pieces kernel and ~3.3 us
-//   the merge. Per-instruction stall samples (ncu, at 120/192/80 registers): the S warps never wait,
-//   the softmax and P.V warps wait on them: the score MMAs (108 a sub-tile per S warp) are the
-//   critical stage, and their registers (FX_NREG_S) set its pace.
 //
 // Numerical contract: no bit of an fp32 input is dropped; every product of two pieces is exact in
 //   fp32; per 16 products the tensor cores add in their own order and rounding, after which sums

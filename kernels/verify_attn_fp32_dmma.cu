@@ -1,10 +1,9 @@
-// verify_attn, variant fp32, "dmma": MLA absorbed tree-verify attention, contiguous layout (ops.md §2),
+// verify_attn, variant fp32, kernel `fp32_dmma`: MLA absorbed tree-verify attention, contiguous layout (ops.md §2),
 // warp-specialised: 4 warps compute the scores on the FP64 tensor cores (exact products), 8 warps
 // run the softmax and P.V on the FP32 FMA units, handing 16-key sub-tiles over through mbarriers.
-// Entry `fp32_dmma` in VerifyAttn.CUDA_KERNELS, the fp32 default where its shared memory fits
-// (H200, B=1 H=16 Q=17 P=2048: 50.8 us against fp32_gemm's 58.6 in one process). On the H200 the
-// MMAs, the fp32 -> fp64 conversions and the FFMAs do not overlap (an SM runs them in the sum of
-// their times, kernels/NOTES.md "Session 5"), so the win is the structure (no split-K reduction of
+// The launch picks it where fp32_bf16x3's grid would fill under 3/4 of the SMs (kernels/README.md).
+// On the H200 the MMAs, the fp32 -> fp64 conversions and the FFMAs do not overlap (an SM runs them in
+// the sum of their times, kernels/NOTES.md), so its speed comes from the structure (no split-K reduction of
 // the scores through shared memory, two barriers a sub-tile instead of 19 a 64-key tile), not a
 // second unit. Knobs (timing only, wrong results): FD_DIAG = 1 no score MMAs, 2 no P.V FMAs;
 // FD_PROFILE = 1 clock64 stamps of warps 0, 7 and 8 into `out` (run without the merge).
@@ -50,8 +49,7 @@
 //   in ascending j. out = O / l, lse = m + logf(l). Prefix keys are always visible, tree key j iff
 //   visibility[b, i, j - prefix_len]. kv rows at or past prefix_len[b] + Q (NaN padding) and q rows
 //   past the request's Q*H are never read: cp.async with a 0-byte source zero-fills them, and masked
-//   keys get p = 0 exactly. Target: relative L2 <= 1e-6 against float64 (the scores are closer to
-//   float64 than fp32_gemm's fp32 sums).
+//   keys get p = 0 exactly. Target: relative L2 <= 1e-6 against float64.
 //
 // Shared memory (FD_SMEM_BYTES = 228,592 B):
 //   sS   [2][4 S warps][34 rows][16 keys] fp64 partial scores                      34,816

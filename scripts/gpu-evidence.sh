@@ -35,8 +35,10 @@ if want e2e; then
   step ${E2E_LIMIT:-240} kd e2e --backend cuda --tokens ${E2E_TOKENS:-256} --prompts ${E2E_PROMPTS:-3} --budget 8 --budget 32 --budget 64 --json "$rec/e2e-cuda.json"
 fi
 if want sanitize; then
-  # one bundle per kernel path: the defaults here (tb_sorted, tb_smem at budget 1024, tree_accept's
-  # register and shared-memory walks, fp32_bf16x3, bf16_wgmma2), then the fallbacks forced (--kernel)
+  # one bundle per kernel path: the launch's own choices here (tree_build sorted, smem at budget 1024,
+  # tree_accept walk in registers and in shared memory, fp32_dmma: these fp32 grids fill under 3/4
+  # of the SMs, bf16_wgmma2), then the kernels it does not pick on them forced (--kernel): tree_build
+  # warp, bf16_mma and fp32_bf16x3 (kernels/README.md)
   rm -rf goldens-sanitize goldens-fallback
   for f in tree_build/example_b tree_build/b64_n64_l15 tree_build/b2_n1024_l24 tree_accept/mixed_b64_n64_l15 \
            tree_accept/root_only_q1 tree_accept/full_b2_n512 verify_attn/fp32_b2_h8_p0_n8 \
@@ -50,7 +52,7 @@ if want sanitize; then
   done
   for tool in memcheck racecheck synccheck initcheck; do
     step 85 kd verify goldens-sanitize --sanitize "$tool" -q --json "$rec/sanitize-$tool.json"
-    step 60 kd verify goldens-fallback --sanitize "$tool" --kernel tb_warp --kernel bf16_mma --kernel fp32_ffma -q \
+    step 60 kd verify goldens-fallback --sanitize "$tool" --kernel warp --kernel bf16_mma --kernel fp32_bf16x3 -q \
         --json "$rec/sanitize-$tool-fallbacks.json"
   done
 fi

@@ -172,10 +172,10 @@ def test_cuda_backend_without_gpu_is_exit_2(goldens):
 
 
 def test_forced_kernel_names_are_checked_before_anything_runs(goldens):
-    result = invoke("verify", goldens, "--backend", "torch", "--kernel", "tb_smem")
+    result = invoke("verify", goldens, "--backend", "torch", "--kernel", "smem")
     assert result.exit_code == 2 and "needs the cuda backend" in result.output
-    result = invoke("verify", goldens, "--backend", "cuda", "--kernel", "tb_smem", "--kernel", "nope")
-    assert result.exit_code == 2 and "unknown kernel 'nope'" in result.output and "tb_sorted (tree_build)" in result.output
+    result = invoke("verify", goldens, "--backend", "cuda", "--kernel", "smem", "--kernel", "nope")
+    assert result.exit_code == 2 and "unknown kernel 'nope'" in result.output and "sorted (tree_build)" in result.output
 
 
 def test_a_forced_kernel_reaches_run_cuda_only_for_ops_that_have_it(monkeypatch):
@@ -183,11 +183,11 @@ def test_a_forced_kernel_reaches_run_cuda_only_for_ops_that_have_it(monkeypatch)
     from kdtr.ops import get_op
     from kdtr.verify import Options
 
-    options = Options(backend="cuda", kernels=("bf16_mma", "tb_smem"))
+    options = Options(backend="cuda", kernels=("bf16_mma", "smem"))
     assert options.kernel_for(get_op("verify_attn"), "bf16_paged") == "bf16_mma"
     assert options.kernel_for(get_op("verify_attn"), "fp32") is None
-    assert options.kernel_for(get_op("tree_build"), "default") == "tb_smem"
-    assert options.kernel_for(get_op("tree_accept"), "default") is None
+    assert options.kernel_for(get_op("tree_build"), "default") == "smem"
+    assert options.kernel_for(get_op("tree_accept"), "default") is None   # it has "walk" only
 
 
 def test_real_subprocess_streams_and_exit_codes(goldens, tmp_path):

@@ -30,10 +30,10 @@ POISON_U8 = 0xCD
 FRESH_SEED = int(os.environ.get("KDTREE_TEST_SEED") or secrets.randbelow(1 << 31))
 SEEDS = (11, 2024, FRESH_SEED)
 ATTN_SEEDS = (11, FRESH_SEED)
-# Kernels to leave out (comma-separated CUDA_KERNELS names), e.g. one that hung in a smoke run.
+# Kernels to leave out (comma-separated registry names), e.g. one that hung in a smoke run.
 SKIP_KERNELS = {k for k in os.environ.get("KDTREE_SKIP_KERNELS", "").split(",") if k}
 # Compile-time knobs to test a verify_attn or tree_build kernel with before it becomes its default, e.g.
-# KDTREE_TEST_DEFINES="bf16_wgmma2:WG2_SKIP_RESCALE=1" or "tb_sorted:TB_FORCE_EXACT=1"
+# KDTREE_TEST_DEFINES="bf16_wgmma2:WG2_SKIP_RESCALE=1" or "sorted:TB_FORCE_EXACT=1"
 # (kernel:NAME=VALUE,...; ';' between kernels).
 KERNEL_DEFINES = {kernel: dict(pair.split("=", 1) for pair in knobs.split(","))
                   for kernel, _, knobs in (item.partition(":") for item in
@@ -293,14 +293,14 @@ TREE_BUILD_CASES = [
 
 
 @gpu
-@pytest.mark.parametrize("kernel", TREE_BUILD.CUDA_KERNELS)
+@pytest.mark.parametrize("kernel", TREE_BUILD.cuda_kernels("default"))
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("params", TREE_BUILD_CASES, ids=lambda p: TREE_BUILD.case_name("default", p | {
     k: v for k, v in TREE_BUILD._defaults.items() if k not in p}))
 def test_tree_build_bit_exact(params, seed, kernel):
-    if kernel != "tb_smem" and params["budget"] > TREE_BUILD.REGISTER_BUDGET_MAX:
+    if kernel != "smem" and params["budget"] > TREE_BUILD.REGISTER_BUDGET_MAX:
         pytest.skip(f"{kernel} holds at most {TREE_BUILD.REGISTER_BUDGET_MAX} candidates")
-    if kernel == "tb_smem" and seed != SEEDS[0] and params["budget"] <= TREE_BUILD.REGISTER_BUDGET_MAX:
+    if kernel == "smem" and seed != SEEDS[0] and params["budget"] <= TREE_BUILD.REGISTER_BUDGET_MAX:
         pytest.skip("the shared-memory heap (the large-budget path) runs the small cases on one seed")
     if kernel in SKIP_KERNELS:
         pytest.skip(f"{kernel} left out by KDTREE_SKIP_KERNELS")
@@ -320,7 +320,7 @@ def test_tree_build_bit_exact(params, seed, kernel):
 @gpu
 def test_tree_build_default_kernel():
     gen = generated(TREE_BUILD, "default", 1, batch=2, depth=4, vocab=50, budget=10)
-    assert TREE_BUILD.kernel_choice("default", gen.inputs, gen.params) in TREE_BUILD.CUDA_KERNELS
+    assert TREE_BUILD.kernel_choice("default", gen.inputs, gen.params) in TREE_BUILD.cuda_kernels("default")
     got = run_cuda(TREE_BUILD, "default", gen.inputs, gen.params)
     assert_bit_exact("tree_build default kernel", got, TREE_BUILD.reference("default", gen.inputs, gen.params))
 
@@ -386,18 +386,18 @@ ATTN_CASES = [
 ]
 
 
-ATTN_KERNELS = [(k.variant, name) for name, k in VERIFY_ATTN.CUDA_KERNELS.items()]
+ATTN_KERNELS = [(k.variant, k.name) for k in VERIFY_ATTN.kernels]
 
 
-def skip_unless_runs_here(kernel: str) -> None:
-    """Skip a kernel this device cannot run (sm_90a code needs an sm_90 GPU) or one left out."""
-    from kdtr.device import device_arch
+def skip_unless_runs_here(variant: str, kernel: str) -> None:
+    """Skip a kernel this device cannot run (its arch or shared memory) or one left out."""
+    from kdtr.ops.base import Gpu
 
     if kernel in SKIP_KERNELS:
         pytest.skip(f"{kernel} left out by KDTREE_SKIP_KERNELS")
-    k = VERIFY_ATTN.CUDA_KERNELS[kernel]
-    if k.arch_feature == "a" and device_arch() != "sm_90":
-        pytest.skip(f"{kernel} is sm_90a code; this GPU is {device_arch()}")
+    gpu = Gpu.here()
+    if not VERIFY_ATTN.cuda_kernel(kernel, variant).runs_on(gpu):
+        pytest.skip(f"{kernel} does not run on this GPU ({gpu})")
 
 
 def run_attn(variant, inputs, params, kernel, splits=None) -> dict[str, np.ndarray]:
@@ -416,7 +416,7 @@ def run_attn(variant, inputs, params, kernel, splits=None) -> dict[str, np.ndarr
 @pytest.mark.parametrize("seed", ATTN_SEEDS)
 @pytest.mark.parametrize("params", ATTN_CASES, ids=lambda p: "_".join(f"{k}{v}" for k, v in p.items()))
 def test_verify_attn(params, seed, variant, kernel):
-    skip_unless_runs_here(kernel)
+    skip_unless_runs_here(variant, kernel)
     gen = generated(VERIFY_ATTN, variant, seed, **params)
     want = VERIFY_ATTN.reference(variant, gen.inputs, gen.params)
     got = run_attn(variant, gen.inputs, gen.params, kernel)
@@ -430,7 +430,7 @@ def test_verify_attn(params, seed, variant, kernel):
 def test_verify_attn_forced_splits(variant, kernel, splits):
     """Long prefix with the split count forced: one split (a long pipeline, direct output) and
     several (partials + merge), rows not a multiple of the tile."""
-    skip_unless_runs_here(kernel)
+    skip_unless_runs_here(variant, kernel)
     gen = generated(VERIFY_ATTN, variant, FRESH_SEED, batch=2, heads=5, prefix=3000, budget=12,
                     prefix_mode="mixed")
     want = VERIFY_ATTN.reference(variant, gen.inputs, gen.params)
@@ -444,8 +444,7 @@ def test_verify_attn_forced_splits(variant, kernel, splits):
 def test_kernel_choice_names_a_kernel_of_the_variant(variant):
     gen = generated(VERIFY_ATTN, variant, 3, batch=1, heads=4, prefix=10, budget=2)
     name = VERIFY_ATTN.kernel_choice(variant, gen.inputs, gen.params)
-    assert VERIFY_ATTN.CUDA_KERNELS[name].variant == variant
-    assert name in VERIFY_ATTN.CUDA_DEFAULTS
+    assert VERIFY_ATTN.cuda_kernel(name, variant).role != "experimental"
 
 
 @gpu
@@ -454,7 +453,7 @@ def test_launches_are_captured_by_a_cuda_graph(variant, kernel):
     """run_cuda launches on torch's current stream: a captured graph replays them."""
     import torch
 
-    skip_unless_runs_here(kernel)
+    skip_unless_runs_here(variant, kernel)
     gen = generated(VERIFY_ATTN, variant, 5, batch=1, heads=16, prefix=500, budget=16)
     params = gen.params
     inputs = {name: to_torch(a, "cuda") for name, a in gen.inputs.items()}
@@ -480,13 +479,13 @@ def test_kernel_errors_name_the_kernel():
     from kdtr.device import get_kernel
     from kdtr.errors import LaunchError
 
-    kernel = get_kernel("tree_accept.cu", "tree_accept")
-    with pytest.raises(LaunchError, match="tree_accept"):
+    kernel = get_kernel("tree_accept_walk.cu", "tree_accept_walk")
+    with pytest.raises(LaunchError, match="tree_accept_walk"):
         kernel.launch(1, (32, 1), [torch.zeros(4, device="cuda"), 3.0])              # a bare float
-    with pytest.raises(LaunchError, match="tree_accept.*shared memory"):
+    with pytest.raises(LaunchError, match="tree_accept_walk.*shared memory"):
         kernel.launch(1, (32, 1), [], shared_mem=10 << 20)
     with pytest.raises(DeviceError, match="no kernel 'absent'"):
-        get_kernel("tree_accept.cu", "absent")
+        get_kernel("tree_accept_walk.cu", "absent")
 
 
 # -- benchmark (python tests/test_cuda_kernels.py --bench) ---------------------------------------------

@@ -1,6 +1,6 @@
 """fp32_bf16x3 (kernels/verify_attn_fp32_bf16x3.cu) on the CPU: a model of its exact three-piece bf16
 split (its launch figures, builds and the launch choice: tests/test_fp32_kernels.py; its results are
-checked on the GPU by tests/test_cuda_kernels.py, every CUDA_KERNELS entry)."""
+checked on the GPU by tests/test_cuda_kernels.py, every registered kernel)."""
 from __future__ import annotations
 
 import ml_dtypes

@@ -1,4 +1,4 @@
-"""CPU model of tb_sorted (kernels/tree_build_fast.cu, v5), lane by lane, against build_one.
+"""CPU model of tree_build's `sorted` kernel (kernels/tree_build_sorted.cu), lane by lane, against build_one.
 
 The model follows the kernel statement by statement: the same padded log-prob table, packed
 candidates, shuffles (a lane whose source is out of range reads its own value, as SHFL does), flags,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 from functools import lru_cache
 
-from .base import Op
+from .base import CudaKernel, Op
 
 OP_MODULES = {
     "tree_build": "kdtr.ops.tree_build",
@@ -22,3 +22,15 @@ def op_names() -> tuple[str, ...]:
 def get_op(name: str) -> Op:
     """The op's singleton; KeyError for an unknown name (callers turn it into their error kind)."""
     return importlib.import_module(OP_MODULES[name]).OP
+
+
+def cuda_kernels() -> tuple[CudaKernel, ...]:
+    """Every op's CUDA kernels, in op order. Names are unique across ops (`--kernel NAME` and
+    kernels/README.md name a kernel by its name alone): a clash is a ValueError."""
+    out = tuple(k for name in op_names() for k in get_op(name).kernels)
+    seen: dict[str, str] = {}
+    for k in out:
+        if k.name in seen:
+            raise ValueError(f"kernel name {k.name!r} is registered by {seen[k.name]} and {k.op}")
+        seen[k.name] = k.op
+    return out

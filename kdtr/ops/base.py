@@ -126,6 +126,74 @@ class Baseline:
     backend: str | None = None
 
 
+ROLES = ("default", "fallback", "experimental")
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """What a launch's kernel choice reads off the device."""
+
+    arch: int            # compute capability as an integer: 90 for sm_90
+    sms: int             # multiprocessors
+    smem_optin: int      # the largest dynamic shared memory one block may opt in to, bytes
+
+    @staticmethod
+    def here() -> "Gpu":
+        """This machine's current GPU; the target H200 where there is none (what a launch there picks)."""
+        from ..device import device_arch, gpu_available, max_shared_optin, multiprocessor_count
+
+        if not gpu_available():
+            return H200
+        return Gpu(int(device_arch().removeprefix("sm_")), multiprocessor_count(), max_shared_optin())
+
+
+H200 = Gpu(arch=90, sms=132, smem_optin=232448)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CudaKernel:
+    """One CUDA kernel of an op, as kernels/README.md's table lists it (a test holds the two equal).
+
+    `name` is the registry key `--kernel` takes; the source is kernels/<op>_<name>.cu and its entry
+    symbol <op>_<name> (helper entries append to it: _merge, _pieces). `role`: "default" (the launch
+    picks it where it runs), "fallback" (picked where the default cannot serve the shape or the GPU)
+    or "experimental" (only by name). `serves`: the one line saying which shapes on which GPUs.
+    `threads` and `smem` (0: sized per launch) are the main entry's block and dynamic shared memory;
+    `arch_feature` "a" builds it for the arch-specific target (sm_90a: wgmma, setmaxnreg); `min_sm` /
+    `only_sm` bound the architectures whose instructions it uses.
+    """
+
+    op: str
+    variant: str
+    name: str
+    role: str
+    serves: str
+    threads: int
+    smem: int = 0
+    arch_feature: str = ""
+    min_sm: int = 0
+    only_sm: int | None = None
+
+    def __post_init__(self):
+        if self.role not in ROLES:
+            raise ValueError(f"{self.name}: role must be one of {ROLES}, got {self.role!r}")
+
+    @property
+    def source(self) -> str:
+        return f"{self.op}_{self.name}.cu"
+
+    @property
+    def entry(self) -> str:
+        return f"{self.op}_{self.name}"
+
+    def runs_on(self, gpu: Gpu, smem: int | None = None) -> bool:
+        """Its instructions exist on `gpu` and `smem` bytes (default: its own) fit there (+ 64 B of
+        static shared memory)."""
+        need = self.smem if smem is None else smem
+        return (gpu.arch >= self.min_sm and (self.only_sm is None or gpu.arch == self.only_sm)
+                and need + 64 <= gpu.smem_optin)
+
+
 class Op:
     """Base class; subclasses fill in the class attributes and the methods below."""
 
@@ -135,6 +203,7 @@ class Op:
     inline_inputs: tuple[str, ...] = ()     # names a suite may give inline
     outputs: tuple[str, ...] = ()
     kernel_params: tuple[str, ...] = ()    # meta.params a bundle must carry for the kernel
+    kernels: tuple["CudaKernel", ...] = ()  # the op's CUDA kernels (kernels/README.md is their table)
 
     # -- suites ---------------------------------------------------------------------------
     def case_name(self, variant: str, params: Mapping[str, Any]) -> str:
@@ -173,19 +242,30 @@ class Op:
         raise NotImplementedError
 
     def run_cuda(self, variant: str, inputs: Mapping[str, Any], params: Mapping[str, Any],
-                 outputs: Mapping[str, Any], *, kernel: str | None = None) -> None:
+                 outputs: Mapping[str, Any], *, kernel: str | None = None,
+                 defines: Mapping[str, Any] | None = None) -> None:
         """Launch our kernel on torch CUDA tensors, writing into the given (poisoned) outputs;
-        `kernel` forces one of `cuda_kernels(variant)` instead of the launch's own choice."""
+        `kernel` forces one of `cuda_kernels(variant)` instead of the launch's own choice, `defines`
+        adds compile-time knobs (each kernel's header names its own)."""
         raise NotImplementedError
 
     def cuda_kernels(self, variant: str) -> tuple[str, ...]:
-        """Names of the kernels `run_cuda(kernel=...)` can force for this variant (empty: one)."""
-        return ()
+        """Names of the kernels `run_cuda(kernel=...)` can force for this variant."""
+        return tuple(k.name for k in self.kernels if k.variant == variant)
+
+    def cuda_kernel(self, name: str, variant: str) -> "CudaKernel":
+        """The registry entry `name` of this variant; ValueError naming the ones there are."""
+        for k in self.kernels:
+            if k.name == name and k.variant == variant:
+                return k
+        raise ValueError(f"{self.name}/{variant} has no CUDA kernel {name!r} (have {self.cuda_kernels(variant)})")
 
     def kernel_choice(self, variant: str, inputs: Mapping[str, np.ndarray],
-                      params: Mapping[str, Any]) -> str | None:
-        """The kernel `run_cuda` launches for these inputs on this machine (None: the op has one)."""
-        return None
+                      params: Mapping[str, Any], gpu: "Gpu | None" = None) -> str:
+        """The kernel `run_cuda` launches for these inputs on `gpu` (default: this machine's GPU,
+        or the target H200 where there is none). By default the variant's one kernel."""
+        (name,) = self.cuda_kernels(variant)
+        return name
 
     def output_specs(self, variant: str, inputs: Mapping[str, np.ndarray],
                      params: Mapping[str, Any]) -> dict[str, tuple[str, tuple[int, ...]]]:
@@ -194,7 +274,7 @@ class Op:
 
     def kernel_sources(self, variant: str) -> tuple[str, ...]:
         """The .cu files (relative to kernels/) this variant compiles."""
-        return ()
+        return tuple(k.source for k in self.kernels if k.variant == variant)
 
     # -- reports --------------------------------------------------------------------------
     def describe(self, variant: str, inputs: Mapping[str, np.ndarray],

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._common import inline_array, name_from, rng_for
-from .base import Case, Generated, Op, Param, Tolerance
+from .base import Case, CudaKernel, Generated, Op, Param, Tolerance
 from .tree_build import OP as TREE_BUILD
 
 OUTPUT_DTYPES = {"accept_len": "i32", "accept_nodes": "i32", "accept_tokens": "i32", "bonus": "i32"}
@@ -183,31 +183,30 @@ class TreeAccept(Op):
         return {"accept_len": length, "accept_nodes": nodes,
                 "accept_tokens": accept_tokens.to(torch.int32), "bonus": nxt.to(torch.int32)}
 
-    # CUDA binding: kernels/tree_accept.cu, the tree in registers (TA_CHUNKS nodes per lane) up to
-    # Q = 32 * REGISTER_CHUNKS_MAX (3 registers per chunk), in shared memory beyond.
+    # CUDA binding: the tree in registers (TA_CHUNKS nodes per lane) up to Q = 32 * REGISTER_CHUNKS_MAX
+    # (3 registers per chunk), in shared memory beyond.
     REGISTER_CHUNKS_MAX = 8
+    kernels = (CudaKernel(op="tree_accept", variant="default", name="walk", role="default", threads=128,
+                          serves=f"every shape: the tree in registers up to Q = {32 * REGISTER_CHUNKS_MAX}, "
+                                 "in shared memory beyond"),)
 
-    def kernel_sources(self, variant):
-        return ("tree_accept.cu",)
-
-    def run_cuda(self, variant, inputs, params, outputs, *, kernel=None):
+    def run_cuda(self, variant, inputs, params, outputs, *, kernel=None, defines=None):
         """One warp per request, up to 4 per block; node c in lane c % 32, register c / 32 (or in
-        shared memory for large trees)."""
+        shared memory for large trees). `defines` may not override TA_CHUNKS (the launch's sizing)."""
         from ctypes import c_int
 
         from ..device import get_kernel
 
-        if kernel is not None:
-            raise ValueError(f"tree_accept has one kernel; cannot force {kernel!r}")
+        entry = self.cuda_kernel(kernel or self.kernel_choice(variant, inputs, params), variant)
         batch, q = inputs["tokens"].shape
         chunks = -(-q // 32)                                # one cubin per chunk count
         if chunks > self.REGISTER_CHUNKS_MAX:
             chunks = 0
         per_warp = q * (8 if chunks else 16)                # tokens, path (+ parents, targets)
-        warps = max(1, min(4, (48 << 10) // per_warp))
+        warps = max(1, min(entry.threads // 32, (48 << 10) // per_warp))
         args = [inputs["tokens"], inputs["parents"], inputs["target_ids"], c_int(batch), c_int(q),
                 outputs["accept_len"], outputs["accept_nodes"], outputs["accept_tokens"], outputs["bonus"]]
-        get_kernel("tree_accept.cu", "tree_accept", defines={"TA_CHUNKS": chunks}).launch(
+        get_kernel(entry.source, entry.entry, defines={**(defines or {}), "TA_CHUNKS": chunks}).launch(
             -(-batch // warps), (32, warps), args, shared_mem=warps * per_warp)
 
     # -- reports --------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import heapq
 import numpy as np
 
 from ._common import inline_array, name_from, rng_for
-from .base import Case, Generated, Op, Param, Tolerance
+from .base import Case, CudaKernel, Generated, Gpu, Op, Param, Tolerance
 
 OUTPUT_DTYPES = {
     "tokens": "i32", "parents": "i32", "depths": "i32", "positions": "i32", "ranks": "i32",
@@ -33,7 +33,7 @@ def kernel_shared_bytes(budget: int, depth: int) -> int:
 
 
 def sorted_shared_bytes(budget: int, depth: int, k: int) -> int:
-    """Shared memory of tree_build_sorted (tree_build_fast.cu): the log-prob table as doubles,
+    """Shared memory of the sorted kernel (tree_build_sorted.cu): the log-prob table as doubles,
     (L + 2) rows of Kc + 1 (an -inf column and two -inf rows: row L holds the child of a depth-L
     node, row L + 1 is that child's child row, which the pop reads when the child becomes the head
     of an empty list), the token ids [L][Kc], the node records (16 B per node)
@@ -307,35 +307,33 @@ class TreeBuild(Op):
         parent[rows, slot[rows]] = new_parent[rows]
         valid[rows, slot[rows]] = True
 
-    # CUDA binding: kernels/tree_build.cu (tb_warp: candidates in one warp's registers, tb_smem: in
-    # shared memory), kernels/tree_build_fast.cu (tb_sorted: one warp's registers, kept sorted).
-    # A winner-local variant ran 2x slower (kernels/NOTES.md) and was removed.
-    CUDA_KERNELS = ("tb_warp", "tb_smem", "tb_sorted")
+    # CUDA binding: one 256-thread block per request (kernels/README.md).
     REGISTER_BUDGET_MAX = 512           # register-candidate kernels: 32 lanes x 16 slots >= budget
+    kernels = (
+        CudaKernel(op="tree_build", variant="default", name="sorted", role="default", threads=256,
+                   serves=f"budget <= {REGISTER_BUDGET_MAX} where its log-prob table fits shared memory "
+                          "(every production shape)"),
+        CudaKernel(op="tree_build", variant="default", name="warp", role="fallback", threads=256,
+                   serves=f"budget <= {REGISTER_BUDGET_MAX} where sorted's log-prob table does not fit "
+                          "(deep trees with a large K)"),
+        CudaKernel(op="tree_build", variant="default", name="smem", role="fallback", threads=256,
+                   serves=f"budget > {REGISTER_BUDGET_MAX} (more candidates than the register kernels hold)"),
+    )
 
-    def cuda_kernels(self, variant):
-        return self.CUDA_KERNELS
-
-    def kernel_sources(self, variant):
-        return ("tree_build.cu", "tree_build_fast.cu")
-
-    def kernel_choice(self, variant, inputs, params):
-        """Name of the kernel run_cuda launches (a CUDA_KERNELS entry): the sorted register list up
-        to REGISTER_BUDGET_MAX where its log-prob table fits shared memory (1.8x tb_warp at budget
-        64 on an H200, kernels/NOTES.md), else tb_warp; the shared-memory heap beyond."""
-        from ..device import gpu_available, max_shared_optin
-
+    def kernel_choice(self, variant, inputs, params, gpu=None):
+        """The sorted register list up to REGISTER_BUDGET_MAX where its log-prob table fits shared
+        memory (1.8x warp at budget 64 on an H200, kernels/NOTES.md), else warp; smem beyond."""
         budget = int(params["budget"])
         if budget > self.REGISTER_BUDGET_MAX:
-            return "tb_smem"
+            return "smem"
         _, depth, k = inputs["topk_logp"].shape
-        limit = max_shared_optin() if gpu_available() else SHARED_MEMORY_LIMIT
-        return "tb_sorted" if sorted_shared_bytes(budget, depth, k) + 64 <= limit else "tb_warp"
+        gpu = gpu or Gpu.here()
+        return "sorted" if sorted_shared_bytes(budget, depth, k) + 64 <= gpu.smem_optin else "warp"
 
     def run_cuda(self, variant, inputs, params, outputs, *, kernel=None, defines=None):
-        """One 256-thread block per request; `kernel` names a CUDA_KERNELS entry (default:
-        kernel_choice); `defines` are extra compile-time defines (tb_sorted's TB_FORCE_EXACT, its
-        timing diagnostic TB_PROFILE, which gives wrong outputs)."""
+        """`kernel` names an entry of `kernels` (default: kernel_choice); `defines` are extra
+        compile-time defines (sorted's TB_FORCE_EXACT, its timing diagnostic TB_PROFILE, which gives
+        wrong outputs)."""
         import math
         from ctypes import c_int
 
@@ -346,9 +344,8 @@ class TreeBuild(Op):
         batch, depth, k = lp.shape
         budget = int(params["budget"])
         name = kernel or self.kernel_choice(variant, inputs, params)
-        if name not in self.CUDA_KERNELS:
-            raise ValueError(f"unknown tree_build kernel {name!r} (have {self.CUDA_KERNELS})")
-        if name != "tb_smem" and budget > self.REGISTER_BUDGET_MAX:
+        entry = self.cuda_kernel(name, variant)
+        if name != "smem" and budget > self.REGISTER_BUDGET_MAX:
             raise ValueError(f"{name} holds at most {self.REGISTER_BUDGET_MAX} candidates; budget {budget}")
         q = budget + 1
         check_kernel_limits(budget, depth)
@@ -358,26 +355,22 @@ class TreeBuild(Op):
                                          "scores", "visibility", "num_nodes")]
         slots = max(1, math.ceil(budget / 32))
         limit = max_shared_optin()
-        if name == "tb_sorted":      # 32 x per_lane >= budget slots; the log-prob table must fit
+        if name == "sorted":         # 32 x per_lane >= budget slots; the log-prob table must fit
             smem = sorted_shared_bytes(budget, depth, k)
             if smem + 64 > limit:                 # + the static s_num_nodes
-                raise ValueError(f"tb_sorted needs {smem} B of shared memory at budget {budget}, depth "
+                raise ValueError(f"sorted needs {smem} B of shared memory at budget {budget}, depth "
                                  f"{depth}, K {k}; the device has {limit} B")
-            kernel_fn = get_kernel("tree_build_fast.cu", "tree_build_sorted",
-                                   defines={"TB_NPL": slots, **defines})
-            kernel_fn.launch(batch, 256, args + args_out, shared_mem=smem)
+            get_kernel(entry.source, entry.entry, defines={"TB_NPL": slots, **defines}).launch(
+                batch, entry.threads, args + args_out, shared_mem=smem)
             return
         smem = kernel_shared_bytes(budget, depth)
         staged_bytes = 2 * _up16(depth * min(k, q) * 4)          # the log-probs, when they fit
         staged = smem + staged_bytes + 64 <= limit
         smem += staged_bytes if staged else 0
         args += [c_int(int(staged))] + args_out
-        if name == "tb_warp":        # capacity 32 x per_lane >= budget (slots in use <= budget): 1..16
-            per_lane = 1 << (slots - 1).bit_length()
-            kernel_fn = get_kernel("tree_build.cu", "tree_build_warp", defines={"TB_NPL": per_lane, **defines})
-        else:
-            kernel_fn = get_kernel("tree_build.cu", "tree_build", defines=defines)
-        kernel_fn.launch(batch, 256, args, shared_mem=smem)
+        if name == "warp":           # capacity 32 x per_lane >= budget (slots in use <= budget): 1..16
+            defines = {"TB_NPL": 1 << (slots - 1).bit_length(), **defines}
+        get_kernel(entry.source, entry.entry, defines=defines).launch(batch, entry.threads, args, shared_mem=smem)
 
     # -- reports --------------------------------------------------------------------------
     def describe(self, variant, inputs, params):

@@ -3,7 +3,7 @@
 // Launch: grid = ceil(B / WPB), block = (32, WPB): one warp per request, WPB warps per block;
 //   dynamic shared memory = WPB * Q * 4 * TA_SMEM_WORDS bytes per warp: tokens and the accepted
 //   path (+ parents and targets when TA_CHUNKS == 0).
-//   Entry: tree_accept(tokens i32 [B,Q], parents i32 [B,Q], target_ids i32 [B,Q], B, Q,
+//   Entry: tree_accept_walk(tokens i32 [B,Q], parents i32 [B,Q], target_ids i32 [B,Q], B, Q,
 //                      accept_len i32 [B], accept_nodes i32 [B,Q], accept_tokens i32 [B,Q],
 //                      bonus i32 [B])
 //   Compile-time TA_CHUNKS (the host picks ceil(Q / 32) up to 8): node c
@@ -20,8 +20,6 @@
 //
 // parents[c] < c (the op checks it) makes cur strictly increase, so a walk takes at most Q - 1
 // steps; the loop bound also keeps a malformed tree from looping forever.
-// Measured on an H200 (B=64, Q=65, CUDA-graph replay, cold L2): 3.2 us for the previous version that
-// walked over shared memory (two loads and a ballot per 32 nodes per step); results/ has this one.
 
 #define FULL_MASK 0xffffffffu
 #ifndef TA_CHUNKS
@@ -72,10 +70,10 @@ struct Tree {
 };
 
 extern "C" __global__ void
-tree_accept(const int* __restrict__ tokens, const int* __restrict__ parents,
-            const int* __restrict__ target_ids, int B, int Q,
-            int* __restrict__ accept_len, int* __restrict__ accept_nodes,
-            int* __restrict__ accept_tokens, int* __restrict__ bonus) {
+tree_accept_walk(const int* __restrict__ tokens, const int* __restrict__ parents,
+                 const int* __restrict__ target_ids, int B, int Q,
+                 int* __restrict__ accept_len, int* __restrict__ accept_nodes,
+                 int* __restrict__ accept_tokens, int* __restrict__ bonus) {
     extern __shared__ __align__(16) int smem_i[];
     const int lane = threadIdx.x;
     const int warp = threadIdx.y;

@@ -1,4 +1,4 @@
-// tree_build, sorted-warp variant (tb_sorted): best-first DDTree draft tree (ops.md §1).
+// tree_build, kernel `sorted`: best-first DDTree draft tree, candidates kept sorted in one warp (ops.md §1).
 //
 // Launch: grid = B (one block per request), block = TB_THREADS (256; warp 0 pops, warps 1..7
 //   stage the token ids meanwhile), dynamic shared memory =
@@ -12,12 +12,12 @@
 //   * the node records rec[Q] (16 B: score, packed candidate; rec[0] unused);
 //   * the ancestor-or-self masks [Q][nw] (u32, nw = ceil(Q / 32) <= TB_NPL + 1), built by the epilogue.
 //   Each part starts 16-byte aligned. Entry: tree_build_sorted, the arguments of tree_build_warp
-//   (tree_build.cu) less `staged`. TB_NPL (compile-time, 1..16): slots per lane, capacity
+//   (tree_build_warp.cu) less `staged`. TB_NPL (compile-time, 1..16): slots per lane, capacity
 //   C = 32 * TB_NPL >= budget. Log-prob offsets are packed into 16 bits and parents into 10:
 //   (L + 1) * W < 65536 and budget < 1024 (L <= 64 and budget <= 512 keep both).
 //
 // Numerical contract (bit-exact with the numpy reference, kdtr/ops/tree_build.py): that of
-// tree_build.cu. Scores are doubles in the reference's operation order: first node T[0][0]; child
+// tree_build_warp.cu. Scores are doubles in the reference's operation order: first node T[0][0]; child
 // of (s, d): s + T[d][0]; next sibling of (s, d, r): (s - T[d-1][r]) + T[d-1][r+1], the padding
 // giving -inf where the reference pushes nothing. Order: higher score first (DSETP, so
 // -0.0 == +0.0); exact ties between live candidates go to the smaller rank tuple
@@ -35,8 +35,7 @@
 // "beats first / beats second"; a lane needs the list one slot either side of its block, one
 // shfl_up and one shfl_down of 3 words). Successors are NOT assumed to score below their parent:
 // a child may land in slot 0.
-// Version 3 (v1 measured ~385 cycles per pop on the H200, v2 no faster at 15.6 us; kernels/NOTES.md)
-// keeps v2's list, merge and prefetches and takes the ties out of the loop:
+// The pop:
 //   * no load on the head's chain: every lane holds the head's three log-probs (own, next rank,
 //     child row) in registers. Each pop loads the three the next head would need if it is the
 //     child or the sibling (T[rowc + 1], T[rowc + W], T[off + 2]; the other three are already
@@ -44,15 +43,13 @@
 //     needed; the next head's triple is then a select (child / sibling / runner-up);
 //   * no shuffle on the chain: the next pop's window (shfl_up / shfl_down) and the runner-up's
 //     broadcast are issued at the end of each pop and complete under the next pop's additions;
-// Version 4 (v3 measured 193 cycles per pop, but 21.4 us at B=64: one block with a tie reran the
-// whole build, and the epilogue took 7206 cycles):
 //   * CHECKPOINTS instead of the rerun (sl_build): chunks of TB_CK pops (default 8). Before a
 //     chunk the loop state (SlState: slots, head and runner-up with their log-probs, alive, n) is
 //     copied in registers; the chunk runs the FAST pop (sl_pop<false>: plain compares only; its tie
 //     test, an exact == between a live successor and a slot the lane owns, the popped slot 0 left
 //     out, goes into a per-lane sticky flag: no vote, no barrier, no branch); then one __any_sync
 //     of the flags. A tie: __syncwarp, restore the checkpoint (the window re-shuffled from the
-//     slots) and replay the chunk with the EXACT pop (sl_pop<true>, v2's: after the plain merge an
+//     slots) and replay the chunk with the EXACT pop (sl_pop<true>: after the plain merge an
 //     __any_sync of the window's tie test, and on a tie the merge redone with the rank-tuple walks
 //     on that warp-uniform branch). A tie costs <= TB_CK exact pops, not a second build. Claim
 //     (asserted on every chunk of every CPU model case, tests/test_tree_build_sorted_sim.py): a
@@ -69,8 +66,8 @@
 //     advanced per trip, no division in the loop), the unaligned head and the tail (< 4 bytes
 //     each) as byte stores, so that no store touches a neighbouring request's bytes (the numpy
 //     model of this index math: test_epilogue_visibility_every_byte_once). root_token[b] and
-//     start[b] are loaded before the staging (v3 loaded them in the epilogue: two global
-//     latencies on its chain). No TreeSmem, paths or build_paths any more;
+//     start[b] are loaded before the staging (off the epilogue's chain); no TreeSmem, paths or
+//     build_paths;
 //   * a warp-uniform loop: `budget` trips (a kernel argument) and the warp test made a shuffle
 //     result, so the compiler needs no divergence guards (BRA.DIV) around the shuffles and the
 //     unrolled body (TB_UNROLL pops, default 2) is one basic block; a sticky `alive` ends the
@@ -78,9 +75,7 @@
 //     no node and walks the valid dummy candidate 0, so its table reads stay in the L + 2 rows;
 //   * the liveness tests are integer tests of the high word (sl_live), not DSETPs; the node
 //     record is one 16-byte store.
-// Version 5 (session 4; v4 measured 11.5-11.8 us at B=64 budget 64 in call4's same-process A/B,
-// 9.58-9.75 for v5; kernels/NOTES.md, "Session 4"):
-//   * LEAN pop (was the TB_LEAN knob): no prefetches; at the end of each pop the next head
+//   * a lean pop: no prefetches; at the end of each pop the next head
 //     (s_wins ? runner-up : first) is chosen first and its three log-probs are then loaded from its
 //     own candidate (T[off], T[off + 1], T[(d + 1) * W]; hd, not the alive-gated hq: every
 //     candidate ever made reads inside the L + 2 rows). No runner-up triple in SlState and no
@@ -93,12 +88,10 @@
 //   * the staging steps (d, r) = divmod(e, W) per element instead of dividing;
 //   * the epilogue writes the masks, then one __syncthreads, then every global store (outputs,
 //     visibility words, the edge bytes): no barrier waits behind a global store, and num_nodes is
-//     stored by lane 0 as the loop ends. (A streamed epilogue, consumer warps writing each chunk's
-//     columns during the pops behind named barriers, was measured and dropped: slower at budget 64,
-//     and synccheck reports its producer / consumer barrier as divergent.)
+//     stored by lane 0 as the loop ends.
 // Knobs (compile-time): TB_CK pops per checkpoint (a multiple of TB_UNROLL); TB_FORCE_EXACT=1
 // runs the exact pop only, no checkpoints (the GPU tests run it on every shape:
-// KDTREE_TEST_DEFINES="tb_sorted:TB_FORCE_EXACT=1"); TB_PROFILE=1 is a timing diagnostic with
+// KDTREE_TEST_DEFINES="sorted:TB_FORCE_EXACT=1"); TB_PROFILE=1 is a timing diagnostic with
 // WRONG outputs: thread 0 of each block writes into scores[b][0..9] (as doubles, as many as Q
 // holds) the fields
 //   0 cyc_stage        clock64 cycles of the staging (to the first __syncthreads)
@@ -111,7 +104,6 @@
 //   7 restores         checkpoints restored (chunks redone)
 //   8 ns_loops         ns from after the staging to the end of the loop
 //   9 replayed         pops rerun by the redos (the fast ones and the exact one)
-// (kernels/runs/h200-2026-11-29-s3/tb_profile.py prints cycles per pop and the SM clock).
 // Race freedom (compute-sanitizer racecheck): lane 0 alone writes the node records; the fast pop
 // has no reader; the exact pop's only readers (the tie walks) run after a __syncwarp() on its
 // warp-uniform tie branch, and read only records of nodes before the current one, which the
@@ -232,7 +224,7 @@ struct SlState {
 // `budget` or after the heap emptied is dead. EXACT = false (fast): the merge with plain compares
 // only; its tie test (an exact == between a live successor and a slot the lane owns, the popped
 // slot 0 left out) keeps the first pop this lane flagged in `tie_node` (a min, off the chain: no
-// vote, no barrier, no branch). EXACT = true (version 2's pop): after the plain merge, one __any_sync of the tie test
+// vote, no barrier, no branch). EXACT = true: after the plain merge, one __any_sync of the tie test
 // (window and runner-up), and on a tie anywhere in the warp the merge is redone with the rank-tuple
 // walks after a __syncwarp (lane 0's records before the walks; warp-uniform branch).
 template <bool EXACT>
@@ -316,7 +308,7 @@ __device__ __forceinline__ void sl_pop(SlState& st, double (&es)[TB_NPL + 2], u3
     // log-probs loaded from its own candidate: one LDS latency on the head's chain, no prefetch
     // of three candidates' triples and no selects among them. The load uses hd, not the
     // alive-gated hq: every candidate ever made (live pops, or dead pops from candidate 0) reads
-    // inside the L + 2 rows, the same addresses v4's prefetches read.
+    // inside the L + 2 rows.
     st.hs = s_wins ? st.ss : fs;
     st.hd = s_wins ? st.sd : fd;
     st.l0 = T[sl_off(st.hd)];

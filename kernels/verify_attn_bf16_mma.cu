@@ -1,18 +1,17 @@
-// verify_attn, variant bf16_paged: SGLang's target-verify layout, page size 1 (ops.md §2).
-// The portable mma.sync kernel: the launch picks it on GPUs other than sm_90 (there the wgmma kernel,
-// verify_attn_bf16_wgmma2.cu, runs). Measured on an H200: 1771 us at B=8 H=64 Q=33 P=8192 (170
-// TFLOP/s), 31.2 ms at B=64 H=16 Q=65 P=32768 (152), 13.7 ms at B=1 H=128 Q=65 P=131072 (173).
+// verify_attn, variant bf16_paged, kernel `bf16_mma`: SGLang's target-verify layout, page size 1
+// (ops.md §2), on mma.sync: the launch picks it on GPUs other than sm_90 (there verify_attn_bf16_wgmma2.cu
+// runs; kernels/README.md).
 //
 // Launch (main): grid = (ceil(Q*H / 64), B, n_splits), block = 256 (8 warps), dynamic shared
 //   memory FB_SMEM_BYTES (166,144 B: opt-in above 48 KB; one block per SM).
-//   verify_attn_bf16_paged(q bf16 [B*Q,H,576], kv_buffer bf16 [N,576], kv_indptr i32 [B+1],
-//                          kv_indices i32 [*], tree_slots i32 [B*Q], custom_mask u8 [*],
-//                          mask_indptr i32 [B+1], B, Q, H, sm_scale_log2 (= sm_scale*log2 e),
-//                          n_splits, out bf16 [B*Q,H,512], lse f32 [B*Q,H], ws_o, ws_m, ws_l)
+//   verify_attn_bf16_mma(q bf16 [B*Q,H,576], kv_buffer bf16 [N,576], kv_indptr i32 [B+1],
+//                        kv_indices i32 [*], tree_slots i32 [B*Q], custom_mask u8 [*],
+//                        mask_indptr i32 [B+1], B, Q, H, sm_scale_log2 (= sm_scale*log2 e),
+//                        n_splits, out bf16 [B*Q,H,512], lse f32 [B*Q,H], ws_o, ws_m, ws_l)
 //   A block owns 64 consecutive (token, head) rows of one request (rows i*H + h, contiguous in q
 //   and out) and one split of the request's keys (ceil(kvlen / n_splits) rounded up to 32,
 //   kvlen = P_b + Q, computed on the device). n_splits == 1 writes out/lse directly; otherwise
-//   partials (attn_common.cuh) and verify_attn_bf16_merge (grid = B*Q*H, block = 128) finish.
+//   partials (attn_common.cuh) and verify_attn_bf16_mma_merge (grid = B*Q*H, block = 128) finish.
 //
 // Keys: key j < P_b is kv_buffer[kv_indices[kv_indptr[b] + j]], key P_b + t is
 //   kv_buffer[tree_slots[b*Q + t]]; values are the first 512 entries of the same row. Prefix keys
@@ -51,13 +50,13 @@ __device__ __forceinline__ void cp_async4(void* dst, const void* src, bool valid
 }
 
 extern "C" __global__ void __launch_bounds__(FB_THREADS, 1)
-verify_attn_bf16_paged(const u16* __restrict__ q, const u16* __restrict__ kv_buffer,
-                       const int* __restrict__ kv_indptr, const int* __restrict__ kv_indices,
-                       const int* __restrict__ tree_slots, const u8* __restrict__ custom_mask,
-                       const int* __restrict__ mask_indptr, int B, int Q, int H,
-                       float sm_scale_log2, int n_splits,
-                       u16* __restrict__ out, float* __restrict__ lse,
-                       float* __restrict__ ws_o, float* __restrict__ ws_m, float* __restrict__ ws_l) {
+verify_attn_bf16_mma(const u16* __restrict__ q, const u16* __restrict__ kv_buffer,
+                     const int* __restrict__ kv_indptr, const int* __restrict__ kv_indices,
+                     const int* __restrict__ tree_slots, const u8* __restrict__ custom_mask,
+                     const int* __restrict__ mask_indptr, int B, int Q, int H,
+                     float sm_scale_log2, int n_splits,
+                     u16* __restrict__ out, float* __restrict__ lse,
+                     float* __restrict__ ws_o, float* __restrict__ ws_m, float* __restrict__ ws_l) {
     extern __shared__ __align__(16) u16 smem_h[];
     u16* sQ = smem_h;                                     // [64][584]
     u16* sK = sQ + FB_ROWS * FB_STR;                      // [2][32][584]
@@ -268,4 +267,4 @@ verify_attn_bf16_paged(const u16* __restrict__ q, const u16* __restrict__ kv_buf
     }
 }
 
-ATTN_MERGE_ENTRY(verify_attn_bf16_merge, u16, StoreBF16)
+ATTN_MERGE_ENTRY(verify_attn_bf16_mma_merge, u16, StoreBF16)

@@ -1,0 +1,192 @@
+"""verify_attn: MLA absorbed tree-verify attention over prefix + tree with the tree's mask (ops.md §2).
+
+Two layouts share one math: `fp32` (contiguous [B, S, 576] KV, exact FP32) and `bf16_paged`
+(SGLang's page-size-1 token pool); `layouts` holds what differs between them. The reference works
+in float64 on the stored inputs (`reference`), the torch backend and the bench baselines are in
+`torch_impl`, the kernels and their launch in `cuda`.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from ...dtypes import NUMPY_DTYPES
+from .._common import name_from, rng_for
+from ..base import Baseline, Case, Cost, Generated, Op, Param
+from ..tree_build import OP as TREE_BUILD
+from . import cuda, torch_impl
+from .layouts import LATENT, LAYOUTS, ROPE, ROW, check_scale
+from .reference import attend_reference, dense_reference, reference
+from .torch_impl import attend_torch_bf16
+
+__all__ = ["OP", "LATENT", "ROPE", "ROW", "FLOP_PER_KEY", "KIMI_K2_SCALE", "attend_reference",
+           "attend_torch_bf16", "VerifyAttn"]
+
+FLOP_PER_KEY = 2 * ROW + 2 * LATENT          # q·k over 576 dims, p·v over 512, per query row
+KIMI_K2_SCALE = 0.14467963                   # 192^-0.5 · (0.1·ln 64 + 1)^2
+
+
+class VerifyAttn(Op):
+    name = "verify_attn"
+    variants = tuple(LAYOUTS)
+    params = (
+        Param("batch", int, 1, 1, 4096, doc="requests B"),
+        Param("heads", int, 16, 1, 1024, doc="query heads H (one shared latent KV head)"),
+        Param("prefix", int, 128, 0, 1 << 22, doc="cached tokens before the tree (the largest)"),
+        Param("prefix_mode", str, "same", choices=("same", "mixed"),
+              doc="same: every request has `prefix`; mixed: request 0 has it, others draw from [0, prefix]"),
+        Param("budget", int, 8, 0, 4096, doc="tree nodes besides the root; Q = budget + 1"),
+        Param("depth", int, 6, 1, 64, doc="draft depth of the drafter the trees come from"),
+        Param("sharpness", float, 1.0, 0.0, 1e6, doc="drafter logit scale (chains vs bushes)"),
+        Param("sm_scale", float, KIMI_K2_SCALE, 0.0, 1e3,
+              doc="softmax scale: 0.14467963 Kimi K2, 0.13523378 DeepSeek-V3, 0.07216878 no YaRN"),
+        Param("scale", float, 0.6, 1e-6, 1e6,
+              doc="std of the random q and kv entries; 0.6 gives scores of std ~1.25 (Kimi K2 scale)"),
+    )
+    outputs = ("out", "lse")
+    kernel_params = ("sm_scale",)
+    kernels = cuda.KERNELS
+    _defaults = {p.name: p.default for p in params}
+
+    def case_name(self, variant, params):
+        name = name_from(params, [("batch", "b"), ("heads", "h"), ("prefix", "p"), ("budget", "n")],
+                         [("prefix_mode", ""), ("depth", "l"), ("sharpness", "s"), ("sm_scale", "sc"),
+                          ("scale", "x")], self._defaults)
+        return f"{variant}_{name}"
+
+    def input_specs(self, variant):
+        return dict(LAYOUTS[variant].input_specs)
+
+    def check_inputs(self, variant, inputs, params):
+        """Every index a kernel follows must land inside its buffer."""
+        check_scale(params)
+        q_len, visibility = LAYOUTS[variant].check(inputs)
+        node = np.arange(q_len)
+        if np.any(visibility[:, node, node] != 1):
+            raise ValueError("every tree row must see itself (visibility diagonal all 1)")
+
+    # -- goldens --------------------------------------------------------------------------
+    def trees(self, case: Case) -> dict[str, np.ndarray]:
+        """The case's real trees (vocab >= budget and K = budget, so every tree is full)."""
+        p = case.params
+        return TREE_BUILD.real_trees(case.name, case.seed, batch=p["batch"], depth=p["depth"],
+                                     budget=p["budget"], vocab=max(p["budget"], 32), sharpness=p["sharpness"])
+
+    def generate(self, case: Case) -> Generated:
+        p = case.params
+        batch, heads, budget = p["batch"], p["heads"], p["budget"]
+        rng = rng_for(case.seed, 2)
+        built = self.trees(case)
+        if not np.all(built["num_nodes"] == budget):          # K = budget makes every tree full
+            raise AssertionError("tree_build produced a tree smaller than its budget")
+        prefix_len = np.full(batch, p["prefix"], np.int32)
+        if p["prefix_mode"] == "mixed" and batch > 1:
+            prefix_len[1:] = rng.integers(0, p["prefix"] + 1, size=batch - 1)
+        params = {"sm_scale": p["sm_scale"], "batch": batch, "heads": heads, "prefix": p["prefix"],
+                  "budget": budget, "prefix_mode": p["prefix_mode"]}
+        scale = np.float32(p["scale"])
+
+        def normal(shape):
+            return rng.standard_normal(shape, dtype=np.float32) * scale
+
+        inputs = LAYOUTS[case.variant].pack(normal, rng, prefix_len, built["visibility"], heads)
+        return Generated(inputs, params)
+
+    def requests(self, variant: str, inputs):
+        """Per request: (q [Q, H, 576], keys [P + Q, 576], P, visibility [Q, Q]) in the stored dtype."""
+        return LAYOUTS[variant].requests(inputs)
+
+    def reference(self, variant, inputs, params):
+        return reference(variant, inputs, params)
+
+    def tolerances(self, variant):
+        return dict(LAYOUTS[variant].tolerances)
+
+    def output_specs(self, variant, inputs, params):
+        return LAYOUTS[variant].output_specs(inputs)
+
+    # -- backends -------------------------------------------------------------------------
+    def run_torch(self, variant, inputs, params):
+        return torch_impl.run_torch(variant, inputs, params)
+
+    def kernel_choice(self, variant, inputs, params, gpu=None):
+        """The first kernel of the variant (in `cuda.KERNELS` order) that runs on the GPU and whose
+        grid fills its min_fill of the SMs; DeviceError where none runs."""
+        return cuda.choose(variant, inputs, gpu)
+
+    def run_cuda(self, variant, inputs, params, outputs, *, kernel=None, defines=None, splits=None):
+        """`kernel` names an entry of `kernels` (default: kernel_choice); `defines` are extra
+        compile-time defines of the main kernel (its timing diagnostics); `splits` overrides the
+        split count. Splits come from shapes only (no device sync, so this can be graph-captured)."""
+        cuda.run_cuda(self, variant, inputs, params, outputs, kernel, splits, defines)
+
+    # -- reports --------------------------------------------------------------------------
+    def describe(self, variant, inputs, params):
+        batch, q_len, heads, _ = LAYOUTS[variant].dims(inputs)
+        return {"B": batch, "H": heads, "Q": q_len, "prefix": LAYOUTS[variant].longest_prefix(inputs)}
+
+    def cost(self, variant, inputs, params):
+        """FLOPs over visible (row, key) pairs; bytes: q, each KV row once, the tree mask, outputs."""
+        visible_keys, kv_rows, mask_bytes = 0, 0, 0
+        for q, keys, prefix_len, visibility in self.requests(variant, inputs):
+            heads = q.shape[1]
+            visible_keys += heads * (prefix_len * q.shape[0] + int(visibility.astype(bool).sum()))
+            kv_rows += keys.shape[0]
+            mask_bytes += visibility.size
+        itemsize = inputs["q"].dtype.itemsize
+        out_bytes = sum(NUMPY_DTYPES[d].itemsize * int(np.prod(s))
+                        for d, s in self.output_specs(variant, inputs, params).values())
+        moved = inputs["q"].nbytes + kv_rows * ROW * itemsize + mask_bytes + out_bytes
+        return Cost(flops=float(visible_keys * FLOP_PER_KEY), bytes=float(moved))
+
+    # -- bench ----------------------------------------------------------------------------
+    def compute_unit(self, variant):
+        return LAYOUTS[variant].compute_unit
+
+    def baselines(self, variant, inputs, params):
+        """fp32: torch eager (run_torch), torch.compile of it, PyTorch SDPA with the tree mask.
+        bf16_paged: what a user writes in bf16 (`torch_bf16`, see `attend_torch_bf16`) and its
+        torch.compile, the fair baselines; the torch backend (`torch_fp32`: bf16 inputs upcast, fp32
+        GEMMs, slower than a user's bf16 code, kept as the exact-math baseline; its torch.compile
+        only on request: --baseline torch_compile_fp32); SDPA with the tree mask."""
+        sdpa = Baseline(torch_impl.sdpa_runner, skip=torch_impl.sdpa_skip(variant, inputs),
+                        doc="F.scaled_dot_product_attention with a bool tree mask over "
+                            "contiguous KV (layout built once, untimed)")
+        compiled = "torch.compile(run_torch, dynamic=True)"
+        if LAYOUTS[variant].out_dtype == "f32":
+            out = super().baselines(variant, inputs, params)
+            out["torch_compile"] = Baseline(torch_impl.compiled_runner, slow_setup=True,
+                                            doc=f"{compiled}: one compile per variant serves every shape")
+            out["sdpa"] = sdpa
+            return out
+        return {
+            "torch_bf16": Baseline(torch_impl.bf16_runner, doc="attend_torch_bf16 eager: bf16 GEMMs with fp32 "
+                                                               "accumulation, fp32 scores and softmax, P in bf16"),
+            "torch_compile_bf16": Baseline(functools.partial(torch_impl.bf16_runner, compiled=True),
+                                           slow_setup=True, doc="torch.compile(attend_torch_bf16, dynamic=True)"),
+            "torch_fp32": Baseline(self._torch_runner, backend="torch",
+                                   doc="the torch backend (run_torch), eager: bf16 inputs upcast, fp32 GEMMs"),
+            "torch_compile_fp32": Baseline(torch_impl.compiled_runner, slow_setup=True, default=False,
+                                           doc=f"{compiled}; only with --baseline"),
+            "sdpa": sdpa,
+        }
+
+    def baseline_tolerances(self, variant):
+        return dict(LAYOUTS[variant].baseline_tolerances)
+
+    def bench_extra(self, variant, inputs, params):
+        return {"kv_tokens": LAYOUTS[variant].kv_tokens(inputs), "prefix_mode": params.get("prefix_mode", "same")}
+
+    def bench_reference(self, variant, inputs, params):
+        """On a GPU: float64 there with the reference's math (see dense_reference); else None."""
+        if inputs["q"].device.type != "cuda":
+            return None
+        return self.dense_reference(variant, inputs, params)
+
+    def dense_reference(self, variant, inputs, params, chunk_bytes=None):
+        return dense_reference(variant, inputs, params, chunk_bytes)
+
+
+OP = VerifyAttn()

@@ -1,0 +1,137 @@
+"""verify_attn's CUDA binding: the kernel registry (kernels/README.md is its table), the launch's
+choice of kernel and its grid (row tiles x requests x KV splits, a merge when the keys are split)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ...errors import DeviceError
+from ..base import CudaKernel, Gpu
+from .layouts import LATENT, LAYOUTS
+
+PIECES_SPLIT, PIECES_BLOCK = 4, 144     # a `pieces` kernel's blocks per tile and threads per block
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttnKernel(CudaKernel):
+    """A verify_attn kernel: its block owns `rows` (token, head) rows of one request and walks its
+    KV split in tiles of `keys`; each split has at least `split_min_tiles` tiles; `rebalance` splits
+    a full grid in two where that evens out a ragged last wave. `pieces`: it reads its operands
+    pre-split, one 16-row tile of them being `pieces` bytes, written first by the entry
+    <entry>_pieces (grid (PIECES_SPLIT x tiles, B) of PIECES_BLOCK threads). `min_fill`: the
+    fraction of the SMs its grid must occupy for the launch to pick it. `dependent`: its pieces,
+    main and merge kernels are launched as programmatic dependents of the grid before each."""
+
+    rows: int
+    keys: int
+    split_min_tiles: int = 4
+    rebalance: bool = False
+    pieces: int = 0
+    min_fill: float = 0.0
+    dependent: bool = False
+
+    @property
+    def merge(self) -> str:
+        return self.entry + "_merge"
+
+
+# In the order the launch tries them: the first that runs on the GPU (and fills its min_fill) serves.
+KERNELS = (
+    AttnKernel(op="verify_attn", variant="fp32", name="fp32_bf16x3", role="default",
+               serves="sm_90 and newer (built for sm_90a / sm_100a) where its grid fills 3/4 of the SMs "
+                      "(B=1 H=16 Q=17 P=2048: 119 blocks)",
+               rows=16, keys=16, threads=512, smem=229576, arch_feature="a", pieces=55296, min_sm=90,
+               min_fill=0.75, dependent=True),
+    AttnKernel(op="verify_attn", variant="fp32", name="fp32_dmma", role="fallback",
+               serves="grids under 3/4 of the SMs (B=4 H=16 Q=17 P=8192 on an H200: 582 us against "
+                      "fp32_bf16x3's 683), on GPUs with 228,656 B of shared memory a block",
+               rows=34, keys=16, threads=384, smem=228592, min_sm=80),
+    AttnKernel(op="verify_attn", variant="bf16_paged", name="bf16_wgmma2", role="default",
+               serves="sm_90 (H100, H200: wgmma is sm_90a code), every shape",
+               rows=64, keys=64, threads=256, smem=223768, arch_feature="a", split_min_tiles=2,
+               rebalance=True, only_sm=90),
+    AttnKernel(op="verify_attn", variant="bf16_paged", name="bf16_mma", role="fallback",
+               serves="GPUs other than sm_90 with 166,208 B of shared memory a block (sm_80, sm_100)",
+               rows=64, keys=32, threads=256, smem=166144, min_sm=80),
+)
+
+
+def splits_for(k: AttnKernel, ctas: int, kv_bound: int, sms: int) -> int:
+    """KV splits per (row tile, request): fill the SMs when there are fewer tiles than SMs (each
+    split at least k.split_min_tiles key tiles); with k.rebalance, a grid of one or more waves is
+    split in two when that evens out a ragged last wave by more than 3%."""
+    if ctas >= sms:
+        if k.rebalance and kv_bound >= 16 * k.keys:
+            one, two = math.ceil(ctas / sms), math.ceil(2 * ctas / sms) / 2
+            return 2 if two < 0.97 * one else 1
+        return 1
+    return max(1, min(sms // ctas, math.ceil(kv_bound / (k.split_min_tiles * k.keys))))
+
+
+def grid(k: AttnKernel, inputs, sms: int) -> tuple[int, int, int, int, int]:
+    """(B, Q, H, row tiles per request, KV splits) of the grid k is launched with on `sms` SMs."""
+    batch, q_len, heads, kv_bound = LAYOUTS[k.variant].dims(inputs)
+    tiles = math.ceil(q_len * heads / k.rows)
+    return batch, q_len, heads, tiles, splits_for(k, tiles * batch, kv_bound, sms)
+
+
+def choose(variant, inputs, gpu: Gpu | None) -> str:
+    """The first kernel of the variant in KERNELS that runs on `gpu` and whose grid fills its
+    min_fill of the SMs (H200: fp32_bf16x3 when it fills 3/4 of them, else fp32_dmma; bf16_wgmma2)."""
+    gpu = gpu or Gpu.here()
+    for k in KERNELS:
+        if k.variant != variant or not k.runs_on(gpu):
+            continue
+        if k.min_fill:
+            batch, _, _, tiles, splits = grid(k, inputs, gpu.sms)
+            if tiles * batch * splits / gpu.sms < k.min_fill:
+                continue
+        return k.name
+    raise DeviceError(f"no verify_attn/{variant} kernel runs on sm_{gpu.arch} with {gpu.smem_optin} B of "
+                      f"shared memory a block (kernels/README.md lists what each needs)")
+
+
+def run_cuda(op, variant, inputs, params, outputs, kernel=None, splits=None, defines=None) -> None:
+    """One block per (row tile, request, KV split); a merge kernel when the keys are split."""
+    import torch
+
+    from ...device import device_arch, get_kernel, multiprocessor_count
+
+    k = op.cuda_kernel(kernel or op.kernel_choice(variant, inputs, params), variant)
+    layout = LAYOUTS[variant]
+    batch, q_len, heads, tiles, auto_splits = grid(k, inputs, multiprocessor_count())
+    kv_bound = layout.dims(inputs)[3]
+    rows = batch * q_len * heads
+    splits = auto_splits if splits is None else splits
+    arch = device_arch() + k.arch_feature if k.arch_feature else None
+    main = get_kernel(k.source, k.entry, arch=arch, defines=defines or {})
+    merger = get_kernel(k.source, k.merge, arch=arch, defines=defines or {}) if splits > 1 else None
+    device = outputs["out"].device
+    if splits > 1:
+        workspace = [torch.empty((splits, rows, LATENT), dtype=torch.float32, device=device),
+                     torch.empty((splits, rows), dtype=torch.float32, device=device),
+                     torch.empty((splits, rows), dtype=torch.float32, device=device)]
+    else:
+        from ctypes import c_void_p
+
+        workspace = [c_void_p(0)] * 3
+    operands = layout.kernel_operands(inputs)
+    if k.pieces:
+        from ctypes import c_int
+
+        kv_tiles = math.ceil(kv_bound / k.keys)
+        pieces = torch.empty(batch * (kv_tiles + tiles) * k.pieces, dtype=torch.uint8, device=device)
+        get_kernel(k.source, k.entry + "_pieces", arch=arch).launch(
+            (PIECES_SPLIT * (kv_tiles + tiles), batch), PIECES_BLOCK,
+            operands + [inputs["prefix_len"], c_int(q_len), c_int(heads), c_int(kv_bound), pieces],
+            dependent=k.dependent)
+        operands = [pieces]
+    args = operands + layout.kernel_tail(inputs, batch, q_len, heads, kv_bound, float(params["sm_scale"]), splits)
+    main.launch((tiles, batch, splits), k.threads, args + [outputs["out"], outputs["lse"], *workspace],
+                shared_mem=k.smem, dependent=k.dependent)
+    if merger is not None:
+        from ctypes import c_int
+
+        merger.launch(rows, 128, [*workspace, c_int(splits), c_int(rows), outputs["out"], outputs["lse"]],
+                      dependent=k.dependent)
