@@ -18,6 +18,8 @@ from typer.testing import CliRunner
 
 from cli.main import app
 from kdtr import bench
+from kdtr.bench import runner as bench_runner
+from kdtr.bench import schedule
 from kdtr.backends import upload
 from kdtr.bench import (BenchRecord, BenchRow, BenchSettings, Ceilings, TimingOptions, agree, compare_records,
                         judge, median_ci, relative_spread, summarize)
@@ -196,7 +198,7 @@ def test_a_heavy_neighbour_no_longer_lands_on_one_implementation(monkeypatch):
         return first, second
 
     assert agree(*timings())
-    monkeypatch.setattr(bench, "balanced_turns", lambda m: [(r + j) % m for r in range(m) for j in range(m)])
+    monkeypatch.setattr(schedule, "balanced_turns", lambda m: [(r + j) % m for r in range(m) for j in range(m)])
     assert not agree(*timings())
 
 
@@ -238,7 +240,7 @@ def test_drift_biases_sequential_timings_and_interleaving_removes_it():
     # and comes out 2% slower; the speedup over the baseline is off by 1%. Even with its own
     # rounds' spread, a timing cannot see drift that happens after it: the repeat disagrees.
     clock = FakeClock()
-    ours, base, again = (bench._one([s], DRIFT_OPTS, clock=clock) for s in _drifting(clock))
+    ours, base, again = (schedule._one([s], DRIFT_OPTS, clock=clock) for s in _drifting(clock))
     assert again.median / ours.median - 1 == pytest.approx(0.02, abs=0.003)
     assert not agree(ours, again)
     assert base.median / ours.median / 10 - 1 == pytest.approx(0.01, abs=0.002)
@@ -864,7 +866,7 @@ def test_device_timer_falls_back_to_eager_when_capture_fails(monkeypatch):
 
 def _fake_gpu_env(monkeypatch, l2_bytes=4096, modes=("cold",)):
     FakeCuda().install(monkeypatch)
-    env = object.__new__(bench._Env)
+    env = object.__new__(bench_runner._Env)
     env.gpu, env.primary, env.device, env.modes = True, "cuda", "cpu", modes
     env.timer = bench.DeviceTimer(l2_bytes)
     env.host_timer = bench.HostTimer()
@@ -898,7 +900,7 @@ def test_case_runner_cuda_path_on_a_fake_device(monkeypatch, op_name, case_param
     settings = BenchSettings(timing=replace(OPTS, budget_s=0.05, min_samples=3), repeat=True,
                              baselines=("torch", "torch_bf16", "torch_fp32"))
     seen = []
-    rows = bench._CaseRunner(env, settings, item, seen.append, None).run()
+    rows = bench_runner._CaseRunner(env, settings, item, seen.append, None).run()
     ours = next(r for r in rows if r.primary)
     assert ours.impl == "cuda" and ours.check_passed, ours.check
     assert ours.timing.mode == "cold-rotate" and "input sets rotated" in ours.timing.note
@@ -922,10 +924,10 @@ def test_case_runner_reports_a_wrong_kernel_and_a_missing_one(monkeypatch):
                            lambda: (lambda g: (g.inputs, g.params))(op.generate(case)))
     settings = BenchSettings(timing=replace(OPTS, budget_s=0.05, min_samples=3), baselines=())
     monkeypatch.setattr(op, "run_cuda", _fake_run_cuda(op, wrong=True))
-    [row_] = bench._CaseRunner(env, settings, item, lambda s: None, None).run()
+    [row_] = bench_runner._CaseRunner(env, settings, item, lambda s: None, None).run()
     assert row_.check_passed is False and row_.timing is None and "accept_len" in row_.check
     monkeypatch.setattr(op, "run_cuda", lambda *a: (_ for _ in ()).throw(NotImplementedError()))
-    [row_] = bench._CaseRunner(env, settings, item, lambda s: None, None).run()
+    [row_] = bench_runner._CaseRunner(env, settings, item, lambda s: None, None).run()
     assert row_.skip == "tree_accept/default has no run_cuda yet" and row_.check_passed is None
 
 
@@ -979,7 +981,7 @@ def test_a_device_error_at_cleanup_stops_the_run_with_a_record_not_a_traceback(s
         cleanups.append(1)
         if len(cleanups) == 2:              # the second cleanup: within or right after the first case
             raise RuntimeError("CUDA error: an illegal memory access was encountered")
-    monkeypatch.setattr(bench._Env, "cleanup", cleanup)
+    monkeypatch.setattr(bench_runner._Env, "cleanup", cleanup)
     out = tmp_path / "lost.json"
     result = invoke("bench", suites, *FAST, "-k", "ta_*", "--json", out)
     assert result.exit_code == 1, result.output
