@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -24,7 +26,7 @@ BENCH_HELP = (
     "the GPU's clocks and temperature, and what one leaves behind for the next, hit all alike. A "
     "figure is the median of its samples; its noise (±) is the larger of that median's 95% CI and "
     "the 95% CI of its rounds' medians (the round-to-round variation). Rounds stop (at least 5) when "
-    "every noise is under --target, or the --budget per implementation is spent (the record says "
+    "every noise is under --target, or the --time-budget per implementation is spent (the record says "
     "which: stop_reason). Cold mode (default) flushes the L2 with a 2x-L2 buffer or rotates input "
     "copies; hot mode reuses the same inputs. Speedup = baseline median / our median. Figures above "
     "100% of a measured ceiling are flagged as measurement errors.\n\n"
@@ -137,9 +139,9 @@ def bench_cmd(
                                                  "torch_bf16, torch_compile_bf16, torch_fp32, torch_compile_fp32 "
                                                  "(not run unless named), sdpa."),
     no_baselines: bool = typer.Option(False, "--no-baselines", help="Time only our implementation."),
-    budget: Optional[float] = typer.Option(None, "--budget", help="Seconds of samples per implementation: a "
-                                                                  "case's rounds stop after budget x its implementations "
-                                                                  "\\[0.5; --quick 0.1]."),
+    time_budget: Optional[float] = typer.Option(None, "--time-budget", help="Seconds of samples per implementation: "
+                                                "a case's rounds stop after this x its implementations "
+                                                "\\[0.5; --quick 0.1]."),
     target: Optional[float] = typer.Option(None, "--target", help="Stop the rounds when every implementation's "
                                                                   "relative noise is below this \\[0.01; --quick 0.05]."),
     repeat: bool = typer.Option(False, "--repeat", help="Time our kernel a second time in the same interleaved "
@@ -167,9 +169,15 @@ def bench_cmd(
         raise UsageError("--threshold must be > 0")
     old = bench.load_record(compare) if compare else None
     paths = list(paths or [])
+    if json_path and json_path != "-":
+        bench.check_output_path(json_path)
+    to_stdout = json_path == "-"
+    # with --json -, stdout carries the JSON alone: whatever else would print goes to stderr
+    quiet_stdout = contextlib.redirect_stdout(sys.stderr) if to_stdout else contextlib.nullcontext()
     if old is not None and len(paths) == 1 and paths[0].suffix == ".json":
         comparison = bench.compare_records(old, bench.load_record(paths[0]), threshold)
-        compare_view(comparison, str(compare), str(paths[0]), verbose=verbose, quiet=quiet)
+        with quiet_stdout:
+            compare_view(comparison, str(compare), str(paths[0]), verbose=verbose, quiet=quiet)
         if json_path:
             _emit_json(json_path, comparison)
         raise typer.Exit(EXIT_FAILED if comparison.regressions else EXIT_OK)
@@ -177,8 +185,8 @@ def bench_cmd(
         raise UsageError("a .json argument is only read with --compare OLD.json NEW.json")
 
     timing = bench.QUICK_TIMING if quick else bench.TimingOptions()
-    if budget is not None:
-        timing = replace(timing, budget_s=budget)
+    if time_budget is not None:
+        timing = replace(timing, budget_s=time_budget)
     if target is not None:
         timing = replace(timing, target=target)
     timing.check()
@@ -187,46 +195,54 @@ def bench_cmd(
     settings = bench.BenchSettings(backend=backend, mode=mode, timing=timing,
                                    baselines=() if no_baselines else (tuple(baseline) if baseline else None),
                                    quick=quick, repeat=repeat, sanity=not no_sanity, time_limit_s=time_limit)
-    items = _items(paths or _default_specs(), pattern, quick, shard)
     targets = [p for p in (json_path if json_path and json_path != "-" else None,
                            bench.default_record_path() if save else None) if p]
+    if save:
+        bench.check_output_path(targets[-1])
+    if csv_path:
+        bench.check_output_path(csv_path, "CSV")
+    with quiet_stdout:
+        record = _run(paths, pattern, quick, shard, devices, settings, targets, quiet)
+        if not to_stdout:
+            bench_view(record, verbose=verbose, quiet=quiet)
+        for path in targets:
+            bench.write_record(path, record)
+        if csv_path:
+            from kdtr.report import atomic_write_text
+
+            atomic_write_text(csv_path, bench.bench_csv(record))
+        from . import render
+
+        if targets and not quiet:
+            render.err.print(f"record: {', '.join(map(str, targets))}", markup=False, highlight=False)
+        code = bench.exit_status(record)
+        if old is not None:
+            comparison = bench.compare_records(old, record, threshold)
+            compare_view(comparison, str(compare), "this run", verbose=verbose, quiet=quiet)
+            if comparison.regressions:
+                code = EXIT_FAILED
+    if to_stdout:
+        sys.stdout.write(bench.record_text(record))
+    raise typer.Exit(code)
+
+
+def _run(paths, pattern, quick, shard, devices, settings, targets, quiet):
+    """The cases on one GPU (or the host), or spread over --devices; the record, rewritten to
+    `targets` after every case on one device."""
+    from kdtr import bench, parallel
+
+    items = _items(paths or _default_specs(), pattern, quick, shard)
 
     def partial(record):
         for path in targets:
             bench.write_record(path, record)
 
-    from kdtr import parallel
-
     device_list = parallel.parse_devices(devices, _gpu_count())
     with _Progress(quiet) as progress:
         if device_list:
-            record = _run_on_devices(device_list, items, paths or _default_specs(), pattern, quick, settings,
-                                     progress)
-        else:
-            record = bench.run_bench(items, settings, progress=progress, on_partial=partial if targets else None)
-    if json_path != "-":
-        bench_view(record, verbose=verbose, quiet=quiet)
-    for path in targets:
-        bench.write_record(path, record)
-    if json_path == "-":
-        _emit_json("-", record)
-    if csv_path:
-        from kdtr.report import atomic_write_text
-
-        atomic_write_text(csv_path, bench.bench_csv(record))
-    from . import render
-
-    if targets and not quiet:
-        render.err.print(f"record: {', '.join(map(str, targets))}", markup=False, highlight=False)
-    code = bench.exit_status(record)
-    if old is not None:
-        comparison = bench.compare_records(old, record, threshold)
-        compare_view(comparison, str(compare), "this run", verbose=verbose, quiet=quiet)
-        if comparison.regressions:
-            code = EXIT_FAILED
-    raise typer.Exit(code)
-
-
+            return _run_on_devices(device_list, items, paths or _default_specs(), pattern, quick, settings,
+                                   progress)
+        return bench.run_bench(items, settings, progress=progress, on_partial=partial if targets else None)
 @app.command("report")
 @guarded
 def report_cmd(

@@ -363,13 +363,171 @@ def test_record_json_round_trip(tmp_path):
     rec = record()
     path = tmp_path / "r.json"
     bench.write_record(path, rec)
-    data = json.loads(path.read_text())
+    text = path.read_text()
+    data = json.loads(text)
     assert data["kind"] == "kdtree.bench" and data["bench_format"] == bench.BENCH_FORMAT
     assert set(data) >= {"meta", "settings", "ceilings", "sanity", "rows", "errors", "not_run", "complete"}
+    assert "\n " not in text and data["samples_file"] == "r.samples.npz"         # compact; names its sidecar
     first = data["rows"][0]
-    assert set(first["timing"]) >= {"samples_ms", "median", "p10", "p90", "rel_std", "rel_ci", "n",
+    assert set(first["timing"]) >= {"median", "p10", "p90", "rel_std", "rel_ci", "n", "round_medians",
                                     "stop_reason", "mode", "method"}
+    assert "samples_ms" not in first["timing"]                                 # the raw samples: in the sidecar
     assert bench.load_record(path) == rec
+
+
+def _all_timings(rec):
+    return [t for r in (*rec.sanity, *rec.rows) for t in (r.timing, r.repeat) if t is not None] + \
+        list((rec.ceilings.timings if rec.ceilings else {}).values())
+
+
+def test_samples_come_back_from_the_sidecar_bit_for_bit(tmp_path):
+    rng = np.random.default_rng(7)
+    rec = record()
+    rows = [replace(r, timing=replace(r.timing, samples_ms=tuple(rng.random(r.timing.n) * 3e-3)))
+            if r.timing else r for r in rec.rows]
+    rows[0] = replace(rows[0], repeat=replace(rows[0].timing, samples_ms=tuple(rng.random(rows[0].timing.n))))
+    ceilings = replace(CEILINGS, timings={"hbm_read": timing(0.5, seed=3)})
+    rec = replace(rec, rows=tuple(rows), ceilings=ceilings, sanity=(replace(rows[1], op="sanity"),))
+    path = tmp_path / "bench.json"
+    bench.write_record(path, rec)
+    assert (tmp_path / "bench.samples.npz").is_file()
+    back = bench.load_record(path)
+    assert back == rec
+    for a, b in zip(_all_timings(back), _all_timings(rec)):
+        assert np.array_equal(np.asarray(a.samples_ms).view(np.uint64), np.asarray(b.samples_ms).view(np.uint64))
+    assert len(_all_timings(back)) == 3 * 2 + 1 + 1 + 1          # 6 rows timed, a repeat, a sanity row, a ceiling
+
+
+def test_a_record_without_its_sidecar_loads_with_summaries_only(tmp_path):
+    path = tmp_path / "bench.json"
+    bench.write_record(path, record())
+    (tmp_path / "bench.samples.npz").unlink()
+    rec = bench.load_record(path)
+    assert all(t.samples_ms == () and t.n == 41 for t in _all_timings(rec))
+    assert [r.timing.median for r in rec.rows if r.timing] == [r.timing.median for r in record().rows if r.timing]
+    report = invoke("report", path, "--csv", tmp_path / "r.csv", "--quiet")
+    assert report.exit_code == 0 and "vs_torch=10" in report.output, report.output
+    assert len((tmp_path / "r.csv").read_text().splitlines()) == 10
+    assert invoke("bench", "--compare", path, path, "--quiet").exit_code == 0
+    again = tmp_path / "again.json"                # written again without samples: still loads
+    bench.write_record(again, rec)
+    assert bench.load_record(again) == rec and not (tmp_path / "again.samples.npz").exists()
+
+
+def test_a_sidecar_of_another_record_is_refused(tmp_path):
+    from kdtr.errors import UsageError
+
+    path = tmp_path / "bench.json"
+    bench.write_record(path, record())
+    other = tmp_path / "other.json"
+    bench.write_record(other, replace(record(), rows=record().rows[:3]))
+    (tmp_path / "other.samples.npz").replace(tmp_path / "bench.samples.npz")
+    with pytest.raises(UsageError, match="bench.samples.npz.*a sidecar of another run"):
+        bench.load_record(path)
+    (tmp_path / "bench.samples.npz").write_bytes(b"not a zip")
+    with pytest.raises(UsageError, match=r"bench.samples.npz.*not a samples sidecar"):
+        bench.load_record(path)
+
+
+def _default_suites_shape():
+    """(op, variant) -> the implementations a GPU run times for each case of specs/bench (ours and
+    the default baselines), and the number of cases."""
+    from kdtr import spec
+    from kdtr.config import REPO_ROOT
+
+    small = {"tree_accept": dict(batch=2, budget=4, depth=3), "tree_build": dict(batch=2, depth=5, vocab=64, budget=12),
+             "verify_attn": dict(batch=2, heads=4, prefix=30, budget=6)}
+    items = bench.items_from_suites(spec.load_suites(REPO_ROOT / "specs" / "bench"))
+    shape = {}
+    for op_name, variant in sorted({(i.op, i.variant) for i in items}):
+        op = get_op(op_name)
+        gen = op.generate(Case("t", op_name, variant, 1, dict(op._defaults, **small[op_name])))
+        baselines = [n for n, b in op.baselines(variant, gen.inputs, gen.params).items() if b.default]
+        shape[op_name, variant] = (["cuda", *baselines], sum((i.op, i.variant) == (op_name, variant) for i in items))
+    return shape
+
+
+def test_a_repeat_run_of_the_default_suites_in_both_modes_writes_under_1_mb(tmp_path):
+    """Every Timing at its caps (max_samples samples, max_rounds round medians, ours repeated),
+    every sample a full-precision float: the worst case of `kdtree bench --repeat --mode both`."""
+    opts = TimingOptions()
+    rng = np.random.default_rng(0)
+
+    def full(median_ms):
+        samples = median_ms * (1 + 0.01 * rng.standard_normal(opts.max_samples))
+        return summarize(samples.tolist(), stop_reason="max_samples", mode="cold-rotate", method="graph",
+                         calls_per_sample=37, note="14 input sets rotated",
+                         round_medians=(median_ms * (1 + 0.01 * rng.standard_normal(opts.max_rounds))).tolist())
+
+    rows = []
+    shape = _default_suites_shape()
+    for (op_name, variant), (impls, cases) in shape.items():
+        for case in range(cases):
+            for mode in ("hot", "cold"):
+                group = [BenchRow(case=f"{variant}_b8_h64_q33_p{case}", op=op_name, variant=variant,
+                                  config={"B": 8, "H": 64, "Q": 33, "prefix": 8192}, impl=impl, mode=mode,
+                                  primary=impl == "cuda", timing=full(0.03 * (k + 1)), flops=1.2e9, bytes=5.9e6,
+                                  check_passed=True, check="checked out (rel. L2 1.1e-06), lse (rel. L2 3e-07)",
+                                  repeat=full(0.03) if impl == "cuda" else None,
+                                  repeat_agrees=True if impl == "cuda" else None, setup_s=0.151,
+                                  params={"batch": 8, "heads": 64, "prefix": 8192, "prefix_mode": "same",
+                                          "budget": 32, "depth": 6, "sharpness": 1.0, "sm_scale": 0.14467963},
+                                  extra={"kv_tokens": 8225, "prefix_mode": "same", "kernel": "bf16_wgmma2"})
+                         for k, impl in enumerate(impls)]
+                rows += [bench.with_figures(r, CEILINGS) for r in bench.with_speedups(group)]
+    sanity = tuple(replace(rows[0], case=f"sanity{i}", op="sanity") for i in range(7))
+    ceilings = replace(CEILINGS, timings={k: full(1.0) for k in ("bf16_mma", "fp32_fma", "hbm_read", "hbm_copy",
+                                                                 "hbm_copy_eager")})
+    rec = BenchRecord(record().meta, record().settings, ceilings, sanity, tuple(rows))
+    assert len(rows) == 2 * sum(len(impls) * cases for impls, cases in shape.values()) >= 260
+    path = tmp_path / "bench.json"
+    bench.write_record(path, rec)
+    size = path.stat().st_size
+    assert size < 1_000_000, f"{size} bytes"
+    assert bench.load_record(path) == rec
+
+
+def test_cli_bench_json_to_stdout_is_json_alone(suites, tmp_path):
+    from kdtr.device import gpu_available
+
+    if gpu_available():
+        pytest.skip("CPU run")
+    result = invoke("bench", suites, *FAST, "-k", "ta_small", "--json", "-", "--quiet",
+                    "--compare", _written(tmp_path))
+    data = json.loads(result.stdout)                         # nothing else on stdout
+    assert data["kind"] == "kdtree.bench" and [r["case"] for r in data["rows"]] == ["ta_small"]
+    assert data["rows"][0]["timing"]["samples_ms"]             # no sidecar on stdout: samples inline
+    assert "compare" in result.stderr and result.exit_code == 0, result.output
+
+
+def _written(tmp_path):
+    path = tmp_path / "old.json"
+    bench.write_record(path, record())
+    return path
+
+
+@pytest.mark.parametrize("where", ["folder", "under_a_file"])
+def test_cli_bench_refuses_an_unwritable_json_path_before_any_work(suites, tmp_path, monkeypatch, where):
+    monkeypatch.setattr(bench, "collect_items", lambda *a: pytest.fail("the cases were collected"))
+    (tmp_path / "file.txt").write_text("x")
+    target = tmp_path if where == "folder" else tmp_path / "file.txt" / "bench.json"
+    result = invoke("bench", suites, "--json", target)
+    assert result.exit_code == 2, result.output
+    assert len(result.output.strip().splitlines()) == 1 and str(target) in result.output
+    assert "Traceback" not in result.output
+
+
+def test_bench_meta_names_no_folder_of_the_machine(tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", [str(tmp_path / "cli" / "__main__.py"), "bench", str(tmp_path / "specs"),
+                                      f"--json={tmp_path / 'out' / 'b.json'}", "/elsewhere/x.kdtr"])
+    monkeypatch.setattr(sys, "orig_argv", ["/opt/venv/bin/python", "-m", "cli", *sys.argv[1:]])
+    meta = bench.bench_meta()
+    assert meta["argv"] == ["cli/__main__.py", "bench", "specs", "--json=out/b.json", "/elsewhere/x.kdtr"]
+    assert meta["command_line"] == "python -m cli bench specs --json=out/b.json /elsewhere/x.kdtr"
+    assert str(tmp_path) not in json.dumps(meta)
 
 
 def test_load_record_refuses_what_is_not_a_record(tmp_path):
@@ -538,7 +696,7 @@ def suites(tmp_path):
     return folder
 
 
-FAST = ("--budget", "0.05", "--target", "0.2")
+FAST = ("--time-budget", "0.05", "--target", "0.2")
 
 
 def test_cli_bench_cpu_run_json_csv(suites, tmp_path):
@@ -583,7 +741,8 @@ def test_cli_bench_quick_and_pattern(suites, tmp_path):
 
 def test_cli_bench_usage_errors(suites):
     assert invoke("bench", suites, "--mode", "lukewarm").exit_code == 2
-    assert invoke("bench", suites, "--budget", "0").exit_code == 2
+    assert invoke("bench", suites, "--time-budget", "0").exit_code == 2
+    assert invoke("bench", suites, "--budget", "1").exit_code == 2             # renamed: one meaning per name
     assert invoke("bench", suites, "--time-limit", "-1").exit_code == 2
     assert invoke("bench", suites / "absent.yaml").exit_code == 2
 
@@ -952,14 +1111,16 @@ def test_check_outputs_names_what_it_compared():
 
 
 def test_committed_h200_records_still_load_and_render(tmp_path):
+    """Records of the format before the sidecar (indented, samples inline) still load and render."""
     from kdtr.config import REPO_ROOT
 
-    records = sorted((REPO_ROOT / "results").glob("bench-*.json"))
+    records = sorted((REPO_ROOT / "results").glob("**/bench*.json"))
     if not records:
         pytest.skip("no committed bench records")
     for path in records:
         rec = bench.load_record(path)
         assert rec.ceilings is not None and rec.rows
+        assert all(len(r.timing.samples_ms) == r.timing.n for r in rec.rows if r.timing)   # inline samples
         result = invoke("report", path, "--csv", tmp_path / "r.csv")
         assert result.exit_code == 0, result.output
         assert "ceilings measured in this run" in result.output

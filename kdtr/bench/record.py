@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import os
 import shlex
 import sys
 import time
+import zipfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
+
+import numpy as np
 
 from ..errors import UsageError
 from .ceilings import Ceilings
@@ -104,7 +108,9 @@ class BenchRecord:
 
 
 def load_record(path: str | Path) -> BenchRecord:
-    """A bench record from JSON; UsageError (exit 2) naming the file when it is not one."""
+    """A bench record from JSON, its raw samples from the sidecar the JSON names (without the
+    sidecar every Timing keeps its summary and no samples); UsageError (exit 2) naming the file
+    when it is not one. Records with their samples inline (before the sidecar) load as they are."""
     path = Path(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -113,11 +119,59 @@ def load_record(path: str | Path) -> BenchRecord:
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise UsageError(f"not JSON: {err}", file=path) from None
     try:
+        if isinstance(data, dict) and data.get("samples_file") is not None:
+            _restore_samples(data, path)
         return BenchRecord.from_plain(data)
     except UsageError as err:
-        raise UsageError(err.message, file=path) from None
-    except (TypeError, ValueError, KeyError) as err:
+        raise UsageError(err.message, file=err.file or path) from None
+    except (TypeError, ValueError, KeyError, AttributeError) as err:
         raise UsageError(f"malformed bench record: {type(err).__name__}: {err}", file=path) from None
+
+
+def _timing_slots(data: Mapping[str, Any]) -> Iterator[tuple[str, dict]]:
+    """(sidecar key, plain Timing) for every Timing of a plain record: the ceilings', then every
+    sanity and case row's timing and repeat."""
+    for name, timing in ((data.get("ceilings") or {}).get("timings") or {}).items():
+        yield f"ceilings.{name}", timing
+    for group in ("sanity", "rows"):
+        for i, row in enumerate(data.get(group) or ()):
+            for slot in ("timing", "repeat"):
+                if row.get(slot):
+                    yield f"{group}.{i}.{slot}", row[slot]
+
+
+def samples_path(path: str | Path) -> Path:
+    """The sidecar beside a record: bench.json -> bench.samples.npz."""
+    path = Path(path)
+    return path.with_name(f"{path.stem}.samples.npz")
+
+
+def _restore_samples(data: dict, path: Path) -> None:
+    name = data["samples_file"]
+    if not isinstance(name, str) or Path(name).name != name or not name:
+        raise UsageError(f"samples_file must name a file beside the record, got {name!r}")
+    sidecar = path.with_name(name)
+    try:
+        blob = sidecar.read_bytes()
+    except FileNotFoundError:
+        return                              # summaries only: report, compare, CSV and plots need no more
+    except OSError as err:
+        raise UsageError(f"cannot read the samples sidecar: {err.strerror or err}", file=sidecar) from None
+    try:
+        with np.load(io.BytesIO(blob), allow_pickle=False) as arrays:
+            samples = {key: arrays[key] for key in arrays.files}
+    except (OSError, ValueError, zipfile.BadZipFile) as err:
+        raise UsageError(f"not a samples sidecar (.npz): {err}", file=sidecar) from None
+    for key, timing in _timing_slots(data):
+        values = samples.pop(key, None)
+        # size 0: a timing loaded without its samples and written again
+        if values is None or values.ndim != 1 or values.dtype != np.float64 or values.size not in (0, timing.get("n")):
+            raise UsageError(f"the samples of {key} do not match the record's n = {timing.get('n')} "
+                             "(a sidecar of another run?)", file=sidecar)
+        timing["samples_ms"] = values.tolist()
+    if samples:
+        raise UsageError(f"samples of timings the record lacks: {', '.join(sorted(samples))} "
+                         "(a sidecar of another run?)", file=sidecar)
 
 
 def with_figures(row: BenchRow, ceilings: Ceilings | None) -> BenchRow:
@@ -162,14 +216,29 @@ def _jsonable(value: Any) -> Any:
 
 
 def bench_meta(command: str = "bench") -> dict[str, Any]:
+    """record_meta plus the command line; paths under the current folder are given relative to
+    it and the interpreter by its name, so a record names no folder of the machine it ran on."""
     from ..report import record_meta
 
     meta = record_meta(command)
+    meta["argv"] = [relative_path(a) for a in meta.get("argv", [])]
     argv = getattr(sys, "orig_argv", None) or [sys.executable, *sys.argv]
-    meta["command_line"] = shlex.join(argv)
-    meta["cwd"] = os.getcwd()
+    meta["command_line"] = shlex.join([Path(argv[0]).name, *map(relative_path, argv[1:])])
     meta["started"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     return meta
+
+
+def relative_path(value: str) -> str:
+    """`value` relative to the current folder when it is an absolute path under it (a
+    --json=/abs/x.json option too), else unchanged."""
+    prefix, sep, rest = value.rpartition("=") if value.startswith("-") else ("", "", value)
+    path = Path(rest)
+    if not path.is_absolute():
+        return value
+    try:
+        return prefix + sep + path.relative_to(Path.cwd()).as_posix()
+    except ValueError:
+        return value
 
 
 def settings_dict(settings: BenchSettings, env_primary: str, modes: Sequence[str], gpu: bool) -> dict[str, Any]:
@@ -241,6 +310,43 @@ def merge_records(records: Sequence[BenchRecord]) -> BenchRecord:
 
 
 def write_record(path: str | Path, record: BenchRecord) -> None:
-    from ..report import write_json
+    """The record as compact JSON at `path`, every Timing's summary inline and its raw samples in
+    the compressed sidecar `samples_path(path)` that the JSON names (samples are most of a record's
+    size: inline, a --repeat run of the default suites in both modes took several MB). Both written
+    atomically, the sidecar first, so a JSON on disk never names samples not yet written."""
+    from ..atomic import atomic_write
+    from ..report import plain
 
-    write_json(path, record)
+    path = Path(path)
+    data = plain(record)
+    arrays = {key: np.asarray([_num(v) for v in timing.pop("samples_ms", ())], dtype=np.float64)
+              for key, timing in _timing_slots(data)}
+    if any(a.size for a in arrays.values()):
+        sidecar = samples_path(path)
+        buffer = io.BytesIO()
+        np.savez_compressed(buffer, **arrays)
+        atomic_write(sidecar, buffer.getvalue())
+        data["samples_file"] = sidecar.name
+    atomic_write(path, json.dumps(data, allow_nan=False, separators=(",", ":")) + "\n")
+
+
+def record_text(record: BenchRecord) -> str:
+    """The record as one JSON document with its samples inline (for stdout, where no sidecar fits)."""
+    from ..report import plain
+
+    return json.dumps(plain(record), allow_nan=False, separators=(",", ":")) + "\n"
+
+
+def check_output_path(path: str | Path, what: str = "record") -> None:
+    """Refuse, before any work, an output path that cannot be written: a folder, or a folder to
+    write it in that cannot be made or written (UsageError naming the path)."""
+    path = Path(path)
+    if path.is_dir():
+        raise UsageError(f"the {what} path is a folder; give a file name", file=path)
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise UsageError(f"cannot write the {what} here: {parent} is not a folder", file=path)
+    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise UsageError(f"cannot write the {what} here: permission denied", file=path)
