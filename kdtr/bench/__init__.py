@@ -40,7 +40,8 @@ from __future__ import annotations
 # in the order they stack: each module uses only the ones above it
 from .stats import Z95, Timing, agree, between_rounds, median_ci, relative_spread, summarize, t95
 from .settings import (COMPUTE_UNITS, FLAG_LIMIT, MODES, QUICK_CASES_PER_SUITE, QUICK_TIMING, SLOW_CALL_MS, STOP_REASONS,
-                       BenchSettings, Progress, TimingOptions)
+                       BenchSettings, KernelBuild, Progress, TimingOptions,
+                       kernel_builds)
 from .schedule import Sampler, balanced_turns, interleave
 from .timers import (BLOCK_CYCLES, DEFAULT_L2_BYTES, EVENT_RESOLUTION_MS, MAX_ROTATE_SETS, DeviceTimer, HostTimer,
                      rotation_sets)
@@ -49,13 +50,13 @@ from .record import (BENCH_FORMAT, CSV_HEADER, RECORD_KIND, TIME_LIMIT_SKIP, Ben
                     bench_meta, check_output_path, csv_table, default_record_path, load_record, merge_records,
                     record_text, relative_path, samples_path, settings_dict, with_figures, with_speedups, write_record)
 from .compare import CompareRow, Comparison, compare_records, exit_status, judge
-from .cases import BenchItem, collect_items, estimated_cost, items_from_bundles, items_from_suites
+from .cases import BenchItem, collect_items, estimated_cost, items_for_kernels, items_from_bundles, items_from_suites
 from .sanity import sanity_rows
 from .runner import WorkerJob, check_outputs, run_bench, run_worker
 
 __all__ = ["Z95", "Timing", "agree", "between_rounds", "median_ci", "relative_spread", "summarize", "t95",
            "COMPUTE_UNITS", "FLAG_LIMIT", "MODES", "QUICK_CASES_PER_SUITE", "QUICK_TIMING", "SLOW_CALL_MS",
-           "STOP_REASONS", "BenchSettings", "Progress", "TimingOptions", "Sampler", "balanced_turns",
+           "STOP_REASONS", "BenchSettings", "KernelBuild", "kernel_builds", "Progress", "TimingOptions", "Sampler", "balanced_turns",
            "interleave", "BLOCK_CYCLES", "DEFAULT_L2_BYTES", "EVENT_RESOLUTION_MS", "MAX_ROTATE_SETS",
            "DeviceTimer", "HostTimer", "rotation_sets", "CEILING_OPTIONS", "EMPTY_KERNEL_SOURCE", "Ceilings",
            "gpu_clocks", "measure_ceilings", "BENCH_FORMAT", "CSV_HEADER", "RECORD_KIND", "TIME_LIMIT_SKIP",
@@ -63,5 +64,5 @@ __all__ = ["Z95", "Timing", "agree", "between_rounds", "median_ci", "relative_sp
            "default_record_path", "load_record", "merge_records", "record_text", "relative_path",
            "samples_path", "settings_dict", "with_figures", "with_speedups", "write_record", "CompareRow",
            "Comparison", "compare_records", "exit_status", "judge", "BenchItem", "collect_items",
-           "estimated_cost", "items_from_bundles", "items_from_suites", "sanity_rows", "WorkerJob",
+           "estimated_cost", "items_for_kernels", "items_from_bundles", "items_from_suites", "sanity_rows", "WorkerJob",
            "check_outputs", "run_bench", "run_worker"]

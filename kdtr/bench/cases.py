@@ -9,8 +9,9 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
+from ..errors import UsageError
 from .record import relative_path
-from .settings import QUICK_CASES_PER_SUITE
+from .settings import QUICK_CASES_PER_SUITE, KernelBuild
 
 
 @dataclass(frozen=True)
@@ -81,3 +82,18 @@ def items_from_bundles(paths: Iterable[str | Path], pattern: str | None = None) 
         items.append(BenchItem(case, op.name, variant, dict(case_params), relative_path(str(path)),
                                lambda inputs=inputs, params=params: (dict(inputs), dict(params))))
     return items
+
+
+def items_for_kernels(items: Sequence[BenchItem], builds: Sequence[KernelBuild]) -> list[BenchItem]:
+    """With kernels forced by name, only the cases whose op and variant have one of them (as -k
+    would select them): a case without any has nothing of the experiment to time. UsageError when
+    none is left."""
+    from ..ops import get_op
+
+    if not builds:
+        return list(items)
+    names = {b.name for b in builds}
+    chosen = [i for i in items if names & set(get_op(i.op).cuda_kernels(i.variant))]
+    if not chosen:
+        raise UsageError(f"no case to bench has kernel {', '.join(sorted(names))} (its op and variant)")
+    return chosen

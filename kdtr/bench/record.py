@@ -54,6 +54,8 @@ class BenchRow:
     params: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
     setup_s: float | None = None         # wall seconds of its check, compile, capture and calibration
+    kernel: str | None = None            # a kernel forced by name (--kernel, --define); impl is its label
+    defines: dict[str, str] = field(default_factory=dict)   # the compile-time defines of a knob build
 
     @property
     def key(self) -> tuple:
@@ -194,13 +196,19 @@ def with_figures(row: BenchRow, ceilings: Ceilings | None) -> BenchRow:
 
 def with_speedups(rows: Sequence[BenchRow]) -> list[BenchRow]:
     """Speedups of each primary row over the baselines of the same case and mode (both timed, both
-    checked): baseline median / primary median."""
+    checked): baseline median / primary median. Where several kernels were forced by name, each
+    one's speedup over the first of them (the reference point) joins its speedups the same way."""
+    def usable(r: BenchRow) -> bool:
+        return r.timing is not None and bool(r.check_passed) and r.timing.median > 0
+
     out = []
     for row in rows:
-        if row.primary and row.timing is not None and row.check_passed:
-            speedups = {other.impl: other.timing.median / row.timing.median for other in rows
-                        if not other.primary and other.timing is not None and other.check_passed
-                        and other.case == row.case and other.mode == row.mode and row.timing.median > 0}
+        if row.primary and usable(row):
+            group = [o for o in rows if o.case == row.case and o.mode == row.mode and usable(o)]
+            speedups = {o.impl: o.timing.median / row.timing.median for o in group if not o.primary}
+            forced = [o for o in rows if o.case == row.case and o.mode == row.mode and o.kernel is not None]
+            if len(forced) > 1 and forced[0] is not row and usable(forced[0]):
+                speedups[forced[0].impl] = forced[0].timing.median / row.timing.median
             row = replace(row, speedups=speedups)
         out.append(row)
     return out
@@ -252,7 +260,7 @@ CSV_HEADER = ["case", "op", "variant", "config", "impl", "primary", "mode", "tim
               "calls_per_sample", "median_us", "p10_us", "p90_us", "rel_std", "rel_ci", "n", "stop_reason",
               "flops", "bytes", "tflops", "gbps", "pct_compute", "pct_bandwidth", "compute_unit", "flagged",
               "check_passed", "skip", "repeat_median_us", "repeat_agrees", "rounds", "rel_ci_samples",
-              "rel_ci_rounds", "repeat_rel_ci", "setup_s"]
+              "rel_ci_rounds", "repeat_rel_ci", "setup_s", "kernel", "defines"]
 
 
 def csv_table(record: BenchRecord) -> tuple[list[str], list[list[Any]]]:
@@ -276,7 +284,7 @@ def csv_table(record: BenchRecord) -> tuple[list[str], list[list[Any]]]:
                       _blank(r.check_passed), r.skip or "", us(r.repeat.median) if r.repeat else "",
                       _blank(r.repeat_agrees), t.rounds if t else "", _blank(t.rel_ci_samples) if t else "",
                       _blank(t.rel_ci_rounds) if t else "", r.repeat.rel_ci if r.repeat else "",
-                      _blank(r.setup_s)]
+                      _blank(r.setup_s), r.kernel or "", " ".join(f"{k}={v}" for k, v in r.defines.items())]
                      + [_blank(r.speedups.get(b)) for b in baselines])
     return header, lines
 

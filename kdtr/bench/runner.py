@@ -17,7 +17,7 @@ from .record import (TIME_LIMIT_SKIP, BenchRecord, BenchRow, _jsonable, bench_me
                      with_speedups)
 from .sanity import sanity_rows
 from .schedule import Sampler, interleave
-from .settings import MODES, BenchSettings, Progress
+from .settings import MODES, BenchSettings, KernelBuild, Progress
 from .stats import Timing, agree
 from .timers import DEFAULT_L2_BYTES, DeviceTimer, HostTimer, _first_line, rotation_sets
 
@@ -128,6 +128,54 @@ def _bitwise_equal(a: np.ndarray, b: np.ndarray) -> bool:
     return a.shape == b.shape and a.dtype == b.dtype and bool(np.array_equal(a.view(np.uint8), b.view(np.uint8)))
 
 
+@dataclass(frozen=True)
+class _Ours:
+    """One of our implementations made ready: its row (not yet timed), its sampler (None: not
+    timed), the check of the timed calls' outputs, and the outputs it was checked with."""
+
+    row: BenchRow
+    sampler: Sampler | None
+    after: Callable[[BenchRow], BenchRow]
+    got: dict[str, np.ndarray] | None
+    build: KernelBuild | None = None
+
+
+def _against(build: KernelBuild, got: Mapping[str, np.ndarray],
+             earlier: Sequence[tuple[KernelBuild, Mapping[str, np.ndarray]]], note: str) -> tuple[bool, str]:
+    """A forced build's outputs against the builds checked before it, on the same inputs: another
+    build of the same kernel (a knob build) must give the same bytes, or it fails; a different
+    kernel may round differently within the op's tolerances, so the check only says whether it
+    gives the same bytes as the first build."""
+    sibling = next(((b, g) for b, g in earlier if b.name == build.name), None)
+    if sibling is not None:
+        differ = _differing(got, sibling[1])
+        if differ:
+            return False, f"{note}; differs bit for bit from {sibling[0].label}: {differ}"
+        return True, f"{note}; bit for bit equal to {sibling[0].label}"
+    if earlier:
+        first, outputs = earlier[0]
+        differ = _differing(got, outputs)
+        return True, note + (f"; differs bit for bit from {first.label} (another kernel): {differ}" if differ
+                             else f"; bit for bit equal to {first.label}")
+    return True, note
+
+
+def _differing(got: Mapping[str, np.ndarray], other: Mapping[str, np.ndarray]) -> str:
+    """The outputs whose bytes differ, with how many elements: "out (12 of 4096 elements)"; "" when none."""
+    parts = []
+    for name in got:
+        a, b = np.ascontiguousarray(got[name]), np.ascontiguousarray(other[name])
+        if a.shape != b.shape or a.dtype != b.dtype:
+            parts.append(f"{name} ({a.dtype}{list(a.shape)} vs {b.dtype}{list(b.shape)})")
+            continue
+        if a.size == 0:
+            continue
+        per_element = (a.view(np.uint8).reshape(a.size, -1) != b.view(np.uint8).reshape(b.size, -1)).any(axis=1)
+        if per_element.any():
+            parts.append(f"{name} ({int(per_element.sum())} of {a.size} elements)")
+    return ", ".join(parts)
+
+
 class _CaseRunner:
     """Runs every implementation of one case, in each mode, and builds its rows."""
 
@@ -138,6 +186,7 @@ class _CaseRunner:
         self.env, self.settings, self.item, self.deadline = env, settings, item, deadline
         self.progress = lambda what: progress(f"{item.op} {what}")
         self.op = get_op(item.op)
+        self.builds = [b for b in settings.kernels if b.name in self.op.cuda_kernels(item.variant)]
 
     def late(self) -> bool:
         return self.deadline is not None and time.perf_counter() > self.deadline
@@ -185,35 +234,41 @@ class _CaseRunner:
         return name in self.settings.baselines
 
     def _mode(self, mode: str) -> list[BenchRow]:
-        """Check and prepare every implementation, then time them all in interleaved rounds (ours a
-        second time among them with --repeat) and build the rows."""
-        ours, ours_sampler, after = self._primary(mode)
-        entries: list[tuple[BenchRow, Sampler | None]] = [(ours, ours_sampler)]
+        """Check and prepare every implementation (each forced kernel build, or the launch's own
+        choice), then time them all in interleaved rounds (ours a second time among them with
+        --repeat) and build the rows."""
+        ours: list[_Ours] = []
+        for build in self.builds or (None,):
+            earlier = [(o.build, o.got) for o in ours if o.got is not None]
+            ours.append(self._primary(mode, build, earlier))
+        entries: list[tuple[BenchRow, Sampler | None]] = [(o.row, o.sampler) for o in ours]
         for name, baseline in self.baselines.items():
             if self._wanted(name, baseline):
                 entries.append(self._baseline(name, baseline, mode))
         slots = [i for i, (_, sampler) in enumerate(entries) if sampler is not None]
-        samplers = [entries[i][1] for i in slots]
-        repeat = ours_sampler is not None and self.settings.repeat
-        if repeat:
-            samplers.append(ours_sampler)
-        names = ", ".join([entries[i][0].impl for i in slots] + ([f"{ours.impl} again"] if repeat else []))
+        again = [i for i, o in enumerate(ours) if o.sampler is not None] if self.settings.repeat else []
+        samplers = [entries[i][1] for i in slots] + [ours[i].sampler for i in again]
+        names = ", ".join([entries[i][0].impl for i in slots] + [f"{ours[i].row.impl} again" for i in again])
         self.progress(f"{self.item.name}: rounds ({mode}): {names}")
         results = interleave(samplers, self.settings.timing, deadline=self.deadline,
                              progress=lambda r: self.progress(f"{self.item.name}: round {r} ({mode})"))
         rows = [row for row, _ in entries]
         for slot, result in zip(slots, results):
             rows[slot] = self._timed(rows[slot], result)
-        if ours_sampler is not None and rows[0].timing is not None:
-            rows[0] = after(rows[0])
-            if repeat and rows[0].timing is not None:      # None: the timed calls' outputs failed
-                second = results[-1]
-                if isinstance(second, Exception):
-                    rows[0] = replace(rows[0], check=f"{rows[0].check}; repeat failed: {type(second).__name__}: "
-                                                     f"{_first_line(second)}")
-                else:
-                    rows[0] = replace(rows[0], repeat=second, repeat_agrees=agree(rows[0].timing, second))
-        del entries, samplers, ours_sampler, after
+        repeats = dict(zip(again, results[len(slots):]))
+        for i, o in enumerate(ours):
+            if o.sampler is None or rows[i].timing is None:
+                continue
+            rows[i] = o.after(rows[i])
+            second = repeats.get(i)
+            if second is None or rows[i].timing is None:      # None: the timed calls' outputs failed
+                continue
+            if isinstance(second, Exception):
+                rows[i] = replace(rows[i], check=f"{rows[i].check}; repeat failed: {type(second).__name__}: "
+                                                 f"{_first_line(second)}")
+            else:
+                rows[i] = replace(rows[i], repeat=second, repeat_agrees=agree(rows[i].timing, second))
+        del entries, samplers, ours
         self.env.cleanup()
         return rows
 
@@ -230,16 +285,22 @@ class _CaseRunner:
         return timer.prepare(calls, options=self.settings.timing, mode="cold" if mode == "cold" else "hot",
                              graph=graph)
 
-    def _primary(self, mode: str) -> tuple[BenchRow, Sampler | None, Callable[[BenchRow], BenchRow]]:
-        """Our implementation (run_cuda, or run_torch for the torch backend): check, then prepare its
-        timing. Returns its row (not yet timed), its sampler (None: it is not timed) and what checks
-        the timed calls' outputs once the rounds are done."""
+    def _primary(self, mode: str, build: KernelBuild | None = None,
+                 earlier: Sequence[tuple[KernelBuild, dict[str, np.ndarray]]] = ()) -> _Ours:
+        """Our implementation (run_cuda, or run_torch for the torch backend; `build`: a kernel forced
+        by name, with its defines): check against the reference and against the `earlier` builds'
+        outputs (`_against`), then prepare its timing. Returns its row (not yet timed), its sampler
+        (None: it is not timed), what checks the timed calls' outputs once the rounds are done, and
+        its checked outputs."""
         op, item, env = self.op, self.item, self.env
-        impl = env.primary
+        impl = build.label if build else env.primary
+        forced = dict(kernel=build.name, defines=dict(build.defines)) if build else {}
         self.progress(f"{item.name}: {impl} ({mode})")
         started = time.perf_counter()
         specs = op.output_specs(item.variant, self.inputs, self.params)
-        unchanged = lambda row: row  # noqa: E731
+
+        def untimed(**kw: Any) -> _Ours:
+            return _Ours(self._row(impl, mode, True, timing=None, **forced, **kw), None, lambda row: row, None, build)
 
         def make_call(inputs):
             from ..backends import poisoned
@@ -247,27 +308,27 @@ class _CaseRunner:
             if impl == "torch":
                 return functools.partial(op.run_torch, item.variant, inputs, self.params), None
             outputs = {n: poisoned(kind, shape, env.device) for n, (kind, shape) in specs.items()}
-            return functools.partial(op.run_cuda, item.variant, inputs, self.params, outputs), outputs
+            return functools.partial(op.run_cuda, item.variant, inputs, self.params, outputs, **forced), outputs
 
         call, outputs = make_call(self.device_inputs)
         try:
             result = call()
             env.sync()
         except NotImplementedError:
-            method = "run_cuda" if impl == "cuda" else "run_torch"
-            return (self._row(impl, mode, True, timing=None, skip=f"{op.name}/{item.variant} has no {method} yet"),
-                    None, unchanged)
+            method = "run_cuda" if impl != "torch" else "run_torch"
+            return untimed(skip=f"{op.name}/{item.variant} has no {method} yet")
         except Exception as err:  # noqa: BLE001 - the case fails with the reason; others go on
             env.cleanup()
-            return (self._row(impl, mode, True, timing=None, check_passed=False,
-                              check=f"failed: {type(err).__name__}: {_first_line(err)}"), None, unchanged)
+            return untimed(check_passed=False, check=f"failed: {type(err).__name__}: {_first_line(err)}")
         got = {n: _to_numpy(t) for n, t in (outputs if outputs is not None else result).items()}
         del result
         passed, note = check_outputs(op, got, self.expected, self.tolerances, require_all=True)
+        if passed and build is not None:
+            passed, note = _against(build, got, earlier, note)
         if not passed:
-            return self._row(impl, mode, True, timing=None, check_passed=False, check=note), None, unchanged
+            return untimed(check_passed=False, check=note)
         calls, sets = [call], [outputs]
-        if impl == "cuda" and mode == "cold":
+        if impl != "torch" and mode == "cold":
             set_bytes = sum(t.nbytes for t in self.device_inputs.values()) + sum(t.nbytes for t in outputs.values())
             count = rotation_sets(set_bytes, env.timer.flush_bytes)
             for _ in range(count - 1):
@@ -275,14 +336,12 @@ class _CaseRunner:
                 calls.append(extra_call)
                 sets.append(extra_outputs)
         try:
-            sampler = self._prepare(calls, mode, graph=impl == "cuda", timer=env.timer if env.gpu else env.host_timer)
+            sampler = self._prepare(calls, mode, graph=impl != "torch", timer=env.timer if env.gpu else env.host_timer)
         except Exception as err:  # noqa: BLE001
             env.cleanup()
-            return (self._row(impl, mode, True, timing=None, check_passed=True,
-                              check=f"{note}; timing failed: {type(err).__name__}: {_first_line(err)}"),
-                    None, unchanged)
+            return untimed(check_passed=True, check=f"{note}; timing failed: {type(err).__name__}: {_first_line(err)}")
         row = self._row(impl, mode, True, timing=None, check_passed=True, check=note,
-                        setup_s=round(time.perf_counter() - started, 3))
+                        setup_s=round(time.perf_counter() - started, 3), **forced)
 
         def after(row: BenchRow) -> BenchRow:
             """The timed calls wrote every set: still the checked bytes?"""
@@ -298,7 +357,7 @@ class _CaseRunner:
                         row = replace(row, timing=None, repeat=None, repeat_agrees=None, check_passed=False)
                     break
             return row
-        return row, sampler, after
+        return _Ours(row, sampler, after, got, build)
 
     def _baseline(self, name: str, baseline, mode: str) -> tuple[BenchRow, Sampler | None]:
         """A baseline's row (not yet timed) and its sampler (None: skipped, failed or wrong): its
@@ -356,6 +415,8 @@ def run_bench(items: Sequence[BenchItem], settings: BenchSettings = BenchSetting
     started = time.perf_counter()
     deadline = started + settings.time_limit_s if settings.time_limit_s else None
     env = _Env(settings)
+    if settings.kernels and env.primary != "cuda":
+        raise UsageError(f"--kernel and --define force CUDA kernels; they need the cuda backend, not {env.primary}")
     meta = bench_meta()
     done, total = 0, len(items) + (1 if env.gpu else 0)
     report = progress or (lambda what, done, total: None)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterable
 
 from ..errors import UsageError
 
@@ -48,6 +50,50 @@ STOP_REASONS = ("converged", "budget", "max_samples", "max_rounds", "time_limit"
 
 
 @dataclass(frozen=True)
+class KernelBuild:
+    """One of our kernels forced by name (`--kernel`), optionally built with compile-time defines
+    (`--define`, a knob build): a row of its own in every case of its op and variant."""
+
+    name: str
+    defines: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def label(self) -> str:
+        """The row's implementation name: fp32_bf16x3, or fp32_bf16x3[FX_NREG_S=232] for a knob build."""
+        knobs = ",".join(f"{k}={v}" for k, v in self.defines)
+        return f"{self.name}[{knobs}]" if knobs else self.name
+
+
+_KNOB = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_VALUE = re.compile(r"[A-Za-z0-9_.+-]+")
+
+
+def kernel_builds(kernels: Iterable[str] = (), defines: Iterable[str] = ()) -> tuple[KernelBuild, ...]:
+    """The builds of `--kernel NAME` (each plain) then `--define NAME:KNOB=VALUE[,KNOB=VALUE...]`
+    (each one build), in that order; every name one our ops can force, each build given once.
+    UsageError naming the fault (an unknown kernel: with the list of known ones)."""
+    from ..ops import get_op, op_names
+
+    builds = [KernelBuild(name) for name in kernels]
+    for text in defines:
+        name, colon, knobs = text.partition(":")
+        pairs = [knob.partition("=") for knob in knobs.split(",")] if colon else []
+        if not pairs or any(not (_KNOB.fullmatch(k) and eq and _VALUE.fullmatch(v)) for k, eq, v in pairs):
+            raise UsageError(f"--define {text!r}: expected KERNEL:KNOB=VALUE[,KNOB=VALUE...] (a C identifier "
+                             "and a plain value)")
+        builds.append(KernelBuild(name, tuple((k, v) for k, _, v in pairs)))
+    known = {k: op.name for op in map(get_op, op_names()) for v in op.variants for k in op.cuda_kernels(v)}
+    unknown = list(dict.fromkeys(b.name for b in builds if b.name not in known))
+    if unknown:
+        raise UsageError(f"unknown kernel {', '.join(map(repr, unknown))}; known: "
+                         + ", ".join(f"{k} ({op})" for k, op in known.items()))
+    twice = [label for label, n in Counter(b.label for b in builds).items() if n > 1]
+    if twice:
+        raise UsageError(f"kernel build given twice: {', '.join(twice)}")
+    return tuple(builds)
+
+
+@dataclass(frozen=True)
 class BenchSettings:
     backend: str = "auto"                 # auto | cuda | torch
     mode: str = "cold"                    # hot | cold | both (a run without GPU is always host)
@@ -60,6 +106,9 @@ class BenchSettings:
     # listed as not run, baselines as skipped; a case already in its rounds stops once it has
     # min_rounds (so one case may run over by its minimum rounds).
     time_limit_s: float | None = None
+    # Our kernels forced by name, timed against each other (the first is the reference point of
+    # their speedups) in every case whose op and variant have them; () times the launch's own choice.
+    kernels: tuple[KernelBuild, ...] = ()
 
 
 Progress = Callable[[str, int, int], None]        # (what is running, cases done, cases in all)
