@@ -18,6 +18,8 @@ from typer.testing import CliRunner
 
 from cli.main import app
 from kdtr import bench
+from kdtr.bench import runner as bench_runner
+from kdtr.bench import schedule
 from kdtr.backends import upload
 from kdtr.bench import (BenchRecord, BenchRow, BenchSettings, Ceilings, TimingOptions, agree, compare_records,
                         judge, median_ci, relative_spread, summarize)
@@ -196,7 +198,7 @@ def test_a_heavy_neighbour_no_longer_lands_on_one_implementation(monkeypatch):
         return first, second
 
     assert agree(*timings())
-    monkeypatch.setattr(bench, "balanced_turns", lambda m: [(r + j) % m for r in range(m) for j in range(m)])
+    monkeypatch.setattr(schedule, "balanced_turns", lambda m: [(r + j) % m for r in range(m) for j in range(m)])
     assert not agree(*timings())
 
 
@@ -238,7 +240,7 @@ def test_drift_biases_sequential_timings_and_interleaving_removes_it():
     # and comes out 2% slower; the speedup over the baseline is off by 1%. Even with its own
     # rounds' spread, a timing cannot see drift that happens after it: the repeat disagrees.
     clock = FakeClock()
-    ours, base, again = (bench._one([s], DRIFT_OPTS, clock=clock) for s in _drifting(clock))
+    ours, base, again = (schedule._one([s], DRIFT_OPTS, clock=clock) for s in _drifting(clock))
     assert again.median / ours.median - 1 == pytest.approx(0.02, abs=0.003)
     assert not agree(ours, again)
     assert base.median / ours.median / 10 - 1 == pytest.approx(0.01, abs=0.002)
@@ -361,13 +363,171 @@ def test_record_json_round_trip(tmp_path):
     rec = record()
     path = tmp_path / "r.json"
     bench.write_record(path, rec)
-    data = json.loads(path.read_text())
+    text = path.read_text()
+    data = json.loads(text)
     assert data["kind"] == "kdtree.bench" and data["bench_format"] == bench.BENCH_FORMAT
     assert set(data) >= {"meta", "settings", "ceilings", "sanity", "rows", "errors", "not_run", "complete"}
+    assert "\n " not in text and data["samples_file"] == "r.samples.npz"         # compact; names its sidecar
     first = data["rows"][0]
-    assert set(first["timing"]) >= {"samples_ms", "median", "p10", "p90", "rel_std", "rel_ci", "n",
+    assert set(first["timing"]) >= {"median", "p10", "p90", "rel_std", "rel_ci", "n", "round_medians",
                                     "stop_reason", "mode", "method"}
+    assert "samples_ms" not in first["timing"]                                 # the raw samples: in the sidecar
     assert bench.load_record(path) == rec
+
+
+def _all_timings(rec):
+    return [t for r in (*rec.sanity, *rec.rows) for t in (r.timing, r.repeat) if t is not None] + \
+        list((rec.ceilings.timings if rec.ceilings else {}).values())
+
+
+def test_samples_come_back_from_the_sidecar_bit_for_bit(tmp_path):
+    rng = np.random.default_rng(7)
+    rec = record()
+    rows = [replace(r, timing=replace(r.timing, samples_ms=tuple(rng.random(r.timing.n) * 3e-3)))
+            if r.timing else r for r in rec.rows]
+    rows[0] = replace(rows[0], repeat=replace(rows[0].timing, samples_ms=tuple(rng.random(rows[0].timing.n))))
+    ceilings = replace(CEILINGS, timings={"hbm_read": timing(0.5, seed=3)})
+    rec = replace(rec, rows=tuple(rows), ceilings=ceilings, sanity=(replace(rows[1], op="sanity"),))
+    path = tmp_path / "bench.json"
+    bench.write_record(path, rec)
+    assert (tmp_path / "bench.samples.npz").is_file()
+    back = bench.load_record(path)
+    assert back == rec
+    for a, b in zip(_all_timings(back), _all_timings(rec)):
+        assert np.array_equal(np.asarray(a.samples_ms).view(np.uint64), np.asarray(b.samples_ms).view(np.uint64))
+    assert len(_all_timings(back)) == 3 * 2 + 1 + 1 + 1          # 6 rows timed, a repeat, a sanity row, a ceiling
+
+
+def test_a_record_without_its_sidecar_loads_with_summaries_only(tmp_path):
+    path = tmp_path / "bench.json"
+    bench.write_record(path, record())
+    (tmp_path / "bench.samples.npz").unlink()
+    rec = bench.load_record(path)
+    assert all(t.samples_ms == () and t.n == 41 for t in _all_timings(rec))
+    assert [r.timing.median for r in rec.rows if r.timing] == [r.timing.median for r in record().rows if r.timing]
+    report = invoke("report", path, "--csv", tmp_path / "r.csv", "--quiet")
+    assert report.exit_code == 0 and "vs_torch=10" in report.output, report.output
+    assert len((tmp_path / "r.csv").read_text().splitlines()) == 10
+    assert invoke("bench", "--compare", path, path, "--quiet").exit_code == 0
+    again = tmp_path / "again.json"                # written again without samples: still loads
+    bench.write_record(again, rec)
+    assert bench.load_record(again) == rec and not (tmp_path / "again.samples.npz").exists()
+
+
+def test_a_sidecar_of_another_record_is_refused(tmp_path):
+    from kdtr.errors import UsageError
+
+    path = tmp_path / "bench.json"
+    bench.write_record(path, record())
+    other = tmp_path / "other.json"
+    bench.write_record(other, replace(record(), rows=record().rows[:3]))
+    (tmp_path / "other.samples.npz").replace(tmp_path / "bench.samples.npz")
+    with pytest.raises(UsageError, match="bench.samples.npz.*a sidecar of another run"):
+        bench.load_record(path)
+    (tmp_path / "bench.samples.npz").write_bytes(b"not a zip")
+    with pytest.raises(UsageError, match=r"bench.samples.npz.*not a samples sidecar"):
+        bench.load_record(path)
+
+
+def _default_suites_shape():
+    """(op, variant) -> the implementations a GPU run times for each case of specs/bench (ours and
+    the default baselines), and the number of cases."""
+    from kdtr import spec
+    from kdtr.config import REPO_ROOT
+
+    small = {"tree_accept": dict(batch=2, budget=4, depth=3), "tree_build": dict(batch=2, depth=5, vocab=64, budget=12),
+             "verify_attn": dict(batch=2, heads=4, prefix=30, budget=6)}
+    items = bench.items_from_suites(spec.load_suites(REPO_ROOT / "specs" / "bench"))
+    shape = {}
+    for op_name, variant in sorted({(i.op, i.variant) for i in items}):
+        op = get_op(op_name)
+        gen = op.generate(Case("t", op_name, variant, 1, dict(op._defaults, **small[op_name])))
+        baselines = [n for n, b in op.baselines(variant, gen.inputs, gen.params).items() if b.default]
+        shape[op_name, variant] = (["cuda", *baselines], sum((i.op, i.variant) == (op_name, variant) for i in items))
+    return shape
+
+
+def test_a_repeat_run_of_the_default_suites_in_both_modes_writes_under_1_mb(tmp_path):
+    """Every Timing at its caps (max_samples samples, max_rounds round medians, ours repeated),
+    every sample a full-precision float: the worst case of `kdtree bench --repeat --mode both`."""
+    opts = TimingOptions()
+    rng = np.random.default_rng(0)
+
+    def full(median_ms):
+        samples = median_ms * (1 + 0.01 * rng.standard_normal(opts.max_samples))
+        return summarize(samples.tolist(), stop_reason="max_samples", mode="cold-rotate", method="graph",
+                         calls_per_sample=37, note="14 input sets rotated",
+                         round_medians=(median_ms * (1 + 0.01 * rng.standard_normal(opts.max_rounds))).tolist())
+
+    rows = []
+    shape = _default_suites_shape()
+    for (op_name, variant), (impls, cases) in shape.items():
+        for case in range(cases):
+            for mode in ("hot", "cold"):
+                group = [BenchRow(case=f"{variant}_b8_h64_q33_p{case}", op=op_name, variant=variant,
+                                  config={"B": 8, "H": 64, "Q": 33, "prefix": 8192}, impl=impl, mode=mode,
+                                  primary=impl == "cuda", timing=full(0.03 * (k + 1)), flops=1.2e9, bytes=5.9e6,
+                                  check_passed=True, check="checked out (rel. L2 1.1e-06), lse (rel. L2 3e-07)",
+                                  repeat=full(0.03) if impl == "cuda" else None,
+                                  repeat_agrees=True if impl == "cuda" else None, setup_s=0.151,
+                                  params={"batch": 8, "heads": 64, "prefix": 8192, "prefix_mode": "same",
+                                          "budget": 32, "depth": 6, "sharpness": 1.0, "sm_scale": 0.14467963},
+                                  extra={"kv_tokens": 8225, "prefix_mode": "same", "kernel": "bf16_wgmma2"})
+                         for k, impl in enumerate(impls)]
+                rows += [bench.with_figures(r, CEILINGS) for r in bench.with_speedups(group)]
+    sanity = tuple(replace(rows[0], case=f"sanity{i}", op="sanity") for i in range(7))
+    ceilings = replace(CEILINGS, timings={k: full(1.0) for k in ("bf16_mma", "fp32_fma", "hbm_read", "hbm_copy",
+                                                                 "hbm_copy_eager")})
+    rec = BenchRecord(record().meta, record().settings, ceilings, sanity, tuple(rows))
+    assert len(rows) == 2 * sum(len(impls) * cases for impls, cases in shape.values()) >= 260
+    path = tmp_path / "bench.json"
+    bench.write_record(path, rec)
+    size = path.stat().st_size
+    assert size < 1_000_000, f"{size} bytes"
+    assert bench.load_record(path) == rec
+
+
+def test_cli_bench_json_to_stdout_is_json_alone(suites, tmp_path):
+    from kdtr.device import gpu_available
+
+    if gpu_available():
+        pytest.skip("CPU run")
+    result = invoke("bench", suites, *FAST, "-k", "ta_small", "--json", "-", "--quiet",
+                    "--compare", _written(tmp_path))
+    data = json.loads(result.stdout)                         # nothing else on stdout
+    assert data["kind"] == "kdtree.bench" and [r["case"] for r in data["rows"]] == ["ta_small"]
+    assert data["rows"][0]["timing"]["samples_ms"]             # no sidecar on stdout: samples inline
+    assert "compare" in result.stderr and result.exit_code == 0, result.output
+
+
+def _written(tmp_path):
+    path = tmp_path / "old.json"
+    bench.write_record(path, record())
+    return path
+
+
+@pytest.mark.parametrize("where", ["folder", "under_a_file"])
+def test_cli_bench_refuses_an_unwritable_json_path_before_any_work(suites, tmp_path, monkeypatch, where):
+    monkeypatch.setattr(bench, "collect_items", lambda *a: pytest.fail("the cases were collected"))
+    (tmp_path / "file.txt").write_text("x")
+    target = tmp_path if where == "folder" else tmp_path / "file.txt" / "bench.json"
+    result = invoke("bench", suites, "--json", target)
+    assert result.exit_code == 2, result.output
+    assert len(result.output.strip().splitlines()) == 1 and str(target) in result.output
+    assert "Traceback" not in result.output
+
+
+def test_bench_meta_names_no_folder_of_the_machine(tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", [str(tmp_path / "cli" / "__main__.py"), "bench", str(tmp_path / "specs"),
+                                      f"--json={tmp_path / 'out' / 'b.json'}", "/elsewhere/x.kdtr"])
+    monkeypatch.setattr(sys, "orig_argv", ["/opt/venv/bin/python", "-m", "cli", *sys.argv[1:]])
+    meta = bench.bench_meta()
+    assert meta["argv"] == ["cli/__main__.py", "bench", "specs", "--json=out/b.json", "/elsewhere/x.kdtr"]
+    assert meta["command_line"] == "python -m cli bench specs --json=out/b.json /elsewhere/x.kdtr"
+    assert str(tmp_path) not in json.dumps(meta)
 
 
 def test_load_record_refuses_what_is_not_a_record(tmp_path):
@@ -536,7 +696,7 @@ def suites(tmp_path):
     return folder
 
 
-FAST = ("--budget", "0.05", "--target", "0.2")
+FAST = ("--time-budget", "0.05", "--target", "0.2")
 
 
 def test_cli_bench_cpu_run_json_csv(suites, tmp_path):
@@ -581,7 +741,8 @@ def test_cli_bench_quick_and_pattern(suites, tmp_path):
 
 def test_cli_bench_usage_errors(suites):
     assert invoke("bench", suites, "--mode", "lukewarm").exit_code == 2
-    assert invoke("bench", suites, "--budget", "0").exit_code == 2
+    assert invoke("bench", suites, "--time-budget", "0").exit_code == 2
+    assert invoke("bench", suites, "--budget", "1").exit_code == 2             # renamed: one meaning per name
     assert invoke("bench", suites, "--time-limit", "-1").exit_code == 2
     assert invoke("bench", suites / "absent.yaml").exit_code == 2
 
@@ -862,9 +1023,9 @@ def test_device_timer_falls_back_to_eager_when_capture_fails(monkeypatch):
     assert t.method == "eager" and t.calls_per_sample == 1 and t.note == ""
 
 
-def _fake_gpu_env(monkeypatch, l2_bytes=4096, modes=("cold",)):
-    FakeCuda().install(monkeypatch)
-    env = object.__new__(bench._Env)
+def _fake_gpu_env(monkeypatch, l2_bytes=4096, modes=("cold",), fake=None):
+    (fake or FakeCuda()).install(monkeypatch)
+    env = object.__new__(bench_runner._Env)
     env.gpu, env.primary, env.device, env.modes = True, "cuda", "cpu", modes
     env.timer = bench.DeviceTimer(l2_bytes)
     env.host_timer = bench.HostTimer()
@@ -898,7 +1059,7 @@ def test_case_runner_cuda_path_on_a_fake_device(monkeypatch, op_name, case_param
     settings = BenchSettings(timing=replace(OPTS, budget_s=0.05, min_samples=3), repeat=True,
                              baselines=("torch", "torch_bf16", "torch_fp32"))
     seen = []
-    rows = bench._CaseRunner(env, settings, item, seen.append, None).run()
+    rows = bench_runner._CaseRunner(env, settings, item, seen.append, None).run()
     ours = next(r for r in rows if r.primary)
     assert ours.impl == "cuda" and ours.check_passed, ours.check
     assert ours.timing.mode == "cold-rotate" and "input sets rotated" in ours.timing.note
@@ -922,11 +1083,174 @@ def test_case_runner_reports_a_wrong_kernel_and_a_missing_one(monkeypatch):
                            lambda: (lambda g: (g.inputs, g.params))(op.generate(case)))
     settings = BenchSettings(timing=replace(OPTS, budget_s=0.05, min_samples=3), baselines=())
     monkeypatch.setattr(op, "run_cuda", _fake_run_cuda(op, wrong=True))
-    [row_] = bench._CaseRunner(env, settings, item, lambda s: None, None).run()
+    [row_] = bench_runner._CaseRunner(env, settings, item, lambda s: None, None).run()
     assert row_.check_passed is False and row_.timing is None and "accept_len" in row_.check
     monkeypatch.setattr(op, "run_cuda", lambda *a: (_ for _ in ()).throw(NotImplementedError()))
-    [row_] = bench._CaseRunner(env, settings, item, lambda s: None, None).run()
+    [row_] = bench_runner._CaseRunner(env, settings, item, lambda s: None, None).run()
     assert row_.skip == "tree_accept/default has no run_cuda yet" and row_.check_passed is None
+
+
+# -- kernel experiments: --kernel and --define, against a fake device ---------------------------------
+
+def _fake_kernels(op, fake, ms, nudge=(), calls=None):
+    """run_cuda of fake kernels: the torch backend's outputs, each kernel taking `ms[name]` of fake
+    device time per call; a build whose defines name NUDGE, or a kernel in `nudge`, moves the first
+    output by one part in 1e7 (well inside verify_attn fp32's tolerances, but not the same bytes)."""
+    def run_cuda(variant, inputs, params, outputs, *, kernel=None, defines=None):
+        if calls is not None:
+            calls.append((kernel, dict(defines or {})))
+        for name, value in op.run_torch(variant, inputs, params).items():
+            outputs[name].copy_(value)
+        if "NUDGE" in (defines or {}) or kernel in nudge:
+            first = outputs[op.outputs[0]].view(-1)
+            first[0] = first[0] * (1 + 1e-7) + 1e-7
+        fake.kernel(ms[kernel])()
+    return run_cuda
+
+
+def _attn_fp32_item():
+    op = get_op("verify_attn")
+    case = Case("c", "verify_attn", "fp32", 9, dict(op._defaults, batch=2, heads=4, prefix=30, budget=6))
+    return op, bench.BenchItem("c", "verify_attn", "fp32", case.params, "test",
+                               lambda: (lambda g: (g.inputs, g.params))(op.generate(case)))
+
+
+def _run_builds(monkeypatch, builds, ms, nudge=(), repeat=False):
+    op, item = _attn_fp32_item()
+    fake, calls = FakeCuda(), []
+    monkeypatch.setattr(op, "run_cuda", _fake_kernels(op, fake, ms, nudge, calls))
+    env = _fake_gpu_env(monkeypatch, 1 << 20, ("hot",), fake)
+    settings = BenchSettings(timing=replace(OPTS, budget_s=0.05, min_samples=3), baselines=(), kernels=builds,
+                             repeat=repeat)
+    seen = []
+    rows = bench_runner._CaseRunner(env, settings, item, seen.append, None).run()
+    return rows, calls, seen
+
+
+def test_kernel_builds_are_named_parsed_and_checked():
+    from kdtr.errors import UsageError
+
+    builds = bench.kernel_builds(["fp32_bf16x3"], ["fp32_bf16x3:FX_NREG_S=232", "tb_sorted:TB_FORCE_EXACT=1,TB_X=-2"])
+    assert [b.label for b in builds] == ["fp32_bf16x3", "fp32_bf16x3[FX_NREG_S=232]", "tb_sorted[TB_FORCE_EXACT=1,TB_X=-2]"]
+    assert builds[2].defines == (("TB_FORCE_EXACT", "1"), ("TB_X", "-2"))
+    with pytest.raises(UsageError, match=r"unknown kernel 'nope'; known: .*tb_sorted \(tree_build\).*fp32_bf16x3 \(verify_attn\)"):
+        bench.kernel_builds(["nope"])
+    with pytest.raises(UsageError, match="unknown kernel 'nope'"):
+        bench.kernel_builds([], ["nope:A=1"])
+    for bad in ("fp32_ffma", "fp32_ffma:", "fp32_ffma:A", "fp32_ffma:1A=2", "fp32_ffma:A=1;rm", "fp32_ffma:A=1,"):
+        with pytest.raises(UsageError, match="expected KERNEL:KNOB=VALUE"):
+            bench.kernel_builds([], [bad])
+    with pytest.raises(UsageError, match="given twice: fp32_ffma"):
+        bench.kernel_builds(["fp32_ffma", "fp32_ffma"])
+
+
+def test_forced_kernels_are_timed_against_each_other_in_one_run(monkeypatch):
+    builds = bench.kernel_builds(["fp32_ffma", "fp32_gemm"], ["fp32_ffma:FX_X=1"])
+    rows, calls, seen = _run_builds(monkeypatch, builds, {"fp32_ffma": 0.004, "fp32_gemm": 0.002}, repeat=True)
+    assert [r.impl for r in rows] == ["fp32_ffma", "fp32_gemm", "fp32_ffma[FX_X=1]"]
+    assert [(r.kernel, r.defines) for r in rows] == [("fp32_ffma", {}), ("fp32_gemm", {}), ("fp32_ffma", {"FX_X": "1"})]
+    assert all(r.primary and r.check_passed and r.timing is not None for r in rows), [r.check for r in rows]
+    assert {(k, tuple(d.items())) for k, d in calls} == {("fp32_ffma", ()), ("fp32_gemm", ()),
+                                                         ("fp32_ffma", (("FX_X", "1"),))}
+    # one run: every build in the same interleaved rounds (and again, with --repeat)
+    assert any(s.endswith("rounds (hot): fp32_ffma, fp32_gemm, fp32_ffma[FX_X=1], fp32_ffma again, "
+                          "fp32_gemm again, fp32_ffma[FX_X=1] again") for s in seen), seen
+    assert len({r.timing.rounds for r in rows}) == 1 and all(r.repeat is not None for r in rows)
+    ffma, gemm, knob = rows
+    assert ffma.timing.median == pytest.approx(0.004) and gemm.timing.median == pytest.approx(0.002)
+    # speedups over the first named kernel, as over a baseline: its median / this one's
+    assert ffma.speedups == {} and gemm.speedups == {"fp32_ffma": pytest.approx(2.0)}
+    assert knob.speedups == {"fp32_ffma": pytest.approx(1.0)}
+    assert "bit for bit equal to fp32_ffma" in knob.check and "bit for bit equal to fp32_ffma" in gemm.check
+
+
+def test_a_knob_build_that_changes_the_bytes_fails_untimed(monkeypatch):
+    builds = bench.kernel_builds(["fp32_ffma"], ["fp32_ffma:NUDGE=1"])
+    rows, _, seen = _run_builds(monkeypatch, builds, {"fp32_ffma": 0.004})
+    plain, knob = rows
+    assert plain.check_passed and plain.timing is not None
+    assert knob.check_passed is False and knob.timing is None and knob.speedups == {}
+    assert knob.check.startswith("checked out (rel. L2")                     # within the op's tolerances...
+    assert "differs bit for bit from fp32_ffma: out (1 of " in knob.check      # ...but not the same bytes
+    assert any(s.endswith("rounds (hot): fp32_ffma") for s in seen), seen     # never timed
+    assert bench.exit_status(BenchRecord({}, {}, None, (), tuple(rows))) == 1
+
+
+def test_another_kernel_may_round_differently_within_the_tolerances(monkeypatch):
+    builds = bench.kernel_builds(["fp32_ffma", "fp32_gemm"])
+    rows, _, _ = _run_builds(monkeypatch, builds, {"fp32_ffma": 0.004, "fp32_gemm": 0.002}, nudge=("fp32_gemm",))
+    assert all(r.check_passed and r.timing is not None for r in rows)
+    assert "differs bit for bit from fp32_ffma (another kernel): out (1 of " in rows[1].check
+
+
+def test_items_for_kernels_keeps_the_cases_of_their_op_and_variant(suites):
+    from kdtr.errors import UsageError
+
+    items = bench.collect_items([suites])
+    assert [i.name for i in bench.items_for_kernels(items, bench.kernel_builds(["fp32_ffma"]))] == ["va_fp32"]
+    both = bench.items_for_kernels(items, bench.kernel_builds(["tb_sorted", "bf16_mma"]))
+    assert [i.name for i in both] == ["tb_small", "va_bf16"]
+    assert bench.items_for_kernels(items, ()) == items
+    with pytest.raises(UsageError, match="no case to bench has kernel fp32_ffma"):
+        bench.items_for_kernels([i for i in items if i.op != "verify_attn"], bench.kernel_builds(["fp32_ffma"]))
+
+
+def test_cli_bench_kernel_errors_exit_2(suites):
+    unknown = invoke("bench", suites, "--kernel", "nope")
+    assert unknown.exit_code == 2 and "unknown kernel 'nope'; known: " in unknown.output
+    assert len(unknown.output.strip().splitlines()) == 1
+    bad = invoke("bench", suites, "--define", "fp32_ffma")
+    assert bad.exit_code == 2 and "expected KERNEL:KNOB=VALUE" in bad.output
+    from kdtr.device import gpu_available
+
+    if not gpu_available():
+        cpu = invoke("bench", suites, "--kernel", "fp32_ffma")
+        assert cpu.exit_code == 2 and "need the cuda backend, not torch" in cpu.output, cpu.output
+
+
+def _forced_record():
+    """Both modes, three builds of long names in a case of a long name, every baseline."""
+    rows = []
+    for mode in ("hot", "cold"):
+        group = [replace(row("b64_h16_q33_p4096_mixed_long_name", label, 2.0 + k, primary=True, seed=k),
+                         mode=mode, kernel=label.split("[")[0], defines={"FX_NREG_S": "232"} if "[" in label else {},
+                         impl=label)
+                 for k, label in enumerate(["fp32_bf16x3", "fp32_bf16x3[FX_NREG_S=232,FX_QREG=1]", "fp32_dmma"])]
+        group += [replace(row("b64_h16_q33_p4096_mixed_long_name", b, 20.0 + k, primary=False, seed=9 + k), mode=mode)
+                  for k, b in enumerate(["torch_compile_bf16", "torch_compile_fp32", "torch_bf16", "sdpa"])]
+        rows += bench.with_speedups(group)
+    return replace(record(), rows=tuple(rows))
+
+
+def test_the_default_table_fits_120_columns_and_wide_shows_every_column(tmp_path):
+    from rich.console import Console
+
+    from cli.bench_view import bench_view
+
+    rec = _forced_record()
+    for r in rec.rows[:3]:
+        assert r.primary
+    assert rec.rows[1].speedups["fp32_bf16x3"] == pytest.approx(2.0 / 3.0, rel=0.02)
+
+    def render(**kw):
+        buffer = io.StringIO()
+        bench_view(rec, console=Console(file=buffer, width=120 if not kw else 400, color_system=None), **kw)
+        return buffer.getvalue()
+
+    text = render()
+    assert max(map(len, text.splitlines())) <= 120, text
+    for shown in ("case", "kernel", "time ± noise", "throughput", "best baseline", "speedup", "vs 1st",
+                  "torch_compile_bf16", "fp32_dmma", "TFLOP/s", "0.67×"):    # the fastest baseline; vs the 1st
+        assert shown in text, shown
+    wide = render(wide=True)
+    for column in ("config", "how", "GB/s", "% peak", "% HBM", "vs torch_compile_fp32", "vs sdpa", "vs fp32_bf16x3"):
+        assert column in wide, column
+    path = tmp_path / "f.json"
+    bench.write_record(path, rec)
+    data = json.loads(path.read_text())
+    assert data["rows"][1]["kernel"] == "fp32_bf16x3" and data["rows"][1]["defines"] == {"FX_NREG_S": "232"}
+    assert data["rows"][1]["speedups"]["fp32_bf16x3"] == pytest.approx(2.0 / 3.0, rel=0.02)
+    assert bench.load_record(path) == rec
 
 
 def test_baseline_tolerances():
@@ -950,14 +1274,16 @@ def test_check_outputs_names_what_it_compared():
 
 
 def test_committed_h200_records_still_load_and_render(tmp_path):
+    """Records of the format before the sidecar (indented, samples inline) still load and render."""
     from kdtr.config import REPO_ROOT
 
-    records = sorted((REPO_ROOT / "results").glob("bench-*.json"))
+    records = sorted((REPO_ROOT / "results").glob("**/bench*.json"))
     if not records:
         pytest.skip("no committed bench records")
     for path in records:
         rec = bench.load_record(path)
         assert rec.ceilings is not None and rec.rows
+        assert all(len(r.timing.samples_ms) == r.timing.n for r in rec.rows if r.timing)   # inline samples
         result = invoke("report", path, "--csv", tmp_path / "r.csv")
         assert result.exit_code == 0, result.output
         assert "ceilings measured in this run" in result.output
@@ -979,7 +1305,7 @@ def test_a_device_error_at_cleanup_stops_the_run_with_a_record_not_a_traceback(s
         cleanups.append(1)
         if len(cleanups) == 2:              # the second cleanup: within or right after the first case
             raise RuntimeError("CUDA error: an illegal memory access was encountered")
-    monkeypatch.setattr(bench._Env, "cleanup", cleanup)
+    monkeypatch.setattr(bench_runner._Env, "cleanup", cleanup)
     out = tmp_path / "lost.json"
     result = invoke("bench", suites, *FAST, "-k", "ta_*", "--json", out)
     assert result.exit_code == 1, result.output

@@ -108,7 +108,7 @@ def test_bench_with_worker_processes_times_every_case_once(tmp_path):
                      "  - {batch: 4, budget: 2}\n")
     runner = CliRunner()
     record = tmp_path / "bench.json"
-    args = ["bench", str(suite), "--no-sanity", "--budget", "0.02", "--target", "0.5", "-q"]
+    args = ["bench", str(suite), "--no-sanity", "--time-budget", "0.02", "--target", "0.5", "-q"]
     plain = runner.invoke(app, args)
     workers = runner.invoke(app, args + ["--devices", "0,1", "--json", str(record)])
     assert plain.exit_code == workers.exit_code == 0, workers.output

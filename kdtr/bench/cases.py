@@ -1,0 +1,99 @@
+"""Bench cases from YAML suites and golden bundles."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+from ..errors import UsageError
+from .record import relative_path
+from .settings import QUICK_CASES_PER_SUITE, KernelBuild
+
+
+@dataclass(frozen=True)
+class BenchItem:
+    """One case to bench: where its inputs come from (a suite's generator or a bundle)."""
+
+    name: str
+    op: str
+    variant: str
+    params: dict[str, Any]
+    source: str
+    load: Callable[[], tuple[dict[str, np.ndarray], dict[str, Any]]] = field(compare=False, repr=False)
+
+
+def collect_items(paths: Sequence[str | Path], pattern: str | None = None, quick: bool = False) -> list[BenchItem]:
+    """Bench cases from .kdtr bundles and YAML suites (or folders of them), matching -k."""
+    from ..spec import load_suites
+
+    paths = [Path(p) for p in paths]
+    bundles = [p for p in paths if p.suffix == ".kdtr"]
+    suites = [p for p in paths if p.suffix != ".kdtr"]
+    items = items_from_bundles(bundles, pattern) if bundles else []
+    if suites:
+        items += items_from_suites(load_suites(suites), pattern, quick)
+    return items
+
+
+def estimated_cost(item: BenchItem) -> float:
+    """A size proxy for spreading cases over workers: the product of the case's integer parameters."""
+    return float(math.prod(v for v in item.params.values()
+                           if isinstance(v, int) and not isinstance(v, bool) and v > 0))
+
+
+def items_from_suites(suites, pattern: str | None = None, quick: bool = False) -> list[BenchItem]:
+    """Cases of the suites matching -k; with `quick`, the first QUICK_CASES_PER_SUITE of each suite."""
+    from ..ops import get_op
+    from ..spec import select
+
+    items = []
+    for suite in suites:
+        cases = select(suite.cases, pattern)
+        if quick:
+            cases = cases[:QUICK_CASES_PER_SUITE]
+        for case in cases:
+            op = get_op(case.op)
+
+            def load(op=op, case=case):
+                generated = op.generate(case)
+                return generated.inputs, generated.params
+            items.append(BenchItem(case.name, case.op, case.variant, dict(case.params),
+                                   relative_path(case.source or str(suite.path)), load))
+    return items
+
+
+def items_from_bundles(paths: Iterable[str | Path], pattern: str | None = None) -> list[BenchItem]:
+    """Cases from golden bundles (their stored inputs), checked as `kdtree verify` checks them."""
+    from ..spec import name_matches
+    from ..verify import load_case
+
+    items = []
+    for path in map(Path, paths):
+        loaded = load_case(path)
+        bundle, op, variant, params, case, inputs = (loaded.bundle, loaded.op, loaded.variant, loaded.params,
+                                                     loaded.case, loaded.inputs)
+        if not name_matches(case, pattern):
+            continue
+        case_params = bundle.meta.get("case_params") if isinstance(bundle.meta.get("case_params"), dict) else params
+        items.append(BenchItem(case, op.name, variant, dict(case_params), relative_path(str(path)),
+                               lambda inputs=inputs, params=params: (dict(inputs), dict(params))))
+    return items
+
+
+def items_for_kernels(items: Sequence[BenchItem], builds: Sequence[KernelBuild]) -> list[BenchItem]:
+    """With kernels forced by name, only the cases whose op and variant have one of them (as -k
+    would select them): a case without any has nothing of the experiment to time. UsageError when
+    none is left."""
+    from ..ops import get_op
+
+    if not builds:
+        return list(items)
+    names = {b.name for b in builds}
+    chosen = [i for i in items if names & set(get_op(i.op).cuda_kernels(i.variant))]
+    if not chosen:
+        raise UsageError(f"no case to bench has kernel {', '.join(sorted(names))} (its op and variant)")
+    return chosen

@@ -1,0 +1,489 @@
+"""Cases to checked outputs to timed rows: the case runner and `run_bench`."""
+
+from __future__ import annotations
+
+import functools
+import gc
+import time
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from ..errors import UsageError
+from .cases import BenchItem, collect_items
+from .ceilings import Ceilings, gpu_clocks, measure_ceilings
+from .record import (TIME_LIMIT_SKIP, BenchRecord, BenchRow, _jsonable, bench_meta, settings_dict, with_figures,
+                     with_speedups)
+from .sanity import sanity_rows
+from .schedule import Sampler, interleave
+from .settings import MODES, BenchSettings, KernelBuild, Progress
+from .stats import Timing, agree
+from .timers import DEFAULT_L2_BYTES, DeviceTimer, HostTimer, _first_line, rotation_sets
+
+
+@dataclass(frozen=True)
+class WorkerJob:
+    """What a bench worker process needs to rebuild its share of the cases (closures don't pickle)."""
+
+    paths: tuple[str, ...]
+    pattern: str | None
+    quick: bool
+    names: tuple[str, ...]            # "op/case" keys of this worker's share
+    settings: "BenchSettings"
+
+
+def run_worker(job: WorkerJob) -> BenchRecord:
+    """One worker: its share of the cases on the GPU it was pinned to, with its own ceilings."""
+    wanted = set(job.names)
+    items = [i for i in collect_items(job.paths, job.pattern, job.quick) if f"{i.op}/{i.name}" in wanted]
+    return run_bench(items, job.settings)
+
+
+class _Env:
+    """What one run holds: the device, the timers, the ceilings."""
+
+    def __init__(self, settings: BenchSettings):
+        from ..backends import resolve_backend
+        from ..device import gpu_available
+
+        backend = resolve_backend(settings.backend)
+        if backend not in ("cuda", "torch"):
+            raise UsageError(f"bench runs the cuda or torch backend, not {backend!r}")
+        self.gpu = gpu_available()
+        if backend == "cuda" and not self.gpu:
+            from ..device import require_gpu
+
+            require_gpu()
+        self.primary = backend
+        self.device = "cuda" if self.gpu else "cpu"
+        self.ceilings: Ceilings | None = None
+        if self.gpu:
+            import torch
+
+            props = torch.cuda.get_device_properties(0)
+            self.timer: Any = DeviceTimer(getattr(props, "L2_cache_size", 0) or DEFAULT_L2_BYTES)
+            self.host_timer = HostTimer(DeviceTimer.sync)
+            self.modes = ("hot", "cold") if settings.mode == "both" else (settings.mode,)
+        else:
+            self.timer = self.host_timer = HostTimer()
+            self.modes = ("host",)
+
+    def sync(self) -> None:
+        if self.gpu:
+            DeviceTimer.sync()
+
+    def cleanup(self) -> None:
+        gc.collect()
+        if self.gpu:
+            import torch
+
+            torch.cuda.empty_cache()
+
+
+def _is_oom(err: BaseException) -> bool:
+    try:
+        import torch
+
+        if isinstance(err, getattr(torch, "OutOfMemoryError", ())):
+            return True
+    except ImportError:
+        pass
+    return "out of memory" in str(err).lower()
+
+
+def _to_numpy(value: Any) -> np.ndarray:
+    if isinstance(value, np.ndarray):
+        return value
+    from ..dtypes import to_numpy
+
+    return to_numpy(value)
+
+
+def check_outputs(op, got: Mapping[str, Any], expected: Mapping[str, np.ndarray], tolerances, *,
+                  require_all: bool) -> tuple[bool, str]:
+    """Compare an implementation's outputs with the reference; (passed, what was compared or why not).
+    Baselines may produce a subset of the outputs (`require_all=False`); our kernel produces all."""
+    from ..compare import compare_output
+
+    names = [n for n in op.outputs if n in got]
+    missing = [n for n in op.outputs if n not in got]
+    if require_all and missing:
+        return False, f"produced no {', '.join(missing)}"
+    if not names:
+        return False, "produced none of the op's outputs"
+    failures, checked = [], []
+    for name in names:
+        result = compare_output(name, _to_numpy(got[name]), expected[name], tolerances[name])
+        if not result.passed:
+            failures.append(f"{name}: {result.reason}")
+        checked.append(name if tolerances[name].exact else f"{name} (rel. L2 {result.rel_l2:.2g})")
+    if failures:
+        return False, "; ".join(failures)
+    return True, f"checked {', '.join(checked)}" + (f"; it gives no {', '.join(missing)}" if missing else "")
+
+
+def _bitwise_equal(a: np.ndarray, b: np.ndarray) -> bool:
+    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    return a.shape == b.shape and a.dtype == b.dtype and bool(np.array_equal(a.view(np.uint8), b.view(np.uint8)))
+
+
+@dataclass(frozen=True)
+class _Ours:
+    """One of our implementations made ready: its row (not yet timed), its sampler (None: not
+    timed), the check of the timed calls' outputs, and the outputs it was checked with."""
+
+    row: BenchRow
+    sampler: Sampler | None
+    after: Callable[[BenchRow], BenchRow]
+    got: dict[str, np.ndarray] | None
+    build: KernelBuild | None = None
+
+
+def _against(build: KernelBuild, got: Mapping[str, np.ndarray],
+             earlier: Sequence[tuple[KernelBuild, Mapping[str, np.ndarray]]], note: str) -> tuple[bool, str]:
+    """A forced build's outputs against the builds checked before it, on the same inputs: another
+    build of the same kernel (a knob build) must give the same bytes, or it fails; a different
+    kernel may round differently within the op's tolerances, so the check only says whether it
+    gives the same bytes as the first build."""
+    sibling = next(((b, g) for b, g in earlier if b.name == build.name), None)
+    if sibling is not None:
+        differ = _differing(got, sibling[1])
+        if differ:
+            return False, f"{note}; differs bit for bit from {sibling[0].label}: {differ}"
+        return True, f"{note}; bit for bit equal to {sibling[0].label}"
+    if earlier:
+        first, outputs = earlier[0]
+        differ = _differing(got, outputs)
+        return True, note + (f"; differs bit for bit from {first.label} (another kernel): {differ}" if differ
+                             else f"; bit for bit equal to {first.label}")
+    return True, note
+
+
+def _differing(got: Mapping[str, np.ndarray], other: Mapping[str, np.ndarray]) -> str:
+    """The outputs whose bytes differ, with how many elements: "out (12 of 4096 elements)"; "" when none."""
+    parts = []
+    for name in got:
+        a, b = np.ascontiguousarray(got[name]), np.ascontiguousarray(other[name])
+        if a.shape != b.shape or a.dtype != b.dtype:
+            parts.append(f"{name} ({a.dtype}{list(a.shape)} vs {b.dtype}{list(b.shape)})")
+            continue
+        if a.size == 0:
+            continue
+        per_element = (a.view(np.uint8).reshape(a.size, -1) != b.view(np.uint8).reshape(b.size, -1)).any(axis=1)
+        if per_element.any():
+            parts.append(f"{name} ({int(per_element.sum())} of {a.size} elements)")
+    return ", ".join(parts)
+
+
+class _CaseRunner:
+    """Runs every implementation of one case, in each mode, and builds its rows."""
+
+    def __init__(self, env: _Env, settings: BenchSettings, item: BenchItem, progress: Callable[[str], None],
+                 deadline: float | None):
+        from ..ops import get_op
+
+        self.env, self.settings, self.item, self.deadline = env, settings, item, deadline
+        self.progress = lambda what: progress(f"{item.op} {what}")
+        self.op = get_op(item.op)
+        self.builds = [b for b in settings.kernels if b.name in self.op.cuda_kernels(item.variant)]
+
+    def late(self) -> bool:
+        return self.deadline is not None and time.perf_counter() > self.deadline
+
+    def run(self) -> list[BenchRow]:
+        from .. import backends
+
+        op, item, env = self.op, self.item, self.env
+        self.progress(f"{item.name}: inputs")
+        inputs, params = item.load()
+        self.inputs, self.params = inputs, params
+        cost = op.cost(item.variant, inputs, params)
+        extra = dict(op.bench_extra(item.variant, inputs, params))
+        # which of our kernels the launch picks for this shape (a GPU run only: without one nothing
+        # of ours runs, and the choice would name a kernel by this host's defaults)
+        kernel = op.kernel_choice(item.variant, inputs, params) if env.gpu else None
+        if kernel is not None:
+            extra["kernel"] = kernel
+        self.base = dict(case=item.name, op=op.name, variant=item.variant,
+                         config=op.describe(item.variant, inputs, params), flops=float(cost.flops),
+                         bytes=float(cost.bytes), compute_unit=op.compute_unit(item.variant),
+                         params=_jsonable(item.params), extra=_jsonable(extra))
+        self.device_inputs = backends.upload(inputs, env.device)
+        self.progress(f"{item.name}: reference")
+        expected = op.bench_reference(item.variant, self.device_inputs, params) if env.gpu else None
+        self.expected = ({n: _to_numpy(t) for n, t in expected.items()} if expected is not None
+                         else op.reference(item.variant, inputs, params))
+        del expected
+        self.tolerances = op.tolerances(item.variant)
+        self.baseline_tolerances = op.baseline_tolerances(item.variant)
+        self.baselines = op.baselines(item.variant, inputs, params)
+        rows: list[BenchRow] = []
+        for mode in env.modes:
+            rows.extend(with_speedups(self._mode(mode)))
+        return [with_figures(r, env.ceilings) for r in rows]
+
+    def _row(self, impl: str, mode: str, primary: bool, **kw: Any) -> BenchRow:
+        return BenchRow(impl=impl, mode=mode, primary=primary, **self.base, **kw)
+
+    def _wanted(self, name: str, baseline) -> bool:
+        if name == self.env.primary or (baseline.backend is not None and baseline.backend == self.env.primary):
+            return False                # the implementation under test is not its own baseline
+        if self.settings.baselines is None:
+            return baseline.default
+        return name in self.settings.baselines
+
+    def _mode(self, mode: str) -> list[BenchRow]:
+        """Check and prepare every implementation (each forced kernel build, or the launch's own
+        choice), then time them all in interleaved rounds (ours a second time among them with
+        --repeat) and build the rows."""
+        ours: list[_Ours] = []
+        for build in self.builds or (None,):
+            earlier = [(o.build, o.got) for o in ours if o.got is not None]
+            ours.append(self._primary(mode, build, earlier))
+        entries: list[tuple[BenchRow, Sampler | None]] = [(o.row, o.sampler) for o in ours]
+        for name, baseline in self.baselines.items():
+            if self._wanted(name, baseline):
+                entries.append(self._baseline(name, baseline, mode))
+        slots = [i for i, (_, sampler) in enumerate(entries) if sampler is not None]
+        again = [i for i, o in enumerate(ours) if o.sampler is not None] if self.settings.repeat else []
+        samplers = [entries[i][1] for i in slots] + [ours[i].sampler for i in again]
+        names = ", ".join([entries[i][0].impl for i in slots] + [f"{ours[i].row.impl} again" for i in again])
+        self.progress(f"{self.item.name}: rounds ({mode}): {names}")
+        results = interleave(samplers, self.settings.timing, deadline=self.deadline,
+                             progress=lambda r: self.progress(f"{self.item.name}: round {r} ({mode})"))
+        rows = [row for row, _ in entries]
+        for slot, result in zip(slots, results):
+            rows[slot] = self._timed(rows[slot], result)
+        repeats = dict(zip(again, results[len(slots):]))
+        for i, o in enumerate(ours):
+            if o.sampler is None or rows[i].timing is None:
+                continue
+            rows[i] = o.after(rows[i])
+            second = repeats.get(i)
+            if second is None or rows[i].timing is None:      # None: the timed calls' outputs failed
+                continue
+            if isinstance(second, Exception):
+                rows[i] = replace(rows[i], check=f"{rows[i].check}; repeat failed: {type(second).__name__}: "
+                                                 f"{_first_line(second)}")
+            else:
+                rows[i] = replace(rows[i], repeat=second, repeat_agrees=agree(rows[i].timing, second))
+        del entries, samplers, ours
+        self.env.cleanup()
+        return rows
+
+    def _timed(self, row: BenchRow, result: Timing | Exception) -> BenchRow:
+        if not isinstance(result, Exception):
+            return replace(row, timing=result)
+        why = f"{type(result).__name__}: {_first_line(result)}"
+        if _is_oom(result):
+            return replace(row, skip=f"out of memory while timing: {_first_line(result)}")
+        return replace(row, check=f"{row.check}; timing failed: {why}")
+
+    def _prepare(self, calls, mode: str, graph: bool, timer=None) -> Sampler:
+        timer = timer or self.env.timer
+        return timer.prepare(calls, options=self.settings.timing, mode="cold" if mode == "cold" else "hot",
+                             graph=graph)
+
+    def _primary(self, mode: str, build: KernelBuild | None = None,
+                 earlier: Sequence[tuple[KernelBuild, dict[str, np.ndarray]]] = ()) -> _Ours:
+        """Our implementation (run_cuda, or run_torch for the torch backend; `build`: a kernel forced
+        by name, with its defines): check against the reference and against the `earlier` builds'
+        outputs (`_against`), then prepare its timing. Returns its row (not yet timed), its sampler
+        (None: it is not timed), what checks the timed calls' outputs once the rounds are done, and
+        its checked outputs."""
+        op, item, env = self.op, self.item, self.env
+        impl = build.label if build else env.primary
+        forced = dict(kernel=build.name, defines=dict(build.defines)) if build else {}
+        self.progress(f"{item.name}: {impl} ({mode})")
+        started = time.perf_counter()
+        specs = op.output_specs(item.variant, self.inputs, self.params)
+
+        def untimed(**kw: Any) -> _Ours:
+            return _Ours(self._row(impl, mode, True, timing=None, **forced, **kw), None, lambda row: row, None, build)
+
+        def make_call(inputs):
+            from ..backends import poisoned
+
+            if impl == "torch":
+                return functools.partial(op.run_torch, item.variant, inputs, self.params), None
+            outputs = {n: poisoned(kind, shape, env.device) for n, (kind, shape) in specs.items()}
+            return functools.partial(op.run_cuda, item.variant, inputs, self.params, outputs, **forced), outputs
+
+        call, outputs = make_call(self.device_inputs)
+        try:
+            result = call()
+            env.sync()
+        except NotImplementedError:
+            method = "run_cuda" if impl != "torch" else "run_torch"
+            return untimed(skip=f"{op.name}/{item.variant} has no {method} yet")
+        except Exception as err:  # noqa: BLE001 - the case fails with the reason; others go on
+            env.cleanup()
+            return untimed(check_passed=False, check=f"failed: {type(err).__name__}: {_first_line(err)}")
+        got = {n: _to_numpy(t) for n, t in (outputs if outputs is not None else result).items()}
+        del result
+        passed, note = check_outputs(op, got, self.expected, self.tolerances, require_all=True)
+        if passed and build is not None:
+            passed, note = _against(build, got, earlier, note)
+        if not passed:
+            return untimed(check_passed=False, check=note)
+        calls, sets = [call], [outputs]
+        if impl != "torch" and mode == "cold":
+            set_bytes = sum(t.nbytes for t in self.device_inputs.values()) + sum(t.nbytes for t in outputs.values())
+            count = rotation_sets(set_bytes, env.timer.flush_bytes)
+            for _ in range(count - 1):
+                extra_call, extra_outputs = make_call({n: t.clone() for n, t in self.device_inputs.items()})
+                calls.append(extra_call)
+                sets.append(extra_outputs)
+        try:
+            sampler = self._prepare(calls, mode, graph=impl != "torch", timer=env.timer if env.gpu else env.host_timer)
+        except Exception as err:  # noqa: BLE001
+            env.cleanup()
+            return untimed(check_passed=True, check=f"{note}; timing failed: {type(err).__name__}: {_first_line(err)}")
+        row = self._row(impl, mode, True, timing=None, check_passed=True, check=note,
+                        setup_s=round(time.perf_counter() - started, 3), **forced)
+
+        def after(row: BenchRow) -> BenchRow:
+            """The timed calls wrote every set: still the checked bytes?"""
+            if outputs is None:
+                return row
+            for written in sets:
+                now = {n: _to_numpy(t) for n, t in written.items()}
+                if not all(_bitwise_equal(now[n], got[n]) for n in got):
+                    ok, why = check_outputs(op, now, self.expected, self.tolerances, require_all=True)
+                    row = replace(row, check=row.check + "; outputs of the timed calls differ bitwise from the "
+                                  "checked call" + ("" if ok else f" and fail: {why}"))
+                    if not ok:
+                        row = replace(row, timing=None, repeat=None, repeat_agrees=None, check_passed=False)
+                    break
+            return row
+        return _Ours(row, sampler, after, got, build)
+
+    def _baseline(self, name: str, baseline, mode: str) -> tuple[BenchRow, Sampler | None]:
+        """A baseline's row (not yet timed) and its sampler (None: skipped, failed or wrong): its
+        outputs on the case's inputs are checked against the reference before it may be timed."""
+        env, item = self.env, self.item
+        skip = baseline.skip
+        if skip is None and self.settings.quick and baseline.slow_setup:
+            skip = "--quick leaves out baselines with a slow setup (compilers)"
+        if skip is None and baseline.clock == "device" and not env.gpu:
+            skip = "needs a GPU (this run has none)"
+        if skip is None and self.late():
+            skip = TIME_LIMIT_SKIP
+        row_mode = mode            # the group speedups are quoted in; timing.mode says "host" for host clocks
+        if skip is not None:
+            return self._row(name, row_mode, False, timing=None, skip=skip), None
+        self.progress(f"{item.name}: {name} ({mode})")
+        started = time.perf_counter()
+        try:
+            call = baseline.prepare(item.variant, self.device_inputs, self.params)
+            got = call()
+            env.sync()
+            got = {n: _to_numpy(t) for n, t in got.items()}
+        except Exception as err:  # noqa: BLE001
+            env.cleanup()
+            if _is_oom(err):
+                return self._row(name, row_mode, False, timing=None, skip=f"out of memory: {_first_line(err)}"), None
+            return self._row(name, row_mode, False, timing=None, check_passed=False,
+                             check=f"failed: {type(err).__name__}: {_first_line(err)}"), None
+        passed, note = check_outputs(self.op, got, self.expected, self.baseline_tolerances, require_all=False)
+        del got
+        if not passed:
+            return self._row(name, row_mode, False, timing=None, check_passed=False, check=note), None
+        try:
+            timer = env.host_timer if baseline.clock == "host" else env.timer
+            sampler = self._prepare([call], mode, graph=False, timer=timer)
+        except Exception as err:  # noqa: BLE001
+            env.cleanup()
+            if _is_oom(err):
+                return self._row(name, row_mode, False, timing=None, check_passed=True, check=note,
+                                 skip=f"out of memory while timing: {_first_line(err)}"), None
+            return self._row(name, row_mode, False, timing=None, check_passed=True,
+                             check=f"{note}; timing failed: {type(err).__name__}: {_first_line(err)}"), None
+        return (self._row(name, row_mode, False, timing=None, check_passed=True, check=note,
+                          setup_s=round(time.perf_counter() - started, 3)), sampler)
+
+
+def run_bench(items: Sequence[BenchItem], settings: BenchSettings = BenchSettings(), *,
+              progress: Progress | None = None,
+              on_partial: Callable[[BenchRecord], None] | None = None) -> BenchRecord:
+    """Ceilings, sanity cases, then every case's implementations; one record. A case that fails
+    becomes rows with the reason (or an entry in `errors`); the others go on."""
+    settings.timing.check()
+    if settings.mode not in MODES:
+        raise UsageError(f"mode must be one of {', '.join(MODES)}, got {settings.mode!r}")
+    started = time.perf_counter()
+    deadline = started + settings.time_limit_s if settings.time_limit_s else None
+    env = _Env(settings)
+    if settings.kernels and env.primary != "cuda":
+        raise UsageError(f"--kernel and --define force CUDA kernels; they need the cuda backend, not {env.primary}")
+    meta = bench_meta()
+    done, total = 0, len(items) + (1 if env.gpu else 0)
+    report = progress or (lambda what, done, total: None)
+    rows: list[BenchRow] = []
+    errors: list[str] = []
+    not_run: list[str] = []
+    sanity: list[BenchRow] = []
+    case_seconds: dict[str, float] = {}
+
+    def record(complete: bool) -> BenchRecord:
+        meta_now = dict(meta, seconds=round(time.perf_counter() - started, 3))
+        if complete and env.gpu:
+            meta_now["clocks_after"] = gpu_clocks()
+        cut = any(r.skip == TIME_LIMIT_SKIP for r in rows)
+        return BenchRecord(meta_now, settings_dict(settings, env.primary, env.modes, env.gpu), env.ceilings,
+                           tuple(sanity), tuple(rows), tuple(errors), tuple(not_run),
+                           complete=complete and not not_run and not cut, case_seconds=dict(case_seconds))
+
+    import torch
+
+    with torch.no_grad():
+        if env.gpu:
+            report("ceilings", done, total)
+            try:
+                env.ceilings = measure_ceilings(env.timer)
+            except Exception as err:  # noqa: BLE001 - the cases still run; no % figures then
+                errors.append(f"ceilings: {type(err).__name__}: {_first_line(err)}")
+                env.cleanup()
+            if settings.sanity:
+                report("sanity cases", done, total)
+                try:
+                    sanity.extend(sanity_rows(env, settings))
+                except Exception as err:  # noqa: BLE001
+                    errors.append(f"sanity cases: {type(err).__name__}: {_first_line(err)}")
+                    env.cleanup()
+            done += 1
+        lost = None
+        for index, item in enumerate(items):
+            if deadline is not None and time.perf_counter() > deadline:
+                not_run.append(f"{item.op}/{item.variant} {item.name}")
+                done += 1
+                continue
+            runner = _CaseRunner(env, settings, item, lambda what: report(what, done, total), deadline)
+            case_started = time.perf_counter()
+            try:
+                rows.extend(runner.run())
+            except KeyboardInterrupt:
+                raise
+            except Exception as err:  # noqa: BLE001 - one failing case does not stop the others
+                errors.append(f"{item.op}/{item.variant} {item.name} ({item.source}): "
+                              f"{type(err).__name__}: {_first_line(err)}")
+            finally:
+                del runner
+                case_seconds[f"{item.op}/{item.variant} {item.name}"] = round(time.perf_counter() - case_started, 3)
+                try:
+                    env.cleanup()
+                except Exception as err:  # noqa: BLE001 - e.g. a kernel's illegal address, reported late
+                    lost = f"{type(err).__name__}: {_first_line(err)}"
+            if lost:                      # a sticky device error: nothing after it can be trusted
+                errors.append(f"the device failed after {item.op}/{item.variant} {item.name} ({item.source}): "
+                              f"{lost}; the remaining cases were not run")
+                not_run.extend(f"{i.op}/{i.variant} {i.name}" for i in items[index + 1:])
+                break
+            done += 1
+            report(f"{item.op} {item.name}", done, total)
+            if on_partial is not None:
+                on_partial(record(complete=False))
+        if env.gpu and not lost:
+            env.timer.release()
+    return record(complete=True)
