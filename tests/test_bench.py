@@ -369,9 +369,9 @@ def test_record_json_round_trip(tmp_path):
     assert set(data) >= {"meta", "settings", "ceilings", "sanity", "rows", "errors", "not_run", "complete"}
     assert "\n " not in text and data["samples_file"] == "r.samples.npz"         # compact; names its sidecar
     first = data["rows"][0]
-    assert set(first["timing"]) >= {"median", "p10", "p90", "rel_std", "rel_ci", "n", "round_medians",
+    assert set(first["timing"]) >= {"median", "p10", "p90", "rel_std", "rel_ci", "n", "rounds",
                                     "stop_reason", "mode", "method"}
-    assert "samples_ms" not in first["timing"]                                 # the raw samples: in the sidecar
+    assert not {"samples_ms", "round_medians"} & set(first["timing"])          # the raw series: in the sidecar
     assert bench.load_record(path) == rec
 
 
@@ -834,24 +834,37 @@ def test_default_bench_suites():
     from kdtr import spec
     from kdtr.config import REPO_ROOT
 
-    suites = {s.op: s for s in spec.load_suites(REPO_ROOT / "specs" / "bench")}
-    assert set(suites) == {"tree_build", "verify_attn", "tree_accept"}
+    suites = spec.load_suites(REPO_ROOT / "specs" / "bench")
+    assert {s.op for s in suites} == {"tree_build", "verify_attn", "tree_accept"}
     attn = {(c.variant, c.params["batch"], c.params["heads"], c.params["budget"] + 1, c.params["prefix"])
-            for c in suites["verify_attn"].cases}
+            for s in suites if s.op == "verify_attn" for c in s.cases}
     for perf_case in [("fp32", 1, 16, 17, 2048), ("bf16_paged", 8, 64, 33, 8192),
-                      ("bf16_paged", 64, 16, 65, 32768), ("bf16_paged", 1, 128, 65, 131072)]:
+                      ("bf16_paged", 64, 16, 65, 32768), ("bf16_paged", 1, 128, 65, 131072),
+                      ("fp32", 4, 16, 17, 8192)]:
         assert perf_case in attn
+    # where it serves (TP8: 8 heads a GPU): the shapes of the serving issue's table
+    for serving_case in [("bf16_paged", 1, 8, 9, 21), ("bf16_paged", 1, 16, 17, 2048),
+                         ("bf16_paged", 8, 8, 33, 8192), ("bf16_paged", 32, 8, 65, 4096),
+                         ("bf16_paged", 16, 16, 33, 4096)]:
+        assert serving_case in attn
+    # the latency sweeps: prefix 21 .. 32768 at B in {1, 8}, H in {8, 16}; Q in {9, 17, 33, 65}
+    for b in (1, 8):
+        for h in (8, 16):
+            assert {p for _, bb, hh, q, p in attn if (bb, hh, q) == (b, h, 17)} >= {21, 2048}
+        assert {p for _, bb, hh, q, p in attn if (bb, hh, q) == (b, 8, 17)} >= {21, 2048, 32768}
+        assert {q for _, bb, hh, q, p in attn if (bb, hh, p) == (b, 8, 2048)} >= {9, 17, 65}
     assert {h for _, _, h, _, _ in attn} >= {8, 16, 64, 128}
-    assert {q for _, _, _, q, _ in attn} >= {5, 17, 33, 65}
-    assert min(p for *_, p in attn) <= 1024 and max(p for *_, p in attn) == 131072
+    assert {q for _, _, _, q, _ in attn} >= {5, 9, 17, 33, 65}
+    assert min(p for *_, p in attn) <= 21 and max(p for *_, p in attn) == 131072
     assert {b for _, b, *_ in attn} >= {1, 64}
-    for name in ("tree_build", "tree_accept"):
-        cases = suites[name].cases
-        assert all(c.params["depth"] == 15 for c in cases)
-        assert {c.params["batch"] for c in cases} >= {1, 256}
-        assert {c.params["budget"] for c in cases} >= {8, 64}
-    quick = bench.items_from_suites(list(suites.values()), quick=True)
-    assert len(quick) == 3 * bench.QUICK_CASES_PER_SUITE
+    for s in suites:
+        if s.op in ("tree_build", "tree_accept"):
+            assert all(c.params["depth"] == 15 for c in s.cases)
+            assert {c.params["batch"] for c in s.cases} >= {1, 256}
+            assert {c.params["budget"] for c in s.cases} >= {8, 64}
+    quick = bench.items_from_suites(suites, quick=True)
+    assert len(quick) == len(suites) * bench.QUICK_CASES_PER_SUITE
+    assert any(i.op == "verify_attn" and i.params["heads"] == 8 for i in quick)     # --quick keeps TP8
 
 
 @pytest.mark.parametrize("variant", ["fp32", "bf16_paged"])
@@ -1130,81 +1143,81 @@ def _run_builds(monkeypatch, builds, ms, nudge=(), repeat=False):
 def test_kernel_builds_are_named_parsed_and_checked():
     from kdtr.errors import UsageError
 
-    builds = bench.kernel_builds(["fp32_bf16x3"], ["fp32_bf16x3:FX_NREG_S=232", "tb_sorted:TB_FORCE_EXACT=1,TB_X=-2"])
-    assert [b.label for b in builds] == ["fp32_bf16x3", "fp32_bf16x3[FX_NREG_S=232]", "tb_sorted[TB_FORCE_EXACT=1,TB_X=-2]"]
+    builds = bench.kernel_builds(["fp32_bf16x3"], ["fp32_bf16x3:FX_NREG_S=232", "sorted:TB_FORCE_EXACT=1,TB_X=-2"])
+    assert [b.label for b in builds] == ["fp32_bf16x3", "fp32_bf16x3[FX_NREG_S=232]", "sorted[TB_FORCE_EXACT=1,TB_X=-2]"]
     assert builds[2].defines == (("TB_FORCE_EXACT", "1"), ("TB_X", "-2"))
-    with pytest.raises(UsageError, match=r"unknown kernel 'nope'; known: .*tb_sorted \(tree_build\).*fp32_bf16x3 \(verify_attn\)"):
+    with pytest.raises(UsageError, match=r"unknown kernel 'nope'; known: .*sorted \(tree_build\).*fp32_bf16x3 \(verify_attn\)"):
         bench.kernel_builds(["nope"])
     with pytest.raises(UsageError, match="unknown kernel 'nope'"):
         bench.kernel_builds([], ["nope:A=1"])
-    for bad in ("fp32_ffma", "fp32_ffma:", "fp32_ffma:A", "fp32_ffma:1A=2", "fp32_ffma:A=1;rm", "fp32_ffma:A=1,"):
+    for bad in ("fp32_dmma", "fp32_dmma:", "fp32_dmma:A", "fp32_dmma:1A=2", "fp32_dmma:A=1;rm", "fp32_dmma:A=1,"):
         with pytest.raises(UsageError, match="expected KERNEL:KNOB=VALUE"):
             bench.kernel_builds([], [bad])
-    with pytest.raises(UsageError, match="given twice: fp32_ffma"):
-        bench.kernel_builds(["fp32_ffma", "fp32_ffma"])
+    with pytest.raises(UsageError, match="given twice: fp32_dmma"):
+        bench.kernel_builds(["fp32_dmma", "fp32_dmma"])
 
 
 def test_forced_kernels_are_timed_against_each_other_in_one_run(monkeypatch):
-    builds = bench.kernel_builds(["fp32_ffma", "fp32_gemm"], ["fp32_ffma:FX_X=1"])
-    rows, calls, seen = _run_builds(monkeypatch, builds, {"fp32_ffma": 0.004, "fp32_gemm": 0.002}, repeat=True)
-    assert [r.impl for r in rows] == ["fp32_ffma", "fp32_gemm", "fp32_ffma[FX_X=1]"]
-    assert [(r.kernel, r.defines) for r in rows] == [("fp32_ffma", {}), ("fp32_gemm", {}), ("fp32_ffma", {"FX_X": "1"})]
+    builds = bench.kernel_builds(["fp32_dmma", "fp32_bf16x3"], ["fp32_dmma:FX_X=1"])
+    rows, calls, seen = _run_builds(monkeypatch, builds, {"fp32_dmma": 0.004, "fp32_bf16x3": 0.002}, repeat=True)
+    assert [r.impl for r in rows] == ["fp32_dmma", "fp32_bf16x3", "fp32_dmma[FX_X=1]"]
+    assert [(r.kernel, r.defines) for r in rows] == [("fp32_dmma", {}), ("fp32_bf16x3", {}), ("fp32_dmma", {"FX_X": "1"})]
     assert all(r.primary and r.check_passed and r.timing is not None for r in rows), [r.check for r in rows]
-    assert {(k, tuple(d.items())) for k, d in calls} == {("fp32_ffma", ()), ("fp32_gemm", ()),
-                                                         ("fp32_ffma", (("FX_X", "1"),))}
+    assert {(k, tuple(d.items())) for k, d in calls} == {("fp32_dmma", ()), ("fp32_bf16x3", ()),
+                                                         ("fp32_dmma", (("FX_X", "1"),))}
     # one run: every build in the same interleaved rounds (and again, with --repeat)
-    assert any(s.endswith("rounds (hot): fp32_ffma, fp32_gemm, fp32_ffma[FX_X=1], fp32_ffma again, "
-                          "fp32_gemm again, fp32_ffma[FX_X=1] again") for s in seen), seen
+    assert any(s.endswith("rounds (hot): fp32_dmma, fp32_bf16x3, fp32_dmma[FX_X=1], fp32_dmma again, "
+                          "fp32_bf16x3 again, fp32_dmma[FX_X=1] again") for s in seen), seen
     assert len({r.timing.rounds for r in rows}) == 1 and all(r.repeat is not None for r in rows)
     ffma, gemm, knob = rows
     assert ffma.timing.median == pytest.approx(0.004) and gemm.timing.median == pytest.approx(0.002)
     # speedups over the first named kernel, as over a baseline: its median / this one's
-    assert ffma.speedups == {} and gemm.speedups == {"fp32_ffma": pytest.approx(2.0)}
-    assert knob.speedups == {"fp32_ffma": pytest.approx(1.0)}
-    assert "bit for bit equal to fp32_ffma" in knob.check and "bit for bit equal to fp32_ffma" in gemm.check
+    assert ffma.speedups == {} and gemm.speedups == {"fp32_dmma": pytest.approx(2.0)}
+    assert knob.speedups == {"fp32_dmma": pytest.approx(1.0)}
+    assert "bit for bit equal to fp32_dmma" in knob.check and "bit for bit equal to fp32_dmma" in gemm.check
 
 
 def test_a_knob_build_that_changes_the_bytes_fails_untimed(monkeypatch):
-    builds = bench.kernel_builds(["fp32_ffma"], ["fp32_ffma:NUDGE=1"])
-    rows, _, seen = _run_builds(monkeypatch, builds, {"fp32_ffma": 0.004})
+    builds = bench.kernel_builds(["fp32_dmma"], ["fp32_dmma:NUDGE=1"])
+    rows, _, seen = _run_builds(monkeypatch, builds, {"fp32_dmma": 0.004})
     plain, knob = rows
     assert plain.check_passed and plain.timing is not None
     assert knob.check_passed is False and knob.timing is None and knob.speedups == {}
     assert knob.check.startswith("checked out (rel. L2")                     # within the op's tolerances...
-    assert "differs bit for bit from fp32_ffma: out (1 of " in knob.check      # ...but not the same bytes
-    assert any(s.endswith("rounds (hot): fp32_ffma") for s in seen), seen     # never timed
+    assert "differs bit for bit from fp32_dmma: out (1 of " in knob.check      # ...but not the same bytes
+    assert any(s.endswith("rounds (hot): fp32_dmma") for s in seen), seen     # never timed
     assert bench.exit_status(BenchRecord({}, {}, None, (), tuple(rows))) == 1
 
 
 def test_another_kernel_may_round_differently_within_the_tolerances(monkeypatch):
-    builds = bench.kernel_builds(["fp32_ffma", "fp32_gemm"])
-    rows, _, _ = _run_builds(monkeypatch, builds, {"fp32_ffma": 0.004, "fp32_gemm": 0.002}, nudge=("fp32_gemm",))
+    builds = bench.kernel_builds(["fp32_dmma", "fp32_bf16x3"])
+    rows, _, _ = _run_builds(monkeypatch, builds, {"fp32_dmma": 0.004, "fp32_bf16x3": 0.002}, nudge=("fp32_bf16x3",))
     assert all(r.check_passed and r.timing is not None for r in rows)
-    assert "differs bit for bit from fp32_ffma (another kernel): out (1 of " in rows[1].check
+    assert "differs bit for bit from fp32_dmma (another kernel): out (1 of " in rows[1].check
 
 
 def test_items_for_kernels_keeps_the_cases_of_their_op_and_variant(suites):
     from kdtr.errors import UsageError
 
     items = bench.collect_items([suites])
-    assert [i.name for i in bench.items_for_kernels(items, bench.kernel_builds(["fp32_ffma"]))] == ["va_fp32"]
-    both = bench.items_for_kernels(items, bench.kernel_builds(["tb_sorted", "bf16_mma"]))
+    assert [i.name for i in bench.items_for_kernels(items, bench.kernel_builds(["fp32_dmma"]))] == ["va_fp32"]
+    both = bench.items_for_kernels(items, bench.kernel_builds(["sorted", "bf16_mma"]))
     assert [i.name for i in both] == ["tb_small", "va_bf16"]
     assert bench.items_for_kernels(items, ()) == items
-    with pytest.raises(UsageError, match="no case to bench has kernel fp32_ffma"):
-        bench.items_for_kernels([i for i in items if i.op != "verify_attn"], bench.kernel_builds(["fp32_ffma"]))
+    with pytest.raises(UsageError, match="no case to bench has kernel fp32_dmma"):
+        bench.items_for_kernels([i for i in items if i.op != "verify_attn"], bench.kernel_builds(["fp32_dmma"]))
 
 
 def test_cli_bench_kernel_errors_exit_2(suites):
     unknown = invoke("bench", suites, "--kernel", "nope")
     assert unknown.exit_code == 2 and "unknown kernel 'nope'; known: " in unknown.output
     assert len(unknown.output.strip().splitlines()) == 1
-    bad = invoke("bench", suites, "--define", "fp32_ffma")
+    bad = invoke("bench", suites, "--define", "fp32_dmma")
     assert bad.exit_code == 2 and "expected KERNEL:KNOB=VALUE" in bad.output
     from kdtr.device import gpu_available
 
     if not gpu_available():
-        cpu = invoke("bench", suites, "--kernel", "fp32_ffma")
+        cpu = invoke("bench", suites, "--kernel", "fp32_dmma")
         assert cpu.exit_code == 2 and "need the cuda backend, not torch" in cpu.output, cpu.output
 
 

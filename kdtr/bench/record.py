@@ -142,6 +142,11 @@ def _timing_slots(data: Mapping[str, Any]) -> Iterator[tuple[str, dict]]:
                     yield f"{group}.{i}.{slot}", row[slot]
 
 
+# The raw series of a Timing that live in the sidecar, each with the summary field that counts it:
+# the samples, and the rounds' medians (64 full-precision floats a Timing at the round cap).
+RAW_SERIES = {"samples_ms": "n", "round_medians": "rounds"}
+
+
 def samples_path(path: str | Path) -> Path:
     """The sidecar beside a record: bench.json -> bench.samples.npz."""
     path = Path(path)
@@ -165,12 +170,14 @@ def _restore_samples(data: dict, path: Path) -> None:
     except (OSError, ValueError, zipfile.BadZipFile) as err:
         raise UsageError(f"not a samples sidecar (.npz): {err}", file=sidecar) from None
     for key, timing in _timing_slots(data):
-        values = samples.pop(key, None)
-        # size 0: a timing loaded without its samples and written again
-        if values is None or values.ndim != 1 or values.dtype != np.float64 or values.size not in (0, timing.get("n")):
-            raise UsageError(f"the samples of {key} do not match the record's n = {timing.get('n')} "
-                             "(a sidecar of another run?)", file=sidecar)
-        timing["samples_ms"] = values.tolist()
+        for series, count in RAW_SERIES.items():
+            values = samples.pop(f"{key}.{series}", None)
+            # size 0: a timing loaded without its samples and written again
+            if values is None or values.ndim != 1 or values.dtype != np.float64 \
+                    or values.size not in (0, timing.get(count)):
+                raise UsageError(f"the {series} of {key} do not match the record's {count} = {timing.get(count)} "
+                                 "(a sidecar of another run?)", file=sidecar)
+            timing[series] = values.tolist()
     if samples:
         raise UsageError(f"samples of timings the record lacks: {', '.join(sorted(samples))} "
                          "(a sidecar of another run?)", file=sidecar)
@@ -318,7 +325,7 @@ def merge_records(records: Sequence[BenchRecord]) -> BenchRecord:
 
 
 def write_record(path: str | Path, record: BenchRecord) -> None:
-    """The record as compact JSON at `path`, every Timing's summary inline and its raw samples in
+    """The record as compact JSON at `path`, every Timing's summary inline and its raw series (RAW_SERIES) in
     the compressed sidecar `samples_path(path)` that the JSON names (samples are most of a record's
     size: inline, a --repeat run of the default suites in both modes took several MB). Both written
     atomically, the sidecar first, so a JSON on disk never names samples not yet written."""
@@ -327,8 +334,8 @@ def write_record(path: str | Path, record: BenchRecord) -> None:
 
     path = Path(path)
     data = plain(record)
-    arrays = {key: np.asarray([_num(v) for v in timing.pop("samples_ms", ())], dtype=np.float64)
-              for key, timing in _timing_slots(data)}
+    arrays = {f"{key}.{series}": np.asarray([_num(v) for v in timing.pop(series, ())], dtype=np.float64)
+              for key, timing in _timing_slots(data) for series in RAW_SERIES}
     if any(a.size for a in arrays.values()):
         sidecar = samples_path(path)
         buffer = io.BytesIO()
