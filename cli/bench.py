@@ -12,7 +12,8 @@ from rich.table import Table
 
 from kdtr.errors import UsageError
 
-from .main import EXIT_FAILED, EXIT_OK, DevicesOpt, ShardOpt, _emit_json, _gpu_count, app, guarded
+from .app import EXIT_FAILED, EXIT_OK, DevicesOpt, ShardOpt, app, guarded
+from .app import emit_json as _emit_json, gpu_count as _gpu_count
 
 BENCH_HELP = (
     "Time our kernels and their baselines on the same inputs in one run, against ceilings measured "

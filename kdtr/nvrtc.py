@@ -111,7 +111,7 @@ def cuda_include_dir() -> Path:
     return Path(found)
 
 
-def _check_arch(arch: str) -> None:
+def check_arch(arch: str) -> None:
     m = _ARCH_RE.match(arch)
     if not m:
         raise CompileError(f"arch {arch!r} is not a real architecture like sm_90, sm_90a or sm_120")
@@ -388,7 +388,7 @@ def _nvrtc_compile(source: Path, text: str, options: Sequence[str]) -> tuple[byt
 def compile_kernel(source: str | Path, arch: str = "sm_90", *, defines: Mapping[str, str | int] = {},
                    extra_options: Sequence[str] = ()) -> CompiledModule:
     """Compile one .cu (a path, or a name under kernels/) to a cubin for `arch`, through the cache."""
-    _check_arch(arch)
+    check_arch(arch)
     path = _resolve_source(source)
     text = path.read_text()
     options = _options(arch, defines, extra_options)
