@@ -72,9 +72,16 @@ class CompiledModule:
 
 # -- NVRTC -----------------------------------------------------------------------------------------
 
+@lru_cache(maxsize=1)
 def _nvrtc():
+    """cuda-bindings' NVRTC module, its library loaded: a missing libnvrtc is one CompileError."""
     from cuda.bindings import nvrtc
 
+    try:
+        nvrtc.nvrtcVersion()           # cuda-bindings loads libnvrtc on the first call
+    except Exception as err:  # noqa: BLE001 - cuda-pathfinder's not-found error has no stable base
+        raise CompileError(f"NVRTC cannot be loaded ({type(err).__name__}: {str(err).splitlines()[0]}); "
+                           "install nvidia-cuda-nvrtc") from err
     return nvrtc
 
 
