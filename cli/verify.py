@@ -44,7 +44,7 @@ def verify_cmd(
 
     The table's "tol share" is the worst element's share of its tolerance, |x−r| / (atol + rtol·|r|):
     at most 1 passes."""
-    from kdtr import backends, parallel, spec
+    from kdtr import backends, parallel
     from kdtr.verify import Options, check_kernels, find_bundles, shard_key
 
     json_out = JsonOut(json_path)
@@ -53,7 +53,11 @@ def verify_cmd(
         if value is not None and not value >= 0:
             raise UsageError(f"{name} {value}: must be >= 0")
     shard_spec = parallel.Shard.parse(shard) if shard else None
-    files = [f for f in find_bundles(paths or [Path("goldens")]) if spec.name_matches(f.stem, pattern)]
+    files = find_bundles(paths or [Path("goldens")])
+    if pattern:
+        from kdtr.spec import name_matches    # YAML's import is not free: only for -k
+
+        files = [f for f in files if name_matches(f.stem, pattern)]
     files = parallel.shard_items(files, shard_key, shard_spec)
     resolved = backends.resolve_backend("cuda" if sanitize else backend)
     forced = check_kernels(kernel, resolved)
@@ -100,9 +104,6 @@ def _run(files, options, device_list, quiet: bool, verbose: bool):
 
 
 def _write_records(rows, errors, options, device_list, json_out: JsonOut, junit: Path | None) -> None:
-    from kdtr import report
-    from kdtr.atomic import atomic_write
-
     kernels = None
     if options.backend == "cuda" and not device_list:
         from kdtr.device import loaded_kernels
@@ -110,9 +111,13 @@ def _write_records(rows, errors, options, device_list, json_out: JsonOut, junit:
         kernels = loaded_kernels()
         with json_out.tables():
             render.kernel_summary(kernels)
-    json_out.write(lambda: report.verify_record(rows, errors) | {"kernels": kernels})
-    if junit:
-        atomic_write(junit, report.junit_xml(rows, errors))
+    if json_out.path or junit:
+        from kdtr import report
+        from kdtr.atomic import atomic_write
+
+        json_out.write(lambda: report.verify_record(rows, errors) | {"kernels": kernels})
+        if junit:
+            atomic_write(junit, report.junit_xml(rows, errors))
 
 
 def _sanitized_verify(tool, files, atol, rtol, trials, kernels, quiet, json_out: JsonOut) -> None:
