@@ -99,7 +99,8 @@ def _run(files, options, device_list, quiet: bool, verbose: bool):
         if problem:
             errors.append(problem)
             render.error(problem)
-    render.verify_table(rows, quiet=quiet, verbose=verbose)
+    if rows:                               # no table of nothing: the errors said it all
+        render.verify_table(rows, quiet=quiet, verbose=verbose)
     return rows, errors
 
 

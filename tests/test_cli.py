@@ -342,3 +342,21 @@ def test_a_bundle_that_is_not_a_file_is_reported(goldens, kind):
         odd.symlink_to(goldens / "gone.kdtr")
     result = invoke("verify", goldens, "-b", "numpy")
     assert result.exit_code == 2 and "odd.kdtr" in result.output and "passed" not in result.output
+
+
+def test_the_tolerance_share_shown_is_the_worst_outputs(capsys):
+    """Until kdtr.compare fills OutputCheck.tol_share, a row without it shows no share at all."""
+    from types import SimpleNamespace
+
+    from cli import render
+    from kdtr.verify import VerifyRow
+
+    def check(share):
+        return SimpleNamespace(name="o", passed=share <= 1, reason=None, tol_share=share, max_abs=0.0,
+                               rel_l2=0.0, max_rel=0.0, mismatches=0, tolerance=SimpleNamespace(exact=False))
+
+    row = VerifyRow(case="c", file="f", op="tree_build", variant="default", backend="numpy", config={},
+                    passed=False, outputs=(check(0.25), check(2.5)))
+    assert "tol_share=2.5 " in render.verify_lines([row]) + " "
+    legacy = SimpleNamespace(**{k: v for k, v in vars(check(0.0)).items() if k != "tol_share"})
+    assert "tol_share" not in render.verify_lines([VerifyRow(**{**vars(row), "outputs": (legacy,)})])
