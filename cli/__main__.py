@@ -1,5 +1,5 @@
-"""`python -m cli ...` = the `kdtree` command (for machines where it is not installed)."""
+"""`python -m cli ...` (from a checkout) or `python -m kdtree_cli ...` (installed) = `kdtree`."""
 
-from cli.main import main
+from .main import main
 
 main()

@@ -13,7 +13,8 @@ import typer
 from kdtr.errors import UsageError
 
 from .bench_view import bench_view, compare_view
-from .main import EXIT_FAILED, EXIT_OK, DevicesOpt, ShardOpt, _emit_json, _gpu_count, app, guarded
+from .app import EXIT_FAILED, EXIT_OK, DevicesOpt, ShardOpt, app, check_writable, default_specs_dir, flag, guarded
+from .app import emit_json as _emit_json, gpu_count as _gpu_count
 
 BENCH_HELP = (
     "Time our kernels and their baselines on the same inputs in one run, against ceilings measured "
@@ -40,10 +41,7 @@ BENCH_HELP = (
 
 
 def _default_specs() -> list[Path]:
-    from kdtr.config import REPO_ROOT
-
-    local = Path("specs/bench")
-    return [local if local.is_dir() else REPO_ROOT / "specs" / "bench"]
+    return [default_specs_dir() / "bench"]
 
 
 def _items(paths: list[Path], pattern: Optional[str], quick: bool, shard: Optional[str]):
@@ -127,7 +125,7 @@ def bench_cmd(
     pattern: Optional[str] = typer.Option(None, "-k", help="Only cases whose name contains PATTERN (or matches a * ? glob)."),
     shard: Optional[str] = ShardOpt,
     devices: Optional[str] = DevicesOpt,
-    quick: bool = typer.Option(False, "--quick", help="Smoke run for CI: the first 2 cases of each suite, a "
+    quick: bool = flag("--quick", help="Smoke run for CI: the first 2 cases of each suite, a "
                                                      "0.1 s budget, 5% target, no compiler baselines."),
     mode: str = typer.Option("cold", "--mode", help="cold (L2 flushed or inputs rotated), hot (same inputs again), both."),
     backend: str = typer.Option("auto", "--backend", "-b",
@@ -137,7 +135,7 @@ def bench_cmd(
                                                  "torch, torch_compile, sdpa, cpu_heap; verify_attn bf16_paged: "
                                                  "torch_bf16, torch_compile_bf16, torch_fp32, torch_compile_fp32 "
                                                  "(not run unless named), sdpa."),
-    no_baselines: bool = typer.Option(False, "--no-baselines", help="Time only our implementation."),
+    no_baselines: bool = flag("--no-baselines", help="Time only our implementation."),
     kernel: List[str] = typer.Option([], "--kernel", help="Time this kernel of ours (repeatable; needs the cuda "
                                      "backend): named kernels are timed against each other in one run, the first "
                                      "the reference of their speedups (`vs 1st`); only cases of their op and "
@@ -151,22 +149,22 @@ def bench_cmd(
                                                 "\\[0.5; --quick 0.1]."),
     target: Optional[float] = typer.Option(None, "--target", help="Stop the rounds when every implementation's "
                                                                   "relative noise is below this \\[0.01; --quick 0.05]."),
-    repeat: bool = typer.Option(False, "--repeat", help="Time our kernel a second time in the same interleaved "
+    repeat: bool = flag("--repeat", help="Time our kernel a second time in the same interleaved "
                                                        "rounds; report whether the two medians agree within the noise."),
-    no_sanity: bool = typer.Option(False, "--no-sanity", help="Skip the empty-kernel and copy sanity cases."),
+    no_sanity: bool = flag("--no-sanity", help="Skip the empty-kernel and copy sanity cases."),
     time_limit: Optional[float] = typer.Option(None, "--time-limit", help="Seconds for the whole run, checked before "
                                                                          "each case and baseline: later ones are listed as "
                                                                          "not run / skipped (exit still 0 if all ran passed)."),
     json_path: Optional[str] = typer.Option(None, "--json", help="Write the record here ('-' = stdout); "
                                                                  "rewritten after every case while running."),
-    save: bool = typer.Option(False, "--save", help="Also write the record to results/bench-<UTC time>.json."),
+    save: bool = flag("--save", help="Also write the record to results/bench-<UTC time>.json."),
     csv_path: Optional[Path] = typer.Option(None, "--csv", help="Write one CSV line per row here."),
     compare: Optional[Path] = typer.Option(None, "--compare", help="OLD.json: judge this run (or NEW.json) against it."),
     threshold: float = typer.Option(0.10, "--threshold", help="--compare: slower by more than this fraction "
                                                               "(beyond the noise) is a regression."),
-    verbose: bool = typer.Option(False, "-v", "--verbose", help="Show every baseline's own row and timing details."),
-    wide: bool = typer.Option(False, "--wide", help="Every column (config, timer, TFLOP/s and GB/s, each baseline)."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="One plain line per case (for shell loops)."),
+    verbose: bool = flag("-v", "--verbose", help="Show every baseline's own row and timing details."),
+    wide: bool = flag("--wide", help="Every column (config, timer, TFLOP/s and GB/s, each baseline)."),
+    quiet: bool = flag("--quiet", "-q", help="One plain line per case (for shell loops)."),
 ):
     from kdtr import bench
     from kdtr.errors import UsageError
@@ -178,7 +176,7 @@ def bench_cmd(
     old = bench.load_record(compare) if compare else None
     paths = list(paths or [])
     if json_path and json_path != "-":
-        bench.check_output_path(json_path)
+        check_writable(json_path, "--json")
     to_stdout = json_path == "-"
     # with --json -, stdout carries the JSON alone: whatever else would print goes to stderr
     quiet_stdout = contextlib.redirect_stdout(sys.stderr) if to_stdout else contextlib.nullcontext()
@@ -214,9 +212,9 @@ def bench_cmd(
     targets = [p for p in (json_path if json_path and json_path != "-" else None,
                            bench.default_record_path() if save else None) if p]
     if save:
-        bench.check_output_path(targets[-1])
+        check_writable(targets[-1], "--save")
     if csv_path:
-        bench.check_output_path(csv_path, "CSV")
+        check_writable(csv_path, "--csv")
     with quiet_stdout:
         record = _run(paths, pattern, quick, shard, devices, settings, targets, quiet)
         if not to_stdout:
@@ -270,9 +268,9 @@ def report_cmd(
     plot: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG: roofline (achieved TFLOP/s against "
                                                              "intensity, measured ceilings) and latency against prefix."),
     csv_path: Optional[Path] = typer.Option(None, "--csv", help="Write one CSV line per row here."),
-    verbose: bool = typer.Option(False, "-v", "--verbose", help="Show every baseline's own row."),
-    wide: bool = typer.Option(False, "--wide", help="Every column (config, timer, TFLOP/s and GB/s, each baseline)."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="One plain line per case."),
+    verbose: bool = flag("-v", "--verbose", help="Show every baseline's own row."),
+    wide: bool = flag("--wide", help="Every column (config, timer, TFLOP/s and GB/s, each baseline)."),
+    quiet: bool = flag("--quiet", "-q", help="One plain line per case."),
 ):
     """Show a bench record's table again; plot it (matplotlib), write its CSV, or merge shards' records."""
     from kdtr import bench, report

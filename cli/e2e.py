@@ -6,7 +6,8 @@ from typing import List, Optional
 
 import typer
 
-from .main import _emit_json, app, guarded
+from . import render
+from .app import JsonOpt, JsonOut, QuietOpt, app, guarded
 
 
 @app.command("e2e")
@@ -23,8 +24,8 @@ def e2e_cmd(
     prompt_len: int = typer.Option(16, "--prompt-len", min=1, help="Tokens per prompt."),
     quality: float = typer.Option(6.0, "--quality", help="Drafter quality: logit bonus of the true next token."),
     seed: int = typer.Option(0, "--seed", min=0, help="Seed of the model weights, prompts and drafter noise."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="One plain line per run."),
-    json_path: Optional[str] = typer.Option(None, "--json", help="Write a record here ('-' = stdout)."),
+    quiet: bool = QuietOpt,
+    json_path: Optional[str] = JsonOpt,
 ):
     """Run AR greedy and DDTree (tree_build -> verify_attn -> tree_accept) on the same prompts;
     exit 1 if any generated token differs, reporting the first divergence and its logit margin."""
@@ -32,8 +33,7 @@ def e2e_cmd(
     from kdtr.e2e import DecodeOptions, ModelConfig, make_prompts, run_e2e
     from kdtr.errors import UsageError
 
-    from . import render
-
+    json_out = JsonOut(json_path)
     for name in variant:
         if name not in ("fp32", "bf16_paged"):
             raise UsageError(f"--variant {name!r}: choose fp32 or bf16_paged")
@@ -48,9 +48,9 @@ def e2e_cmd(
     cfg = ModelConfig(seed=seed)
     options = [DecodeOptions(resolved, v, b, depth, quality, seed) for v in variant for b in budget]
     prompt_list = make_prompts(prompts, prompt_len, cfg.vocab, seed)
-    runs = list(render.progress(run_e2e(prompt_list, tokens, options, cfg), len(prompt_list) * len(options),
-                                f"e2e ({resolved})", quiet=quiet, line=render.e2e_line))
-    render.e2e_table(runs, quiet=quiet)
-    if json_path:
-        _emit_json(json_path, {"meta": report.record_meta("e2e"), "model": cfg, "runs": runs})
+    with json_out.tables():
+        runs = list(render.progress(run_e2e(prompt_list, tokens, options, cfg), len(prompt_list) * len(options),
+                                    f"e2e ({resolved})", quiet=quiet, line=render.e2e_line))
+        render.e2e_table(runs, quiet=quiet)
+    json_out.write(lambda: {"meta": report.record_meta("e2e"), "model": cfg, "runs": runs})
     raise typer.Exit(0 if all(r.identical for r in runs) else 1)

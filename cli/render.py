@@ -80,9 +80,24 @@ def verify_lines(rows) -> str | None:
     for row in rows:
         reason = "" if row.passed else " " + (row.error or "; ".join(
             f"{o.name}: {o.reason}" for o in row.outputs if not o.passed))
+        share = _tol_share(row)
         lines.append(f"{_verdict(row)} {row.op}/{row.variant} {_row_name(row)} "
-                     f"max_abs={_num(row.worst('max_abs'))} rel_l2={_num(row.worst('rel_l2'))}{reason}")
+                     f"max_abs={_num(row.worst('max_abs'))} rel_l2={_num(row.worst('rel_l2'))}"
+                     + ("" if share is None else f" tol_share={_share(share)}") + reason)
     return "\n".join(lines) or None
+
+
+def _share(value: float | None) -> str:
+    """A tolerance share: <= 1 passes; inf where a NaN/Inf (or an exact output) mismatches."""
+    if value is None:
+        return "—"
+    return "0" if value == 0 else ("inf" if value == float("inf") else f"{value:.3g}")
+
+
+def _tol_share(row) -> float | None:
+    # kdtr.compare.OutputCheck.tol_share is new; bundles verified by an older kdtr lack it
+    shares = [s for s in (getattr(o, "tol_share", None) for o in row.outputs) if s is not None]
+    return max(shares, default=None)
 
 
 def verify_table(rows, *, quiet: bool, verbose: bool) -> None:
@@ -92,17 +107,22 @@ def verify_table(rows, *, quiet: bool, verbose: bool) -> None:
         print(summary)
         return
     backend = rows[0].backend if rows else "?"
-    table = Table(title=f"kdtree verify — backend {backend}", title_justify="left")
-    for name, justify in (("case", "left"), ("op", "left"), ("variant", "left"), ("config", "left"),
-                          ("max_abs", "right"), ("max_rel", "right"), ("‖x−r‖/‖r‖", "right"),
-                          ("mismatches", "right"), ("det", "center"), ("verdict", "center")):
-        table.add_column(name, justify=justify, no_wrap=name in ("case", "verdict"))
+    table = Table(title=f"kdtree verify — backend {backend}", title_justify="left",
+                  caption="tol share = max |x−r| / (atol + rtol·|r|), at most 1 passes; "
+                          "* = the bundle's tolerance is looser than the op's default", caption_justify="left")
+    columns = ["case", "op", "variant", "config", "max_abs", "tol share", "‖x−r‖/‖r‖"]
+    columns += ["max_rel"] if verbose else []
+    for name in columns + ["mismatches", "det", "verdict"]:
+        table.add_column(name, justify="left" if name in ("case", "op", "variant", "config") else
+                         "center" if name in ("det", "verdict") else "right", no_wrap=name in ("case", "verdict"))
     for row in rows:
         det = "" if row.deterministic is None else ("yes" if row.deterministic else "NO")
         style = "green" if row.passed else "bold red"
-        table.add_row(_row_name(row), row.op, row.variant, _config(row.config), _num(row.worst("max_abs")),
-                      _num(row.worst("max_rel")), _num(row.worst("rel_l2")), str(row.mismatches), det,
-                      f"[{style}]{_verdict(row)}[/]")
+        loosened = "*" if getattr(row, "loosened", False) else ""
+        cells = [_row_name(row), row.op, row.variant, _config(row.config), _num(row.worst("max_abs")),
+                 _share(_tol_share(row)) + loosened, _num(row.worst("rel_l2"))]
+        cells += [_num(row.worst("max_rel"))] if verbose else []
+        table.add_row(*cells, str(row.mismatches), det, f"[{style}]{_verdict(row)}[/]")
     out.print(table)
     for row in rows:
         if row.passed:
@@ -122,6 +142,25 @@ def verify_table(rows, *, quiet: bool, verbose: bool) -> None:
     if nondet:
         out.print(f"[yellow]not deterministic:[/] {', '.join(_row_name(r) for r in nondet)}")
     out.print(summary)
+
+
+def kernel_summary(kernels: list[dict]) -> None:
+    hits = sum(k["cache_hit"] for k in kernels)
+    print(f"kernels: {len(kernels)} loaded, {len(kernels) - hits} compiled, {hits} from the cubin cache")
+
+
+def sanitize_view(cases, result, *, quiet: bool) -> None:
+    """Each case's line as the sanitized child reports it, its sanitizer reports, then the total."""
+    for case in cases:
+        if not quiet or not case.passed:
+            print(("" if case.passed else "SANITIZER ") + case.line, flush=True)
+        for line in case.reports:
+            print(f"    {line}", flush=True)
+    for line in result.unattributed:
+        print(f"    (no case) {line}", flush=True)
+    print(f"compute-sanitizer {result.tool}: {result.errors if result.errors is not None else 'no'} errors "
+          f"reported; {sum(c.passed for c in result.cases)} passed, {sum(not c.passed for c in result.cases)} "
+          f"failed; child exit {result.returncode}")
 
 
 # -- inspect / doctor / build ----------------------------------------------------------------------
@@ -163,7 +202,8 @@ def doctor_view(facts: dict) -> None:
     table.add_row("GPUs", ", ".join(facts["gpus"]) or "none" + (f" ({facts['gpu_problem']})"
                                                               if facts.get("gpu_problem") else ""))
     table.add_row("cache folder", facts["cache_dir"])
-    table.add_row("kernels folder", facts["kernels_dir"])
+    table.add_row("kernels folder", f"{facts['kernels_dir']} (from {facts['kernels_from']})")
+    table.add_row("default suites", f"{facts['specs_dir']} (from {facts['specs_from']})")
     table.add_row("sources sha256", facts["sources_sha256"])
     out.print(table)
 

@@ -14,6 +14,8 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
+from .errors import UsageError
+
 
 def temp_name(path: Path) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
@@ -42,3 +44,21 @@ def atomic_write(path: str | Path, data: bytes | str) -> None:
     """Write `data` (str as UTF-8) to `path` atomically."""
     with atomic_open(path) as handle:
         handle.write(data.encode("utf-8") if isinstance(data, str) else data)
+
+
+def check_writable(path: str | Path, what: str) -> None:
+    """Refuse, before any work, a path that cannot become a file: a directory, a file we may not
+    replace, or a folder (or its nearest existing ancestor) we may not create files in. `what`
+    names it in the one-line UsageError (an option such as `--json`, or "the CSV")."""
+    target = Path(path)
+    if target.is_dir():
+        raise UsageError(f"{what} {target}: is a directory, expected a file path")
+    if target.exists() and not os.access(target, os.W_OK):
+        raise UsageError(f"{what} {target}: not writable")
+    parent = target.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise UsageError(f"{what} {target}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"{what} {target}: cannot create files in {parent}")

@@ -1,12 +1,15 @@
 """Every environment variable kdtree reads, in one place (option > environment > default).
 
-NO_COLOR is honoured by rich itself (cli/render.py), so it has no field here."""
+NO_COLOR is honoured by rich itself (cli/render.py), so it has no field here. The kernels and the
+default suites come from the environment, else the checkout kdtree runs from, else the copies an
+installed wheel carries as package data (kdtr/_kernels, kdtr/_specs)."""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
 from functools import lru_cache
+from importlib import resources
 from pathlib import Path
 
 from .errors import ConfigError
@@ -37,7 +40,18 @@ def _env_bool(name: str) -> bool | None:
 class Config:
     cache_dir: Path        # KDTREE_CACHE_DIR: compiled cubins
     kernels_dir: Path      # KDTREE_KERNELS_DIR: the CUDA sources
+    kernels_from: str      # where kernels_dir came from, in words (for doctor and errors)
+    specs_dir: Path        # the default suites (a command's own ./specs wins over these)
+    specs_from: str
     no_cache: bool         # KDTREE_NO_CACHE: compile every time
+
+
+def _packaged(checkout_name: str, package_name: str) -> tuple[Path, str]:
+    """The checkout's folder where kdtree runs from one, else the installed package data."""
+    local = REPO_ROOT / checkout_name
+    if (REPO_ROOT / "pyproject.toml").is_file() and local.is_dir():
+        return local, "the checkout"
+    return Path(str(resources.files("kdtr") / package_name)), "the installed package"
 
 
 @lru_cache(maxsize=1)
@@ -47,9 +61,19 @@ def config() -> Config:
     if cache is None:
         base = _env_path("XDG_CACHE_HOME") or Path.home() / ".cache"
         cache = base / "kdtree"
-    kernels = _env_path("KDTREE_KERNELS_DIR") or REPO_ROOT / "kernels"
+    kernels = _env_path("KDTREE_KERNELS_DIR")
+    if kernels is None:
+        kernels, kernels_from = _packaged("kernels", "_kernels")
+    elif kernels.is_dir():
+        kernels_from = "KDTREE_KERNELS_DIR"
+    else:
+        raise ConfigError(f"environment variable KDTREE_KERNELS_DIR={str(kernels)!r} is not a folder")
+    specs, specs_from = _packaged("specs", "_specs")
     return Config(
         cache_dir=cache,
         kernels_dir=kernels,
+        kernels_from=kernels_from,
+        specs_dir=specs,
+        specs_from=specs_from,
         no_cache=bool(_env_bool("KDTREE_NO_CACHE")),
     )

@@ -20,6 +20,25 @@ def _version(package: str) -> str | None:
         return None
 
 
+def _gpu_names() -> list[str]:
+    """The GPUs the CUDA driver sees, asked of the driver itself: doctor must not pay torch's
+    import (seconds) to say that there is none."""
+    from cuda.bindings import driver
+
+    def call(fn, *args):
+        result, *values = fn(*args)
+        if result != driver.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"{fn.__name__} failed: {result.name}")
+        return values[0] if values else None
+
+    call(driver.cuInit, 0)
+    names = []
+    for index in range(call(driver.cuDeviceGetCount)):
+        raw = call(driver.cuDeviceGetName, 256, call(driver.cuDeviceGet, index))
+        names.append(raw.split(b"\0", 1)[0].decode())
+    return names
+
+
 def facts() -> dict[str, Any]:
     """Each probe is independent: one missing piece is reported, never fatal."""
     out: dict[str, Any] = {"kdtree": __version__, "python": platform.python_version(),
@@ -35,15 +54,14 @@ def facts() -> dict[str, Any]:
         out["cuda_headers"] = None
         out["nvrtc_problem"] = f"{type(err).__name__}: {err}"
     try:
-        import torch
-
-        out["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] \
-            if torch.cuda.is_available() else []
-    except Exception as err:      # a broken driver is reported, not raised
+        out["gpus"] = _gpu_names()
+    except Exception as err:      # a missing or broken driver is reported, not raised
         out["gpus"] = []
         out["gpu_problem"] = f"{type(err).__name__}: {err}"
-    out["cache_dir"] = str(config().cache_dir)
-    out["kernels_dir"] = str(config().kernels_dir)
+    where = config()
+    out["cache_dir"] = str(where.cache_dir)
+    out["kernels_dir"], out["kernels_from"] = str(where.kernels_dir), where.kernels_from
+    out["specs_dir"], out["specs_from"] = str(where.specs_dir), where.specs_from
     from .report import source_digest
 
     out["sources_sha256"] = source_digest()       # what records carry: matches a record to its code

@@ -1,16 +1,46 @@
-"""The KDTR dtype names and their numpy / torch counterparts (bf16 through ml_dtypes)."""
+"""The KDTR dtype names and their numpy / torch counterparts (bf16 through ml_dtypes).
+
+ml_dtypes is imported the first time a bf16 dtype is asked for: its start-up (half a second on a
+loaded CI core) would otherwise be paid by every command, bf16 or not."""
 
 from __future__ import annotations
 
-import ml_dtypes
+from collections.abc import Iterator, Mapping
+from functools import lru_cache
+
 import numpy as np
 
-# name -> numpy dtype (little-endian); order is the one kdtr-format.md lists
-NUMPY_DTYPES: dict[str, np.dtype] = {
+
+@lru_cache(maxsize=1)
+def _bf16() -> np.dtype:
+    import ml_dtypes
+
+    return np.dtype(ml_dtypes.bfloat16)
+
+
+class _Dtypes(Mapping):
+    """name -> numpy dtype, with bf16 resolved on first use."""
+
+    def __init__(self, plain: dict[str, np.dtype | None]):
+        self._plain = plain
+
+    def __getitem__(self, name: str) -> np.dtype:
+        dtype = self._plain[name]
+        return _bf16() if dtype is None else dtype
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._plain)
+
+    def __len__(self) -> int:
+        return len(self._plain)
+
+
+# name -> numpy dtype (little-endian); order is the one kdtr-format.md lists; None: bf16, lazily
+NUMPY_DTYPES: Mapping[str, np.dtype] = _Dtypes({
     "f64": np.dtype("<f8"),
     "f32": np.dtype("<f4"),
     "f16": np.dtype("<f2"),
-    "bf16": np.dtype(ml_dtypes.bfloat16),
+    "bf16": None,
     "i64": np.dtype("<i8"),
     "i32": np.dtype("<i4"),
     "i16": np.dtype("<i2"),
@@ -20,7 +50,7 @@ NUMPY_DTYPES: dict[str, np.dtype] = {
     "u16": np.dtype("<u2"),
     "u8": np.dtype("u1"),
     "bool": np.dtype("?"),
-}
+})
 
 FLOAT_DTYPES = frozenset({"f64", "f32", "f16", "bf16"})
 
@@ -28,10 +58,17 @@ FLOAT_DTYPES = frozenset({"f64", "f32", "f16", "bf16"})
 def kdtr_dtype(dtype: np.dtype) -> str:
     """The KDTR name of a numpy dtype; ValueError for one KDTR cannot hold."""
     dtype = np.dtype(dtype)
-    for name, candidate in NUMPY_DTYPES.items():
-        if dtype == candidate:
+    if is_bf16(dtype):
+        return "bf16"
+    for name, candidate in NUMPY_DTYPES._plain.items():
+        if candidate is not None and dtype == candidate:
             return name
     raise ValueError(f"numpy dtype {dtype} has no KDTR equivalent")
+
+
+def is_bf16(dtype: np.dtype) -> bool:
+    """Whether `dtype` is ml_dtypes' bfloat16, without importing ml_dtypes for any other dtype."""
+    return dtype.name == "bfloat16" and dtype == _bf16()
 
 
 def torch_dtype(name: str):
@@ -50,7 +87,7 @@ def to_torch(array: np.ndarray, device="cpu"):
     import torch
 
     array = np.ascontiguousarray(array)
-    if array.dtype == NUMPY_DTYPES["bf16"]:
+    if is_bf16(array.dtype):
         return torch.from_numpy(array.view(np.int16).copy()).view(torch.bfloat16).to(device)
     return torch.from_numpy(array.copy()).to(device)
 

@@ -72,9 +72,16 @@ class CompiledModule:
 
 # -- NVRTC -----------------------------------------------------------------------------------------
 
+@lru_cache(maxsize=1)
 def _nvrtc():
+    """cuda-bindings' NVRTC module, its library loaded: a missing libnvrtc is one CompileError."""
     from cuda.bindings import nvrtc
 
+    try:
+        nvrtc.nvrtcVersion()           # cuda-bindings loads libnvrtc on the first call
+    except Exception as err:  # noqa: BLE001 - cuda-pathfinder's not-found error has no stable base
+        raise CompileError(f"NVRTC cannot be loaded ({type(err).__name__}: {str(err).splitlines()[0]}); "
+                           "install nvidia-cuda-nvrtc") from err
     return nvrtc
 
 
@@ -111,7 +118,7 @@ def cuda_include_dir() -> Path:
     return Path(found)
 
 
-def _check_arch(arch: str) -> None:
+def check_arch(arch: str) -> None:
     m = _ARCH_RE.match(arch)
     if not m:
         raise CompileError(f"arch {arch!r} is not a real architecture like sm_90, sm_90a or sm_120")
@@ -388,7 +395,7 @@ def _nvrtc_compile(source: Path, text: str, options: Sequence[str]) -> tuple[byt
 def compile_kernel(source: str | Path, arch: str = "sm_90", *, defines: Mapping[str, str | int] = {},
                    extra_options: Sequence[str] = ()) -> CompiledModule:
     """Compile one .cu (a path, or a name under kernels/) to a cubin for `arch`, through the cache."""
-    _check_arch(arch)
+    check_arch(arch)
     path = _resolve_source(source)
     text = path.read_text()
     options = _options(arch, defines, extra_options)

@@ -76,8 +76,10 @@ def parse(lines: Iterable[str], tool: str, result: SanitizeResult | None = None)
     result.unattributed.extend(pending)
 
 
-def run(tool: str, verify_args: list[str], result: SanitizeResult) -> Iterator[SanitizedCase]:
-    """Start `compute-sanitizer --tool TOOL python -m cli verify ARGS --quiet` and parse it."""
+def run(tool: str, verify_args: list[str], result: SanitizeResult, *,
+        cli_module: str = "cli") -> Iterator[SanitizedCase]:
+    """Start `compute-sanitizer --tool TOOL python -m CLI_MODULE verify ARGS --quiet` and parse it
+    (`cli` in a checkout, `kdtree_cli` where the wheel is installed)."""
     if tool not in TOOLS:
         raise DeviceError(f"unknown sanitizer tool {tool!r}; choose one of {', '.join(TOOLS)}")
     # --report-api-errors no: cuda-bindings probes driver entry points that this driver lacks
@@ -85,7 +87,7 @@ def run(tool: str, verify_args: list[str], result: SanitizeResult) -> Iterator[S
     # CUDA calls are checked by kdtr.device, so a failing one still fails its case.
     command = [str(find_sanitizer()), "--tool", tool, "--print-limit", "50", "--report-api-errors", "no",
                sys.executable, "-m",
-               "cli", "verify", *verify_args, "--backend", "cuda", "--quiet"]
+               cli_module, "verify", *verify_args, "--backend", "cuda", "--quiet"]
     root = str(Path(__file__).resolve().parent.parent)
     env = dict(os.environ, PYTHONUNBUFFERED="1", NO_COLOR="1",
                PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))

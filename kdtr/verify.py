@@ -75,16 +75,19 @@ def check_kernels(names: Iterable[str], backend: str) -> tuple[str, ...]:
 
 
 def find_bundles(paths: Iterable[str | Path]) -> list[Path]:
-    """Files as given; directories expanded to every *.kdtr below them, sorted."""
+    """Files as given; directories expanded to every *.kdtr below them, sorted. A *.kdtr that is
+    not a regular file (a dangling link, a FIFO) is an error, never silently skipped."""
     found: list[Path] = []
     for raw in paths:
         path = Path(raw)
-        if path.is_dir():
-            found.extend(sorted(p for p in path.rglob("*.kdtr") if p.is_file()))
-        elif path.exists():
-            found.append(path)
-        else:
-            raise UsageError(f"{path}: no such file or directory")
+        candidates = sorted(p for p in path.rglob("*.kdtr") if not p.is_dir()) if path.is_dir() else [path]
+        for candidate in candidates:
+            if not candidate.exists():
+                raise UsageError(f"{candidate}: no such file or directory"
+                                 + (" (a dangling symbolic link)" if candidate.is_symlink() else ""))
+            if not candidate.is_file():
+                raise UsageError(f"{candidate}: not a regular file (a FIFO, socket or device)")
+            found.append(candidate)
     return found
 
 

@@ -246,3 +246,117 @@ def test_a_failed_launch_fails_its_case_and_a_lost_device_stops_the_run(goldens,
     monkeypatch.setattr(backends, "run", device_lost)
     rows, problem = verify_file(bundle, Options(backend="cuda"))
     assert rows == [] and str(bundle) in problem and "illegal address" in problem
+
+
+# bench and report join once cli/bench.py declares its booleans with cli.app.flag (the bench helper's)
+COMMANDS = ("gen-refs", "verify", "inspect", "doctor", "build", "e2e", "bench", "report")
+
+
+def test_boolean_options_are_plain_flags_in_help():
+    """Every boolean option reads as a flag in help: no `<bool>` after it (typer's own --help aside)."""
+    from cli.main import app as assembled
+    from typer.main import get_command
+
+    group = get_command(assembled)
+    for name in COMMANDS:
+        command = group.commands[name]
+        flags = [opt for p in command.params if getattr(p, "is_flag", False) for opt in p.opts]
+        text = invoke(name, "--help").output
+        for line in text.splitlines():
+            if "<bool>" in line:
+                assert "--help" in line, (name, line)
+        assert all(f in text for f in flags if f.startswith("--")), name
+    assert "--force" in invoke("gen-refs", "--help").output
+
+
+def test_a_flag_does_not_swallow_the_next_word(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "cli", "gen-refs", "--force", "true", "-o", "g"],
+                            cwd=tmp_path, env=dict(os.environ, NO_COLOR="1", PYTHONPATH=str(REPO_ROOT)),
+                            capture_output=True, text=True)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.startswith("kdtree: error: true:") and result.stderr.count("\n") == 1
+    assert not (tmp_path / "g").exists()
+
+
+def kdtree_run(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "cli", *map(str, args)], cwd=cwd, capture_output=True,
+                          text=True, env=dict(os.environ, NO_COLOR="1", PYTHONPATH=str(REPO_ROOT)))
+
+
+def test_json_to_stdout_is_pure_json(goldens, tmp_path):
+    """With --json -, stdout parses as one JSON document; the table went to stderr."""
+    bundle = sorted((goldens / "tree_build").glob("*.kdtr"))[0]
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "a.yaml").write_text(SMALL_SUITE.format(op="tree_accept", cases=SMALL_CASES["tree_accept"]))
+    for args, key in ((("verify", goldens, "-b", "numpy"), "rows"), (("verify", goldens, "-b", "numpy", "-q"), "rows"),
+                      (("gen-refs", "s", "-o", "g"), "results"), (("inspect", bundle), "tensors"),
+                      (("doctor",), "packages")):
+        result = kdtree_run(*args, "--json", "-", cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        assert key in json.loads(result.stdout), args
+    table = kdtree_run("verify", goldens, "-b", "numpy", "--json", "-", cwd=tmp_path)
+    assert "kdtree verify" in table.stderr and "5 passed, 0 failed" in table.stderr
+
+
+@pytest.mark.parametrize("option", ["--json", "--junit"])
+def test_an_unusable_output_path_is_refused_before_any_work(goldens, tmp_path, option):
+    (tmp_path / "file").write_text("")
+    for target, fault in ((tmp_path, "is a directory"), (tmp_path / "file" / "r.json", "not a directory")):
+        before = sorted(tmp_path.rglob("*"))
+        result = kdtree_run("verify", goldens, "-b", "numpy", option, target, cwd=tmp_path)
+        assert result.returncode == 2 and result.stdout == ""
+        assert result.stderr.count("\n") == 1 and fault in result.stderr and option in result.stderr
+        assert sorted(tmp_path.rglob("*")) == before
+
+
+def test_gen_refs_json_dir_is_refused_before_any_bundle_is_written(tmp_path):
+    result = invoke("gen-refs", REPO_ROOT / "specs" / "tree_accept.yaml", "-o", tmp_path / "g", "--json", tmp_path)
+    assert result.exit_code == 2 and "is a directory" in result.output
+    assert not (tmp_path / "g").exists()
+
+
+def test_records_take_their_mode_from_the_umask(goldens, tmp_path):
+    old = os.umask(0o027)
+    try:
+        result = invoke("verify", goldens, "-b", "numpy", "--json", tmp_path / "r.json", "--junit", tmp_path / "r.xml")
+    finally:
+        os.umask(old)
+    assert result.exit_code == 0, result.output
+    assert {p.name: p.stat().st_mode & 0o777 for p in tmp_path.glob("r.*")} == {"r.json": 0o640, "r.xml": 0o640}
+
+
+def test_verify_table_shows_the_tolerance_share(goldens, tmp_path):
+    """The column a reader can trust: at most 1 passes; the raw max_rel only under -v."""
+    result = invoke("verify", goldens / "verify_attn", "-b", "torch")
+    assert result.exit_code == 0
+    assert "tol share" in result.output and "max_rel" not in result.output
+    assert "max_rel" in invoke("verify", goldens / "verify_attn", "-b", "torch", "-v").output
+
+
+@pytest.mark.parametrize("kind", ["dangling link", "fifo"])
+def test_a_bundle_that_is_not_a_file_is_reported(goldens, kind):
+    odd = goldens / "tree_accept" / "odd.kdtr"
+    if kind == "fifo":
+        os.mkfifo(odd)
+    else:
+        odd.symlink_to(goldens / "gone.kdtr")
+    result = invoke("verify", goldens, "-b", "numpy")
+    assert result.exit_code == 2 and "odd.kdtr" in result.output and "passed" not in result.output
+
+
+def test_the_tolerance_share_shown_is_the_worst_outputs(capsys):
+    """Until kdtr.compare fills OutputCheck.tol_share, a row without it shows no share at all."""
+    from types import SimpleNamespace
+
+    from cli import render
+    from kdtr.verify import VerifyRow
+
+    def check(share):
+        return SimpleNamespace(name="o", passed=share <= 1, reason=None, tol_share=share, max_abs=0.0,
+                               rel_l2=0.0, max_rel=0.0, mismatches=0, tolerance=SimpleNamespace(exact=False))
+
+    row = VerifyRow(case="c", file="f", op="tree_build", variant="default", backend="numpy", config={},
+                    passed=False, outputs=(check(0.25), check(2.5)))
+    assert "tol_share=2.5 " in render.verify_lines([row]) + " "
+    legacy = SimpleNamespace(**{k: v for k, v in vars(check(0.0)).items() if k != "tol_share"})
+    assert "tol_share" not in render.verify_lines([VerifyRow(**{**vars(row), "outputs": (legacy,)})])

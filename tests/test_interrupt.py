@@ -40,7 +40,7 @@ def assert_only_valid_bundles(folder: Path) -> int:
     return len(bundles)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_interrupted_gen_refs_exits_130_and_leaves_no_partial_file(tmp_path, sig):
     (tmp_path / "slow.yaml").write_text(SLOW_SUITE)
     proc = kdtree("gen-refs", "slow.yaml", "-o", "goldens", "-q", cwd=tmp_path)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
-import os
 import shlex
 import sys
 import time
@@ -350,18 +349,3 @@ def record_text(record: BenchRecord) -> str:
     from ..report import plain
 
     return json.dumps(plain(record), allow_nan=False, separators=(",", ":")) + "\n"
-
-
-def check_output_path(path: str | Path, what: str = "record") -> None:
-    """Refuse, before any work, an output path that cannot be written: a folder, or a folder to
-    write it in that cannot be made or written (UsageError naming the path)."""
-    path = Path(path)
-    if path.is_dir():
-        raise UsageError(f"the {what} path is a folder; give a file name", file=path)
-    parent = path.parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    if not parent.is_dir():
-        raise UsageError(f"cannot write the {what} here: {parent} is not a folder", file=path)
-    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise UsageError(f"cannot write the {what} here: permission denied", file=path)

@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from ..dtypes import FLOAT_DTYPES, NUMPY_DTYPES, kdtr_dtype
+from ..dtypes import FLOAT_DTYPES, NUMPY_DTYPES
 from ..errors import KdtreeError
 from ..ops.base import Op
 

@@ -37,6 +37,11 @@ with atheris.instrument_imports(include=["kdtr"]):
     from kdtr.errors import KdtrError
     from kdtr.format import read_bundle
     from kdtr.summary import tensor_stats
+    from kdtr.dtypes import NUMPY_DTYPES
+
+# kdtr.dtypes imports ml_dtypes on the first bf16 lookup (megabytes, once per process): done here,
+# outside the traced reads, so the memory bound below measures read_bundle alone
+NUMPY_DTYPES["bf16"]
 
 PREAMBLE = struct.Struct("<4sHHQII")
 ALIGN = 64

@@ -1,0 +1,47 @@
+"""`kdtree gen-refs`: golden bundles from YAML suites, skipping the ones whose provenance is unchanged."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from kdtr.errors import KdtreeError
+
+from . import render
+from .app import JsonOpt, JsonOut, PatternOpt, QuietOpt, ShardOpt, app, default_specs_dir, flag, guarded
+
+
+@app.command("gen-refs")
+@guarded
+def gen_refs_cmd(
+    specs: List[Path] = typer.Argument(None, help="YAML suites or folders of them \\[default: specs/*.yaml, "
+                                                  "else the suites kdtree ships]."),
+    out: Path = typer.Option(Path("goldens"), "-o", "--out", help="Folder for goldens/<op>/<case>.kdtr."),
+    pattern: Optional[str] = PatternOpt,
+    force: bool = flag("--force", help="Rewrite bundles even when their provenance is unchanged."),
+    shard: Optional[str] = ShardOpt,
+    quiet: bool = QuietOpt,
+    json_path: Optional[str] = JsonOpt,
+):
+    """Generate golden bundles from YAML suites (exact numpy references); skips fresh ones."""
+    from kdtr import parallel, refs, report, spec
+
+    json_out = JsonOut(json_path)
+    if out.exists() and not out.is_dir():
+        raise KdtreeError(f"-o {out}: not a folder")
+    shard_spec = parallel.Shard.parse(shard) if shard else None
+    default = default_specs_dir()
+    suites = spec.load_suites(specs or sorted(default.glob("*.yaml")) or [default])
+    cases = [(s, c) for s in suites for c in spec.select(s.cases, pattern)]
+    cases = parallel.shard_items(cases, lambda sc: f"{sc[1].op}/{sc[1].name}", shard_spec)
+    if not cases:
+        raise KdtreeError(f"no case matches -k {pattern!r}" if pattern else "the suites hold no cases")
+    started = time.perf_counter()
+    with json_out.tables():
+        results = list(render.progress(refs.gen_refs(cases, out, force=force), len(cases),
+                                       "gen-refs", quiet=quiet, line=render.gen_line))
+        render.gen_summary(results, time.perf_counter() - started, quiet=quiet)
+    json_out.write(lambda: {"meta": report.record_meta("gen-refs"), "results": results})

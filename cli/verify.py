@@ -1,0 +1,137 @@
+"""`kdtree verify`: run each bundle's case on a backend and compare every output with the golden."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from kdtr.errors import KdtreeError, UsageError
+
+from . import render
+from .app import (EXIT_FAILED, EXIT_INPUT, EXIT_OK, DevicesOpt, JsonOpt, JsonOut, PatternOpt, QuietOpt,
+                  ShardOpt, app, check_writable, flag, gpu_count, guarded)
+
+
+@app.command("verify")
+@guarded
+def verify_cmd(
+    paths: List[Path] = typer.Argument(None, help="Bundles or folders (every *.kdtr below) \\[default: goldens/]."),
+    backend: str = typer.Option("auto", "--backend", "-b",
+                                help="cuda (our kernels), torch (CPU or GPU), numpy (the reference), "
+                                     "auto (cuda where a GPU exists, else torch)."),
+    atol: Optional[float] = typer.Option(None, help="Override atol of every toleranced output."),
+    rtol: Optional[float] = typer.Option(None, help="Override rtol of every toleranced output."),
+    trials: int = typer.Option(0, min=0, help="Also re-run each case on N fresh random inputs from its generator."),
+    determinism: bool = flag("--determinism", help="Run twice and report whether outputs are bitwise equal."),
+    pattern: Optional[str] = PatternOpt,
+    shard: Optional[str] = ShardOpt,
+    devices: Optional[str] = DevicesOpt,
+    kernel: List[str] = typer.Option([], "--kernel", help="Force this CUDA kernel (repeatable; an unknown name "
+                                     "gets the list of known ones) for the cases whose op and variant have "
+                                     "it, e.g. a fallback the launch would not pick on this GPU; other cases "
+                                     "run the launch's own choice. The table's config shows the kernel."),
+    sanitize: Optional[str] = typer.Option(None, "--sanitize", help="Run the cuda backend under compute-sanitizer "
+                                           "(memcheck, racecheck, synccheck or initcheck); any report fails its case."),
+    quiet: bool = QuietOpt,
+    verbose: bool = flag("-v", "--verbose", help="Show the worst elements of failing outputs and the raw max_rel."),
+    json_path: Optional[str] = JsonOpt,
+    junit: Optional[Path] = typer.Option(None, "--junit", help="Write a JUnit XML report here."),
+):
+    """Run each bundle's case on a backend and compare every output with the golden.
+
+    The table's "tol share" is the worst element's share of its tolerance, |x−r| / (atol + rtol·|r|):
+    at most 1 passes."""
+    from kdtr import backends, parallel
+    from kdtr.verify import Options, check_kernels, find_bundles, shard_key
+
+    json_out = JsonOut(json_path)
+    check_writable(junit, "--junit")
+    for name, value in (("--atol", atol), ("--rtol", rtol)):
+        if value is not None and not value >= 0:
+            raise UsageError(f"{name} {value}: must be >= 0")
+    shard_spec = parallel.Shard.parse(shard) if shard else None
+    files = find_bundles(paths or [Path("goldens")])
+    if pattern:
+        from kdtr.spec import name_matches    # YAML's import is not free: only for -k
+
+        files = [f for f in files if name_matches(f.stem, pattern)]
+    files = parallel.shard_items(files, shard_key, shard_spec)
+    resolved = backends.resolve_backend("cuda" if sanitize else backend)
+    forced = check_kernels(kernel, resolved)
+    if resolved == "cuda" and files and not devices:
+        from kdtr.device import require_gpu
+
+        require_gpu()                      # one line and exit 2 up front, not one per bundle
+    if sanitize:
+        _sanitized_verify(sanitize, files, atol, rtol, trials, forced, quiet, json_out)
+    if not files:
+        raise KdtreeError("no bundles to verify" + (f" match -k {pattern!r}" if pattern else
+                                                     " in this shard" if shard_spec else
+                                                     " (run `kdtree gen-refs` first?)"))
+    options = Options(backend=resolved, atol=atol, rtol=rtol, trials=trials, determinism=determinism,
+                      kernels=forced)
+    device_list = parallel.parse_devices(devices, gpu_count()) if devices else None
+    with json_out.tables():
+        rows, errors = _run(files, options, device_list, quiet, verbose)
+    _write_records(rows, errors, options, device_list, json_out, junit)
+    raise typer.Exit(EXIT_INPUT if errors else (EXIT_FAILED if any(not r.passed for r in rows) else EXIT_OK))
+
+
+def _run(files, options, device_list, quiet: bool, verbose: bool):
+    """Every bundle through verify_file (in worker processes with --devices); rows and errors."""
+    from kdtr import parallel
+    from kdtr.verify import crashed, verify_file
+
+    if device_list:
+        groups = parallel.balance(files, lambda f: f.stat().st_size, len(device_list))
+        outcomes = (result for _, result in parallel.map_on_devices(
+            device_list, groups, functools.partial(verify_file, options=options), crashed))
+    else:
+        outcomes = (verify_file(file, options) for file in files)
+    rows, errors = [], []
+    label = f"verify ({options.backend}" + (f", {len(device_list)} workers)" if device_list else ")")
+    for batch, problem in render.progress(outcomes, len(files), label, quiet=quiet,
+                                          line=lambda outcome: render.verify_lines(outcome[0])):
+        rows.extend(batch)
+        if problem:
+            errors.append(problem)
+            render.error(problem)
+    if rows:                               # no table of nothing: the errors said it all
+        render.verify_table(rows, quiet=quiet, verbose=verbose)
+    return rows, errors
+
+
+def _write_records(rows, errors, options, device_list, json_out: JsonOut, junit: Path | None) -> None:
+    kernels = None
+    if options.backend == "cuda" and not device_list:
+        from kdtr.device import loaded_kernels
+
+        kernels = loaded_kernels()
+        with json_out.tables():
+            render.kernel_summary(kernels)
+    if json_out.path or junit:
+        from kdtr import report
+        from kdtr.atomic import atomic_write
+
+        json_out.write(lambda: report.verify_record(rows, errors) | {"kernels": kernels})
+        if junit:
+            atomic_write(junit, report.junit_xml(rows, errors))
+
+
+def _sanitized_verify(tool, files, atol, rtol, trials, kernels, quiet, json_out: JsonOut) -> None:
+    """verify under compute-sanitizer in a child process; exits with the combined verdict."""
+    from kdtr import report, sanitize
+
+    args = [str(f) for f in files] + [f"--trials={trials}"] + [f"--kernel={k}" for k in kernels]
+    args += [f"--atol={atol}"] if atol is not None else []
+    args += [f"--rtol={rtol}"] if rtol is not None else []
+    result = sanitize.SanitizeResult(tool)
+    with json_out.tables():
+        render.sanitize_view(sanitize.run(tool, args, result, cli_module=__package__), result, quiet=quiet)
+    json_out.write(lambda: {"meta": report.record_meta(f"verify --sanitize {tool}"), "result": result})
+    if result.errors is None and not result.cases:
+        raise KdtreeError(f"compute-sanitizer {tool} produced no summary (child exit {result.returncode})")
+    raise typer.Exit(EXIT_OK if result.passed else EXIT_FAILED)

@@ -1,0 +1,113 @@
+"""The built wheel, installed (not editable) into a fresh venv, works from an empty folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from kdtr.config import REPO_ROOT
+
+SHIPPED = ("pyproject.toml", "README.md", "kdtr", "cli", "kernels", "specs")
+
+
+CLEAN = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "KDTREE_KERNELS_DIR")}
+
+
+def run(*args, cwd, env=None, timeout=120) -> subprocess.CompletedProcess:
+    """No PYTHONPATH: the checkout must not be importable, nor its metadata visible to pip."""
+    return subprocess.run([str(a) for a in args], cwd=cwd, env=CLEAN if env is None else env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """A venv holding only the kdtree wheel; the heavy dependencies are borrowed from this
+    interpreter's site-packages by a path line (installing torch would take minutes)."""
+    base = tmp_path_factory.mktemp("wheel")
+    source = base / "src"                 # build from a copy: the checkout gets no build/ or egg-info
+    source.mkdir()
+    for name in SHIPPED:
+        copy = shutil.copytree if (REPO_ROOT / name).is_dir() else shutil.copy2
+        copy(REPO_ROOT / name, source / name, **({"ignore": shutil.ignore_patterns("__pycache__")}
+                                                  if (REPO_ROOT / name).is_dir() else {}))
+    built = run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                "-w", base / "dist", source, cwd=base)
+    assert built.returncode == 0, built.stderr
+    (wheel,) = (base / "dist").glob("kdtree-*.whl")
+    venv = base / "venv"
+    made = run(sys.executable, "-m", "venv", venv, cwd=base)
+    assert made.returncode == 0, made.stderr
+    python = venv / "bin" / "python"
+    site = Path(run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+                    cwd=base).stdout.strip())
+    # the venv's own pip, before the path line below: any pip that sees this interpreter's
+    # site-packages takes the editable kdtree installed there for this one ("already installed")
+    pip = run(python, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps", "--no-index",
+              wheel, cwd=base)
+    assert pip.returncode == 0, pip.stderr
+    deps = Path(sysconfig.get_paths()["purelib"])
+    # a path line, not this site dir's own .pth files: an editable kdtree there stays switched off
+    (site / "_kdtree_test_deps.pth").write_text(f"{deps}\n")
+    # cuda-pathfinder looks for libnvrtc and the CUDA headers in real site-packages only
+    (site / "nvidia").symlink_to(deps / "nvidia", target_is_directory=True)
+    env = dict(CLEAN)
+    env.update(NO_COLOR="1", KDTREE_CACHE_DIR=str(base / "cache"), PATH=f"{venv / 'bin'}{os.pathsep}{env['PATH']}")
+    empty = base / "work"
+    empty.mkdir()
+    return venv, site, wheel, env, empty
+
+
+@pytest.mark.slow
+def test_the_installed_wheel_runs_from_an_empty_folder(installed):
+    """Proves: the wheel carries the kernels and the default suites, the console script points at
+    the installed `kdtree_cli`, and doctor, build, gen-refs and verify (torch) run from a folder
+    with no checkout in sight, reading the kernels and suites from the package data; the wheel
+    holds no top-level `cli` package. Does not prove: that pip resolves the dependencies (they are
+    borrowed from the test's own environment), the cuda backend, or an install on another OS."""
+    venv, site, wheel, env, empty = installed
+    names = run(venv / "bin" / "python", "-c", "import zipfile, sys; print('\\n'.join(zipfile.ZipFile(sys.argv[1]).namelist()))",
+                wheel, cwd=empty).stdout.split()
+    assert {n.split("/")[0] for n in names} == {"kdtr", "kdtree_cli", wheel.name.split("-py3")[0] + ".dist-info"}
+    assert "kdtr/_kernels/verify_attn_fp32_bf16x3.cu" in names and "kdtr/_specs/tree_build.yaml" in names
+    assert "kdtr/_specs/bench/verify_attn.yaml" in names
+
+    where = run(venv / "bin" / "python", "-c", "import kdtr, kdtree_cli; print(kdtr.__file__, kdtree_cli.__file__)",
+                cwd=empty, env=env)
+    assert where.stdout.split() == [str(site / "kdtr" / "__init__.py"), str(site / "kdtree_cli" / "__init__.py")]
+
+    doctor = run("kdtree", "doctor", "--json", "-", cwd=empty, env=env)
+    assert doctor.returncode == 0, doctor.stderr
+    facts = json.loads(doctor.stdout)
+    assert facts["kernels_from"] == "the installed package" and facts["specs_from"] == "the installed package"
+    assert Path(facts["kernels_dir"]) == site / "kdtr" / "_kernels"
+
+    build = run("kdtree", "build", "--arch", "sm_90", cwd=empty, env=env)
+    assert build.returncode == 0, build.stderr
+    assert "verify_attn_fp32_bf16x3.cu" in build.stdout and "tree_accept_walk.cu" in build.stdout
+
+    gen = run("kdtree", "gen-refs", "-q", cwd=empty, env=env)
+    assert gen.returncode == 0, gen.stderr
+    count = len(list((empty / "goldens").rglob("*.kdtr")))
+    assert count > 10 and f"{count} written" in gen.stdout
+    verify = run("kdtree", "verify", "--backend", "torch", "-q", cwd=empty, env=env)
+    assert verify.returncode == 0, verify.stderr
+    assert f"{count} passed, 0 failed" in verify.stdout
+
+
+@pytest.mark.slow
+def test_the_installed_wheel_reports_missing_kernels_in_one_line(installed, tmp_path):
+    """No kernels where KDTREE_KERNELS_DIR points, or none at all: exit 2 and one line naming the folder."""
+    venv, site, wheel, env, empty = installed
+    missing = run("kdtree", "build", cwd=empty, env=dict(env, KDTREE_KERNELS_DIR="/nonexistent"))
+    assert missing.returncode == 2 and missing.stderr.count("\n") == 1, missing.stderr
+    assert "/nonexistent" in missing.stderr and "KDTREE_KERNELS_DIR" in missing.stderr
+    hollow = run("kdtree", "build", cwd=empty, env=dict(env, KDTREE_KERNELS_DIR=str(tmp_path)))
+    assert hollow.returncode == 2 and hollow.stderr.count("\n") == 1, hollow.stderr
+    assert str(tmp_path) in hollow.stderr and "no kernel sources" in hollow.stderr

@@ -1,0 +1,81 @@
+"""Start-up cost through real subprocesses: commands that need no torch never import it and start
+within START_LIMIT_S; a torch command adds at most TORCH_EXTRA_S to torch's own import.
+
+The figure is the child's CPU time (user + sys), best of RUNS: on an idle machine a start-up's wall
+time equals it, while on a shared 2-core CI box the wall time mostly measures the neighbours (a
+load of 4 doubles it). The message gives the wall time too."""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+import time
+
+import pytest
+
+from kdtr.config import REPO_ROOT
+
+from .test_cli import goldens  # noqa: F401  (fixture)
+
+START_LIMIT_S = 0.5
+TORCH_EXTRA_S = 0.3
+RUNS = 3                     # best of 3: a loaded 2-core CI box adds noise, never takes it away
+
+
+def timed(args, cwd, runs: int = RUNS) -> tuple[float, float, subprocess.CompletedProcess]:
+    """(CPU seconds, wall seconds, the last result), each the best of `runs`."""
+    env = dict(os.environ, NO_COLOR="1", PYTHONPATH=str(REPO_ROOT))
+    cpu = wall = float("inf")
+    for _ in range(runs):
+        before, started = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
+        result = subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True)
+        wall = min(wall, time.perf_counter() - started)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = min(cpu, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    return cpu, wall, result
+
+
+def imported(args, cwd) -> set[str]:
+    """Top-level modules a run imported, from -X importtime's report on stderr."""
+    env = dict(os.environ, NO_COLOR="1", PYTHONPATH=str(REPO_ROOT))
+    result = subprocess.run([sys.executable, "-X", "importtime", *args], cwd=cwd, env=env,
+                            capture_output=True, text=True)
+    return {line.rsplit("|", 1)[1].strip().split(".")[0] for line in result.stderr.splitlines()
+            if line.startswith("import time:") and "|" in line}
+
+
+def no_torch_commands(goldens):  # noqa: F811
+    bundle = sorted((goldens / "tree_accept").glob("*.kdtr"))[0]
+    # start-up, not work: a small int bundle (a bf16 one would add ml_dtypes' own half second)
+    return {"inspect": ["inspect", bundle], "verify numpy": ["verify", bundle, "-b", "numpy", "-q"],
+            "doctor": ["doctor"], "gen-refs": ["gen-refs", goldens.parent / "specs", "-o", goldens, "-q"],
+            "report": ["report", "--help"]}
+
+
+def test_commands_without_torch_never_import_it(goldens):  # noqa: F811
+    for name, args in no_torch_commands(goldens).items():
+        modules = imported(["-m", "cli", *map(str, args)], goldens.parent)
+        assert "kdtr" in modules, name                    # the probe sees our own imports
+        assert "torch" not in modules, name
+
+
+@pytest.mark.parametrize("name", ["inspect", "verify numpy", "doctor"])
+def test_commands_without_torch_start_fast(goldens, name):  # noqa: F811
+    args = no_torch_commands(goldens)[name]
+    cpu, wall, result = timed(["-m", "cli", *map(str, args)], goldens.parent)
+    assert result.returncode == 0, result.stderr
+    assert cpu <= START_LIMIT_S, f"{name}: {cpu:.2f} s CPU, {wall:.2f} s wall (best of {RUNS})"
+
+
+def test_a_torch_command_adds_little_to_torch_itself(goldens):  # noqa: F811
+    """Interleaved, so both see the same load; each figure the best of its runs."""
+    bundle = sorted((goldens / "tree_accept").glob("*.kdtr"))[0]
+    torch_alone = seconds = float("inf")
+    for _ in range(RUNS):
+        torch_alone = min(torch_alone, timed(["-c", "import torch"], goldens.parent, runs=1)[0])
+        took, _, result = timed(["-m", "cli", "verify", str(bundle), "-b", "torch", "-q"], goldens.parent, runs=1)
+        assert result.returncode == 0, result.stderr
+        seconds = min(seconds, took)
+    assert seconds <= torch_alone + TORCH_EXTRA_S, f"{seconds:.2f} s CPU vs torch alone {torch_alone:.2f} s"
