@@ -211,9 +211,9 @@ def bench_cmd(
     if json_path == "-":
         _emit_json("-", record)
     if csv_path:
-        from kdtr.report import atomic_write_text
+        from kdtr.atomic import atomic_write
 
-        atomic_write_text(csv_path, bench.bench_csv(record))
+        atomic_write(csv_path, bench.bench_csv(record))
     from . import render
 
     if targets and not quiet:
@@ -242,7 +242,8 @@ def report_cmd(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="One plain line per case."),
 ):
     """Show a bench record's table again; plot it (matplotlib), write its CSV, or merge shards' records."""
-    from kdtr import bench, report
+    from kdtr import bench
+    from kdtr.atomic import atomic_write
 
     if merge:
         _merge(record_paths, merge)
@@ -251,7 +252,7 @@ def report_cmd(
     record = bench.load_record(record_paths[0])
     bench_view(record, verbose=verbose, quiet=quiet)
     if csv_path:
-        report.atomic_write_text(csv_path, bench.bench_csv(record))
+        atomic_write(csv_path, bench.bench_csv(record))
     if plot:
         from kdtr.plot import plot_record
 

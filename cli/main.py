@@ -123,6 +123,7 @@ def verify_cmd(
 ):
     """Run each bundle's case on a backend and compare every output with the golden."""
     from kdtr import backends, parallel, report, spec
+    from kdtr.atomic import atomic_write
     from kdtr.verify import Options, check_kernels, crashed, find_bundles, shard_key, verify_file
 
     for name, value in (("--atol", atol), ("--rtol", rtol)):
@@ -168,7 +169,7 @@ def verify_cmd(
     if json_path:
         _emit_json(json_path, report.verify_record(rows, errors) | {"kernels": kernels})
     if junit:
-        report.atomic_write_text(junit, report.junit_xml(rows, errors))
+        atomic_write(junit, report.junit_xml(rows, errors))
     code = EXIT_INPUT if errors else (EXIT_FAILED if any(not r.passed for r in rows) else EXIT_OK)
     raise typer.Exit(code)
 

@@ -14,6 +14,7 @@ import ml_dtypes
 import numpy as np
 
 from . import __version__
+from .atomic import remove_stale_temps
 from .errors import KdtrError
 from .format import read_bundle, write_bundle
 from .ops import get_op
@@ -93,7 +94,11 @@ def make_bundle(case: Case, prov: dict | None) -> tuple[dict, list[tuple[str, st
 
 def gen_refs(cases: Iterable[tuple[Suite, Case]], out_dir: str | Path, *,
              force: bool = False) -> Iterator[GenResult]:
-    """Write each case's bundle (atomically), or skip it when its provenance is unchanged."""
+    """Write each case's bundle (atomically), or skip it when its provenance is unchanged; first
+    remove the temp files that killed writers left in the folders it writes."""
+    cases = list(cases)
+    for folder in dict.fromkeys(bundle_path(out_dir, case).parent for _, case in cases):
+        remove_stale_temps(folder)
     for suite, case in cases:
         started = time.perf_counter()
         path = bundle_path(out_dir, case)

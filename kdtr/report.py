@@ -8,35 +8,20 @@ import hashlib
 import io
 import json
 import math
-import os
 import platform
 import subprocess
 import sys
-import tempfile
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable
 from xml.etree import ElementTree
 
 from . import __version__
+from .atomic import atomic_write
 from .config import REPO_ROOT
 
 RECORD_FORMAT = 1
 VERIFY_KIND = "kdtree.verify"
-
-
-def atomic_write_text(path: str | Path, text: str) -> None:
-    """Write via a temp file in the same folder, then rename: never a half-written record."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def plain(value: Any) -> Any:
@@ -128,7 +113,7 @@ def record_meta(command: str) -> dict[str, Any]:
 
 
 def write_json(path: str | Path, record: dict) -> None:
-    atomic_write_text(path, json.dumps(plain(record), indent=2, allow_nan=False) + "\n")
+    atomic_write(path, json.dumps(plain(record), indent=2, allow_nan=False) + "\n")
 
 
 def verify_record(rows: Iterable[Any], errors: Iterable[str], command: str = "verify") -> dict:
