@@ -75,6 +75,7 @@ def gen_refs_cmd(
     out: Path = typer.Option(Path("goldens"), "-o", "--out", help="Folder for goldens/<op>/<case>.kdtr."),
     pattern: Optional[str] = PatternOpt,
     force: bool = typer.Option(False, "--force", help="Rewrite bundles even when their provenance is unchanged."),
+    prune: bool = typer.Option(False, "--prune", help="Remove stale bundles: ones in -o that no suite's case names."),
     shard: Optional[str] = ShardOpt,
     quiet: bool = QuietOpt,
     json_path: Optional[str] = JsonOpt,
@@ -83,7 +84,7 @@ def gen_refs_cmd(
     from kdtr import parallel, refs, report, spec
 
     shard_spec = parallel.Shard.parse(shard) if shard else None
-    suites = spec.load_suites(specs or sorted(Path("specs").glob("*.yaml")) or [Path("specs")])
+    suites = spec.load_suites(specs or [spec.DEFAULT_SPECS])
     cases = [(s, c) for s in suites for c in spec.select(s.cases, pattern)]
     cases = parallel.shard_items(cases, lambda sc: f"{sc[1].op}/{sc[1].name}", shard_spec)
     if not cases:
@@ -92,6 +93,10 @@ def gen_refs_cmd(
     results = list(render.progress(refs.gen_refs(cases, out, force=force), len(cases),
                                    "gen-refs", quiet=quiet, line=render.gen_line))
     render.gen_summary(results, time.perf_counter() - started, quiet=quiet)
+    stale = refs.stale_bundles(out, suites)
+    for path in refs.prune(stale) if prune else stale:
+        render.err.print(f"{'removed' if prune else 'stale'}: {path} (no suite names this case"
+                         + (")" if prune else "; --prune removes it)"), markup=False)
     if json_path:
         _emit_json(json_path, {"meta": report.record_meta("gen-refs"), "results": results})
 

@@ -109,3 +109,27 @@ def gen_refs(cases: Iterable[tuple[Suite, Case]], out_dir: str | Path, *,
         meta, tensors = make_bundle(case, prov)
         write_bundle(path, meta, tensors)
         yield GenResult(case.name, path, "written", time.perf_counter() - started, path.stat().st_size)
+
+
+def stale_bundles(out_dir: str | Path, suites: Iterable[Suite]) -> list[Path]:
+    """Bundles in the folders of the suites' ops that no case of these suites names (a renamed or
+    removed case's old golden, which verify would otherwise keep checking), sorted."""
+    suites = list(suites)
+    named = {bundle_path(out_dir, case) for suite in suites for case in suite.cases}
+    folders = sorted({Path(out_dir) / suite.op for suite in suites})
+    return sorted(path for folder in folders for path in folder.glob("*.kdtr")
+                  if path not in named and path.is_file())
+
+
+def prune(paths: Iterable[Path]) -> list[Path]:
+    """Remove the given stale bundles; the ones removed (a file gone meanwhile is no error)."""
+    removed = []
+    for path in paths:
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            raise KdtrError(f"cannot remove stale bundle: {e.strerror or e}", file=path) from e
+        removed.append(path)
+    return removed

@@ -61,6 +61,7 @@ MAX_SEED = 2**63 - 1              # seeds are stored as int64 in bundles
 TOP_KEYS = ("op", "variant", "seed", "defaults", "tolerance", "cases", "sweep")
 CASE_KEYS = ("name", "variant", "seed", "tolerance", "inputs")   # reserved inside a case
 SUITE_SUFFIXES = (".yaml", ".yml")
+DEFAULT_SPECS = Path("specs")     # gen-refs without arguments: the suites directly in it
 
 _NAME_RE = re.compile(r"[A-Za-z0-9_.-]+")
 
@@ -115,7 +116,8 @@ def load_suite(path: str | os.PathLike, *, lookup: Lookup = get_op) -> Suite:
 
 def load_suites(paths: Iterable[str | os.PathLike] | str | os.PathLike, *,
                 lookup: Lookup = get_op) -> list[Suite]:
-    """Load files and directories (every *.yaml / *.yml below, sorted; hidden entries skipped).
+    """Load files and directories (a directory: the *.yaml / *.yml files directly in it, sorted,
+    hidden ones skipped; subfolders are other collections, e.g. specs/bench/, and are not read).
 
     A file named twice is loaded once. Two cases of the same op with the same name, in different
     suites, are an error (their goldens would overwrite each other).
@@ -159,11 +161,10 @@ def _expand(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> list[Path
     files, seen = [], set()
     for given in map(Path, paths):
         if given.is_dir():
-            found = sorted(f for f in given.rglob("*")
-                           if f.suffix in SUITE_SUFFIXES and f.is_file()
-                           and not any(part.startswith(".") for part in f.relative_to(given).parts))
+            found = sorted(f for f in given.iterdir()
+                           if f.suffix in SUITE_SUFFIXES and f.is_file() and not f.name.startswith("."))
             if not found:
-                raise SpecError("no *.yaml or *.yml suites below this directory", file=given)
+                raise SpecError("no *.yaml or *.yml suites in this directory", file=given)
         else:
             found = [given]
         for file in found:

@@ -744,8 +744,9 @@ def test_load_suites_over_a_directory():
     tree = DATA / "tree"
     suites = load_suites([tree], lookup=LOOKUP)
     assert [s.path.relative_to(tree).as_posix() for s in suites] == [
-        "accept.yml", "attn.yaml", "nested/more_attn.yaml"]          # sorted; hidden and .txt skipped
-    accept, attn, more = suites
+        "accept.yml", "attn.yaml"]          # sorted; hidden, .txt and subfolders (nested/) skipped
+    accept, attn = suites
+    (more,) = load_suites([tree / "nested"], lookup=LOOKUP)
     assert [c.name for c in accept.cases] == ["b0", "b6"]
     assert [c.name for c in attn.cases] == ["tiny", "fp32_h16_p0_b1", "fp32_h16_p128_b1",
                                             "bf16_paged_h16_p0_b1", "bf16_paged_h16_p128_b1"]
@@ -763,7 +764,7 @@ def test_load_suites_mixed_paths_and_dedup():
 
 def test_load_suites_empty_directory(tmp_path):
     write(tmp_path, "not a suite", "notes.txt")
-    with pytest.raises(SpecError, match="no \\*.yaml or \\*.yml suites"):
+    with pytest.raises(SpecError, match="no \\*.yaml or \\*.yml suites in this directory"):
         load_suites([tmp_path], lookup=LOOKUP)
 
 
