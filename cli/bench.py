@@ -275,10 +275,13 @@ def _merge(paths: List[Path], out: Path) -> None:
         except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError) as err:
             raise UsageError(f"not a kdtree record: {err}", file=path) from None
     if set(kinds) == {report.VERIFY_KIND}:
-        merged = report.merge_verify([json.loads(p.read_text(encoding="utf-8")) for p in paths])
+        from kdtr.verify import merge_verify
+
+        merged = merge_verify(paths)
         report.write_json(out, merged)
-        summary = merged["summary"]
-        print(f"merged {len(paths)} verify records: {summary['passed']} passed, {summary['failed']} failed, "
+        summary = merged.summary
+        print(f"merged {len(paths)} verify records (shards {', '.join(merged.meta['shards'])}): "
+              f"{summary['passed']} passed, {summary['failed']} failed, "
               f"{len(summary['errors'])} input errors -> {out}")
         raise typer.Exit(1 if summary["failed"] else (2 if summary["errors"] else 0))
     if set(kinds) == {bench.RECORD_KIND}:

@@ -123,34 +123,36 @@ def verify_cmd(
                                            "(memcheck, racecheck, synccheck or initcheck); any report fails its case."),
     quiet: bool = QuietOpt,
     verbose: bool = typer.Option(False, "-v", "--verbose", help="Show the worst elements of failing outputs."),
+    keep_worst: bool = typer.Option(False, "--keep-worst", help="Keep passing outputs' worst elements too."),
     json_path: Optional[str] = JsonOpt,
     junit: Optional[Path] = typer.Option(None, "--junit", help="Write a JUnit XML report here."),
 ):
     """Run each bundle's case on a backend and compare every output with the golden."""
     from kdtr import backends, parallel, report, spec
     from kdtr.atomic import atomic_write
-    from kdtr.verify import Options, check_kernels, crashed, find_bundles, shard_key, verify_file
+    from kdtr.verify import (Options, check_kernels, crashed, find_bundles, shard_key, suite_digest,
+                             verify_file, verify_record)
 
     for name, value in (("--atol", atol), ("--rtol", rtol)):
         if value is not None and not value >= 0:
             raise typer.BadParameter(f"{name} must be >= 0", param_hint=name)
     shard_spec = parallel.Shard.parse(shard) if shard else None
-    files = [f for f in find_bundles(paths or [Path("goldens")]) if spec.name_matches(f.stem, pattern)]
-    files = parallel.shard_items(files, shard_key, shard_spec)
+    selected = [f for f in find_bundles(paths or [Path("goldens")]) if spec.name_matches(f.stem, pattern)]
+    files = parallel.shard_items(selected, shard_key, shard_spec)
     resolved = backends.resolve_backend("cuda" if sanitize else backend)
     forced = check_kernels(kernel, resolved)
     if resolved == "cuda" and files and not devices:
         from kdtr.device import require_gpu
 
         require_gpu()                      # one line and exit 2 up front, not one per bundle
-    if sanitize:
-        _sanitized_verify(sanitize, files, atol, rtol, trials, forced, quiet, json_path)
-    if not files:
+    if not files and (sanitize or not selected):   # an empty shard of a suite: an empty record
         raise KdtreeError("no bundles to verify" + (f" match -k {pattern!r}" if pattern else
                                                      " in this shard" if shard_spec else
                                                      " (run `kdtree gen-refs` first?)"))
+    if sanitize:
+        _sanitized_verify(sanitize, files, atol, rtol, trials, forced, quiet, json_path)
     options = Options(backend=resolved, atol=atol, rtol=rtol, trials=trials, determinism=determinism,
-                      kernels=forced)
+                      kernels=forced, keep_worst=keep_worst)
     device_list = parallel.parse_devices(devices, _gpu_count())
     if device_list:
         groups = parallel.balance(files, lambda f: f.stat().st_size, len(device_list))
@@ -171,10 +173,11 @@ def verify_cmd(
     if kernels is not None:
         hits = sum(k["cache_hit"] for k in kernels)
         print(f"kernels: {len(kernels)} loaded, {len(kernels) - hits} compiled, {hits} from the cubin cache")
+    record = verify_record(rows, errors, suite=suite_digest(selected), shard=shard_spec, kernels=kernels)
     if json_path:
-        _emit_json(json_path, report.verify_record(rows, errors) | {"kernels": kernels})
+        _emit_json(json_path, record)
     if junit:
-        atomic_write(junit, report.junit_xml(rows, errors))
+        atomic_write(junit, report.junit_xml(record))
     code = EXIT_INPUT if errors else (EXIT_FAILED if any(not r.passed for r in rows) else EXIT_OK)
     raise typer.Exit(code)
 

@@ -1049,16 +1049,12 @@ class _CaseRunner:
         impl = env.primary
         self.progress(f"{item.name}: {impl} ({mode})")
         started = time.perf_counter()
-        specs = op.output_specs(item.variant, self.inputs, self.params)
         unchanged = lambda row: row  # noqa: E731
 
         def make_call(inputs):
-            from .backends import poisoned
+            from . import backends
 
-            if impl == "torch":
-                return functools.partial(op.run_torch, item.variant, inputs, self.params), None
-            outputs = {n: poisoned(kind, shape, env.device) for n, (kind, shape) in specs.items()}
-            return functools.partial(op.run_cuda, item.variant, inputs, self.params, outputs), outputs
+            return backends.prepare(impl, op, item.variant, self.inputs, inputs, self.params, env.device)
 
         call, outputs = make_call(self.device_inputs)
         try:
