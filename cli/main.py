@@ -76,6 +76,8 @@ def gen_refs_cmd(
     pattern: Optional[str] = PatternOpt,
     force: bool = typer.Option(False, "--force", help="Rewrite bundles even when their provenance is unchanged."),
     prune: bool = typer.Option(False, "--prune", help="Remove stale bundles: ones in -o that no suite's case names."),
+    mem_limit: Optional[str] = typer.Option(None, "--mem-limit", help="Refuse a case whose memory estimate is over "
+                                            "this (e.g. 8G) \\[default: half of MemAvailable]."),
     shard: Optional[str] = ShardOpt,
     quiet: bool = QuietOpt,
     json_path: Optional[str] = JsonOpt,
@@ -90,7 +92,8 @@ def gen_refs_cmd(
     if not cases:
         raise KdtreeError(f"no case matches -k {pattern!r}" if pattern else "the suites hold no cases")
     started = time.perf_counter()
-    results = list(render.progress(refs.gen_refs(cases, out, force=force), len(cases),
+    limit = refs.parse_bytes(mem_limit) if mem_limit else refs.default_mem_limit()
+    results = list(render.progress(refs.gen_refs(cases, out, force=force, mem_limit=limit), len(cases),
                                    "gen-refs", quiet=quiet, line=render.gen_line))
     render.gen_summary(results, time.perf_counter() - started, quiet=quiet)
     stale = refs.stale_bundles(out, suites)

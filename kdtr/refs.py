@@ -6,6 +6,7 @@ import ast
 import hashlib
 import importlib.util
 import json
+import re
 import time
 from dataclasses import dataclass
 from functools import lru_cache
@@ -17,7 +18,7 @@ import numpy as np
 
 from . import __version__
 from .atomic import remove_stale_temps
-from .errors import KdtrError
+from .errors import KdtrError, LimitError, UsageError
 from .format import MAJOR as FORMAT_MAJOR, MINOR as FORMAT_MINOR, read_bundle, write_bundle
 from .ops import OP_MODULES, get_op
 from .ops.base import Case
@@ -190,23 +191,75 @@ def make_bundle(case: Case, prov: dict | None) -> tuple[dict, list[tuple[str, st
     return meta, tensors
 
 
-def gen_refs(cases: Iterable[tuple[Suite, Case]], out_dir: str | Path, *,
-             force: bool = False) -> Iterator[GenResult]:
-    """Write each case's bundle (atomically), or skip it when its provenance is unchanged; first
-    remove the temp files that killed writers left in the folders it writes."""
-    cases = list(cases)
-    for folder in dict.fromkeys(bundle_path(out_dir, case).parent for _, case in cases):
-        remove_stale_temps(folder)
+MEM_FRACTION = 0.5               # default bound: this share of MemAvailable (others run too)
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def available_memory() -> int | None:
+    """MemAvailable of /proc/meminfo in bytes (None where there is none)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def default_mem_limit() -> int | None:
+    available = available_memory()
+    return None if available is None else int(available * MEM_FRACTION)
+
+
+def parse_bytes(text: str) -> int:
+    """`8G`, `512M`, `1.5G`, `1000000` (bytes; K/M/G/T are powers of 1024, an optional B)."""
+    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([KMGT]?)i?B?\s*", text, re.IGNORECASE)
+    if match is None or float(match.group(1)) <= 0:
+        raise UsageError(f"--mem-limit {text!r}: expected a size like 8G, 512M or a byte count")
+    return int(float(match.group(1)) * _UNITS[match.group(2).upper()])
+
+
+def _gib(count: int) -> str:
+    return f"{count / (1 << 30):.2f} GiB"
+
+
+def check_memory(case: Case, limit: int | None) -> None:
+    """LimitError when the op's estimate for the case is over `limit` bytes (None: no bound)."""
+    estimate = get_op(case.op).estimate_bytes(case.variant, case.params)
+    if limit is not None and estimate is not None and estimate > limit:
+        raise LimitError(f"case {case.op}/{case.name} needs about {_gib(estimate)} to generate, over the "
+                         f"memory limit of {_gib(limit)} (--mem-limit; default {MEM_FRACTION:g} of "
+                         "MemAvailable)", file=case.source)
+
+
+def gen_refs(cases: Iterable[tuple[Suite, Case]], out_dir: str | Path, *, force: bool = False,
+             mem_limit: int | None = None) -> Iterator[GenResult]:
+    """Write each case's bundle (atomically), or skip it when its provenance is unchanged. First
+    remove the temp files that killed writers left in the folders it writes, and refuse (before
+    writing anything) a case to write whose memory estimate is over `mem_limit` bytes."""
+    plan = []
     for suite, case in cases:
-        started = time.perf_counter()
         path = bundle_path(out_dir, case)
         prov = provenance(suite, case)
-        if not force and is_fresh(path, prov):
-            yield GenResult(case.name, path, "fresh", time.perf_counter() - started, path.stat().st_size)
-            continue
-        meta, tensors = make_bundle(case, prov)
-        write_bundle(path, meta, tensors)
-        yield GenResult(case.name, path, "written", time.perf_counter() - started, path.stat().st_size)
+        fresh = not force and is_fresh(path, prov)
+        if not fresh:
+            check_memory(case, mem_limit)
+        plan.append((case, path, prov, fresh))
+    for folder in dict.fromkeys(path.parent for _, path, _, _ in plan):
+        remove_stale_temps(folder)
+    for case, path, prov, fresh in plan:
+        started = time.perf_counter()
+        if not fresh:
+            try:
+                meta, tensors = make_bundle(case, prov)
+            except MemoryError:
+                raise LimitError(f"case {case.op}/{case.name} ran out of memory while generating "
+                                 f"(estimated {_gib(get_op(case.op).estimate_bytes(case.variant, case.params) or 0)})",
+                                 file=case.source) from None
+            write_bundle(path, meta, tensors)
+        yield GenResult(case.name, path, "fresh" if fresh else "written", time.perf_counter() - started,
+                        path.stat().st_size)
 
 
 def stale_bundles(out_dir: str | Path, suites: Iterable[Suite]) -> list[Path]:

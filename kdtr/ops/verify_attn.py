@@ -199,6 +199,23 @@ class VerifyAttn(Op):
                   "custom_mask": np.concatenate(masks), "mask_indptr": mask_indptr}
         return Generated(inputs, params)
 
+    def estimate_bytes(self, variant, params):
+        """The generator's inputs (plus its float32 draw of the bf16 pool) and the reference's
+        float64 copy of one request's keys, its score blocks and its float64 outputs."""
+        batch, heads, prefix, q_len = params["batch"], params["heads"], params["prefix"], params["budget"] + 1
+        keys = prefix + q_len
+        if variant == "fp32":
+            inputs = 4 * (batch * keys * ROW + batch * q_len * heads * ROW) + batch * q_len * q_len
+            draw = 4 * keys * ROW
+        else:
+            pool = batch * keys + max(1, batch * keys // 4)
+            inputs = 2 * (pool + batch * q_len * heads) * ROW + 4 * pool + 2 * batch * q_len * keys
+            draw = 4 * pool * ROW
+        block = max(min(q_len * heads * keys, REFERENCE_CHUNK), heads * keys)   # attend_reference's
+        reference = 8 * keys * ROW + 2 * keys * ROW + q_len * keys + 3 * 8 * block \
+            + 2 * 8 * batch * q_len * heads * (LATENT + 1)
+        return inputs + draw + reference
+
     def requests(self, variant: str, inputs: Mapping[str, np.ndarray]):
         """Per request: (q [Q, H, 576], keys [P + Q, 576], P, visibility [Q, Q]) in the stored dtype."""
         if variant == "fp32":
