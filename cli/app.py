@@ -114,18 +114,16 @@ class JsonOut:
 
 
 def emit_json(path: str, record, stdout=None) -> None:
-    """The record as JSON to `path` (atomically; mode from the umask) or, for `-`, to stdout."""
+    """The record as compact JSON to `path` (atomically; mode from the umask) or, for `-`, to stdout."""
     import json
 
     from kdtr import report
-    from kdtr.atomic import atomic_write
 
-    text = json.dumps(report.plain(record), indent=2, allow_nan=False) + "\n"
     if path == "-":
-        (stdout or sys.stdout).write(text)
+        (stdout or sys.stdout).write(json.dumps(report.plain(record), separators=(",", ":"), allow_nan=False) + "\n")
         (stdout or sys.stdout).flush()
     else:
-        atomic_write(path, text)
+        report.write_json(path, record)
 
 
 def gpu_count() -> int:

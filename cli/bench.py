@@ -45,13 +45,21 @@ def _default_specs() -> list[Path]:
 
 
 def _items(paths: list[Path], pattern: Optional[str], quick: bool, shard: Optional[str]):
+    """The cases of this shard, and the meta that lets `report --merge` check shards join: the
+    shard ("I/N") and a digest of the whole selection before sharding."""
+    import hashlib
+    import json
+
     from kdtr import bench, parallel
 
-    items = parallel.shard_items(bench.collect_items(paths, pattern, quick), _key,
-                                 parallel.Shard.parse(shard) if shard else None)
+    selected = bench.collect_items(paths, pattern, quick)
+    spec = parallel.Shard.parse(shard) if shard else None
+    items = parallel.shard_items(selected, _key, spec)
     if not items:
         raise UsageError(f"no case matches -k {pattern!r}" if pattern else "no cases to bench")
-    return items
+    digest = hashlib.sha256(json.dumps(sorted([_key(i), i.variant, i.params] for i in selected),
+                                       sort_keys=True, default=str).encode()).hexdigest()
+    return items, {"shard": f"{spec.index}/{spec.count}" if spec else "1/1", "suite_sha256": digest}
 
 
 def _key(item) -> str:
@@ -222,9 +230,9 @@ def bench_cmd(
         for path in targets:
             bench.write_record(path, record)
         if csv_path:
-            from kdtr.report import atomic_write_text
+            from kdtr.atomic import atomic_write
 
-            atomic_write_text(csv_path, bench.bench_csv(record))
+            atomic_write(csv_path, bench.bench_csv(record))
         from . import render
 
         if targets and not quiet:
@@ -245,18 +253,22 @@ def _run(paths, pattern, quick, shard, devices, settings, targets, quiet):
     `targets` after every case on one device."""
     from kdtr import bench, parallel
 
-    items = bench.items_for_kernels(_items(paths or _default_specs(), pattern, quick, shard), settings.kernels)
+    items, selection = _items(paths or _default_specs(), pattern, quick, shard)
+    items = bench.items_for_kernels(items, settings.kernels)
+
+    def stamped(record):
+        return replace(record, meta=record.meta | selection)
 
     def partial(record):
         for path in targets:
-            bench.write_record(path, record)
+            bench.write_record(path, stamped(record))
 
     device_list = parallel.parse_devices(devices, _gpu_count())
     with _Progress(quiet) as progress:
         if device_list:
-            return _run_on_devices(device_list, items, paths or _default_specs(), pattern, quick, settings,
-                                   progress)
-        return bench.run_bench(items, settings, progress=progress, on_partial=partial if targets else None)
+            return stamped(_run_on_devices(device_list, items, paths or _default_specs(), pattern, quick, settings,
+                                           progress))
+        return stamped(bench.run_bench(items, settings, progress=progress, on_partial=partial if targets else None))
 @app.command("report")
 @guarded
 def report_cmd(
@@ -273,7 +285,8 @@ def report_cmd(
     quiet: bool = flag("--quiet", "-q", help="One plain line per case."),
 ):
     """Show a bench record's table again; plot it (matplotlib), write its CSV, or merge shards' records."""
-    from kdtr import bench, report
+    from kdtr import bench
+    from kdtr.atomic import atomic_write
 
     if merge:
         _merge(record_paths, merge)
@@ -282,7 +295,7 @@ def report_cmd(
     record = bench.load_record(record_paths[0])
     bench_view(record, verbose=verbose, quiet=quiet, wide=wide)
     if csv_path:
-        report.atomic_write_text(csv_path, bench.bench_csv(record))
+        atomic_write(csv_path, bench.bench_csv(record))
     if plot:
         from kdtr.plot import plot_record
 
@@ -305,15 +318,23 @@ def _merge(paths: List[Path], out: Path) -> None:
         except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError) as err:
             raise UsageError(f"not a kdtree record: {err}", file=path) from None
     if set(kinds) == {report.VERIFY_KIND}:
-        merged = report.merge_verify([json.loads(p.read_text(encoding="utf-8")) for p in paths])
+        from kdtr.verify import merge_verify
+
+        merged = merge_verify(paths)
         report.write_json(out, merged)
-        summary = merged["summary"]
-        print(f"merged {len(paths)} verify records: {summary['passed']} passed, {summary['failed']} failed, "
+        summary = merged.summary
+        print(f"merged {len(paths)} verify records (shards {', '.join(merged.meta['shards'])}): "
+              f"{summary['passed']} passed, {summary['failed']} failed, "
               f"{len(summary['errors'])} input errors -> {out}")
         raise typer.Exit(1 if summary["failed"] else (2 if summary["errors"] else 0))
     if set(kinds) == {bench.RECORD_KIND}:
-        merged_bench = bench.merge_records([bench.load_record(p) for p in paths])
-        bench.write_record(out, merged_bench)
-        print(f"merged {len(paths)} bench records: {len(merged_bench.rows)} rows -> {out}")
+        records = [bench.load_record(p) for p in paths]
+        problems = report.check_shards([r.meta for r in records], [str(p) for p in paths])
+        if problems:
+            raise UsageError("these bench records are not the shards of one run: " + "; ".join(problems))
+        shards = sorted((r.meta["shard"] for r in records), key=lambda s: int(s.split("/")[0]))
+        merged_bench = bench.merge_records(records)
+        bench.write_record(out, replace(merged_bench, meta=merged_bench.meta | {"shard": "1/1", "shards": shards}))
+        print(f"merged {len(paths)} bench records (shards {', '.join(shards)}): {len(merged_bench.rows)} rows -> {out}")
         raise typer.Exit(0)
     raise UsageError(f"--merge takes records of one kind (verify or bench); got {sorted(map(str, set(kinds)))}")

@@ -7,7 +7,7 @@ from typing import List, Optional
 import typer
 
 from . import render
-from .app import JsonOpt, JsonOut, QuietOpt, app, guarded
+from .app import JsonOpt, JsonOut, QuietOpt, app, flag, guarded
 
 
 @app.command("e2e")
@@ -24,11 +24,13 @@ def e2e_cmd(
     prompt_len: int = typer.Option(16, "--prompt-len", min=1, help="Tokens per prompt."),
     quality: float = typer.Option(6.0, "--quality", help="Drafter quality: logit bonus of the true next token."),
     seed: int = typer.Option(0, "--seed", min=0, help="Seed of the model weights, prompts and drafter noise."),
+    strict: bool = flag("--strict", help="Fail on any divergence, bf16 near-ties included."),
     quiet: bool = QuietOpt,
     json_path: Optional[str] = JsonOpt,
 ):
     """Run AR greedy and DDTree (tree_build -> verify_attn -> tree_accept) on the same prompts;
-    exit 1 if any generated token differs, reporting the first divergence and its logit margin."""
+    exit 1 if a generated token differs (fp32: any; bf16: beyond a near-tie the bf16 rounding can
+    flip, or any with --strict), reporting the first divergence and its logit margin."""
     from kdtr import backends, report
     from kdtr.e2e import DecodeOptions, ModelConfig, make_prompts, run_e2e
     from kdtr.errors import UsageError
@@ -53,4 +55,4 @@ def e2e_cmd(
                                     f"e2e ({resolved})", quiet=quiet, line=render.e2e_line))
         render.e2e_table(runs, quiet=quiet)
     json_out.write(lambda: {"meta": report.record_meta("e2e"), "model": cfg, "runs": runs})
-    raise typer.Exit(0 if all(r.identical for r in runs) else 1)
+    raise typer.Exit(0 if all(r.passed(strict) for r in runs) else 1)

@@ -22,6 +22,9 @@ def gen_refs_cmd(
     out: Path = typer.Option(Path("goldens"), "-o", "--out", help="Folder for goldens/<op>/<case>.kdtr."),
     pattern: Optional[str] = PatternOpt,
     force: bool = flag("--force", help="Rewrite bundles even when their provenance is unchanged."),
+    prune: bool = flag("--prune", help="Remove stale bundles: ones in -o that no suite's case names."),
+    mem_limit: Optional[str] = typer.Option(None, "--mem-limit", help="Refuse a case whose memory estimate is over "
+                                            "this (e.g. 8G) \\[default: half of MemAvailable]."),
     shard: Optional[str] = ShardOpt,
     quiet: bool = QuietOpt,
     json_path: Optional[str] = JsonOpt,
@@ -33,15 +36,19 @@ def gen_refs_cmd(
     if out.exists() and not out.is_dir():
         raise KdtreeError(f"-o {out}: not a folder")
     shard_spec = parallel.Shard.parse(shard) if shard else None
-    default = default_specs_dir()
-    suites = spec.load_suites(specs or sorted(default.glob("*.yaml")) or [default])
+    suites = spec.load_suites(specs or [default_specs_dir()])
     cases = [(s, c) for s in suites for c in spec.select(s.cases, pattern)]
     cases = parallel.shard_items(cases, lambda sc: f"{sc[1].op}/{sc[1].name}", shard_spec)
     if not cases:
         raise KdtreeError(f"no case matches -k {pattern!r}" if pattern else "the suites hold no cases")
     started = time.perf_counter()
+    limit = refs.parse_bytes(mem_limit) if mem_limit else refs.default_mem_limit()
     with json_out.tables():
-        results = list(render.progress(refs.gen_refs(cases, out, force=force), len(cases),
+        results = list(render.progress(refs.gen_refs(cases, out, force=force, mem_limit=limit), len(cases),
                                        "gen-refs", quiet=quiet, line=render.gen_line))
         render.gen_summary(results, time.perf_counter() - started, quiet=quiet)
+    stale = refs.stale_bundles(out, suites)
+    for path in refs.prune(stale) if prune else stale:
+        render.err.print(f"{'removed' if prune else 'stale'}: {path} (no suite names this case"
+                         + (")" if prune else "; --prune removes it)"), markup=False)
     json_out.write(lambda: {"meta": report.record_meta("gen-refs"), "results": results})

@@ -37,6 +37,7 @@ def verify_cmd(
                                            "(memcheck, racecheck, synccheck or initcheck); any report fails its case."),
     quiet: bool = QuietOpt,
     verbose: bool = flag("-v", "--verbose", help="Show the worst elements of failing outputs and the raw max_rel."),
+    keep_worst: bool = flag("--keep-worst", help="Keep passing outputs' worst elements in the record too."),
     json_path: Optional[str] = JsonOpt,
     junit: Optional[Path] = typer.Option(None, "--junit", help="Write a JUnit XML report here."),
 ):
@@ -53,30 +54,30 @@ def verify_cmd(
         if value is not None and not value >= 0:
             raise UsageError(f"{name} {value}: must be >= 0")
     shard_spec = parallel.Shard.parse(shard) if shard else None
-    files = find_bundles(paths or [Path("goldens")])
+    selected = find_bundles(paths or [Path("goldens")])
     if pattern:
         from kdtr.spec import name_matches    # YAML's import is not free: only for -k
 
-        files = [f for f in files if name_matches(f.stem, pattern)]
-    files = parallel.shard_items(files, shard_key, shard_spec)
+        selected = [f for f in selected if name_matches(f.stem, pattern)]
+    files = parallel.shard_items(selected, shard_key, shard_spec)
     resolved = backends.resolve_backend("cuda" if sanitize else backend)
     forced = check_kernels(kernel, resolved)
     if resolved == "cuda" and files and not devices:
         from kdtr.device import require_gpu
 
         require_gpu()                      # one line and exit 2 up front, not one per bundle
-    if sanitize:
-        _sanitized_verify(sanitize, files, atol, rtol, trials, forced, quiet, json_out)
-    if not files:
+    if not files and (sanitize or not selected):   # an empty shard of a suite: an empty record
         raise KdtreeError("no bundles to verify" + (f" match -k {pattern!r}" if pattern else
                                                      " in this shard" if shard_spec else
                                                      " (run `kdtree gen-refs` first?)"))
+    if sanitize:
+        _sanitized_verify(sanitize, files, atol, rtol, trials, forced, quiet, json_out)
     options = Options(backend=resolved, atol=atol, rtol=rtol, trials=trials, determinism=determinism,
-                      kernels=forced)
+                      kernels=forced, keep_worst=keep_worst)
     device_list = parallel.parse_devices(devices, gpu_count()) if devices else None
     with json_out.tables():
         rows, errors = _run(files, options, device_list, quiet, verbose)
-    _write_records(rows, errors, options, device_list, json_out, junit)
+    _write_records(rows, errors, options, device_list, json_out, junit, selected, shard_spec)
     raise typer.Exit(EXIT_INPUT if errors else (EXIT_FAILED if any(not r.passed for r in rows) else EXIT_OK))
 
 
@@ -104,7 +105,8 @@ def _run(files, options, device_list, quiet: bool, verbose: bool):
     return rows, errors
 
 
-def _write_records(rows, errors, options, device_list, json_out: JsonOut, junit: Path | None) -> None:
+def _write_records(rows, errors, options, device_list, json_out: JsonOut, junit: Path | None,
+                   selected, shard_spec) -> None:
     kernels = None
     if options.backend == "cuda" and not device_list:
         from kdtr.device import loaded_kernels
@@ -115,10 +117,12 @@ def _write_records(rows, errors, options, device_list, json_out: JsonOut, junit:
     if json_out.path or junit:
         from kdtr import report
         from kdtr.atomic import atomic_write
+        from kdtr.verify import suite_digest, verify_record
 
-        json_out.write(lambda: report.verify_record(rows, errors) | {"kernels": kernels})
+        record = verify_record(rows, errors, suite=suite_digest(selected), shard=shard_spec, kernels=kernels)
+        json_out.write(lambda: record)
         if junit:
-            atomic_write(junit, report.junit_xml(rows, errors))
+            atomic_write(junit, report.junit_xml(record))
 
 
 def _sanitized_verify(tool, files, atol, rtol, trials, kernels, quiet, json_out: JsonOut) -> None:

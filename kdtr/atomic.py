@@ -3,12 +3,15 @@
 A temp file in the destination's folder, named `.<name>.<pid>.<random>.tmp` (the pid lets a later
 run tell a dead writer's leftovers from a live one's), created with mode 0666 so the umask decides
 the final permissions, fsynced, then `os.replace`d over the final name: readers see the old file or
-the new one, never half of one. A failure removes the temp file and re-raises.
+the new one, never half of one. A failure removes the temp file and re-raises. A writer killed
+outright (SIGKILL, power loss) cannot clean up; the next writer into that folder removes the temp
+files whose pid is no longer alive.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import secrets
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -16,9 +19,42 @@ from typing import BinaryIO, Iterator
 
 from .errors import UsageError
 
+TEMP_RE = re.compile(r"\..+\.(\d+)\.[0-9a-f]{8}\.tmp")
+
 
 def temp_name(path: Path) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+
+
+def pid_alive(pid: int) -> bool:
+    """True unless no process has this pid (a pid in use by another user counts as alive)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, OSError):
+        return True
+    return True
+
+
+def remove_stale_temps(folder: str | Path) -> list[Path]:
+    """Delete the temp files of dead writers in `folder` (not below it); the paths removed."""
+    removed = []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return removed
+    for entry in entries:
+        match = TEMP_RE.fullmatch(entry.name)
+        if match is None or pid_alive(int(match.group(1))):
+            continue
+        with suppress(OSError):
+            if entry.is_file(follow_symlinks=False):
+                os.unlink(entry.path)
+                removed.append(Path(entry.path))
+    return removed
 
 
 @contextmanager
@@ -26,6 +62,7 @@ def atomic_open(path: str | Path) -> Iterator[BinaryIO]:
     """A binary file that becomes `path` when the block ends without an exception."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temps(path.parent)
     tmp = temp_name(path)
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)

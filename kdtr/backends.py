@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+import functools
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -50,34 +51,51 @@ def upload(inputs: Mapping[str, np.ndarray], device: str) -> dict[str, Any]:
     return {name: to_torch(array, device) for name, array in inputs.items()}
 
 
+def prepare(backend: str, op: Op, variant: str, inputs: Mapping[str, np.ndarray],
+            device_inputs: Mapping[str, Any], params: Mapping[str, Any], device: str,
+            kernel: str | None = None, defines: Mapping[str, Any] | None = None,
+            ) -> tuple[Callable[[], Mapping[str, Any]], dict[str, Any] | None]:
+    """The one dispatch onto an implementation: a zero-argument call computing `op`'s outputs from
+    `device_inputs` (torch tensors on `device`; `inputs` are their numpy originals, for shapes), and
+    the poisoned output buffers it writes into (cuda), or None where the call returns the outputs
+    (torch). `kernel` and `defines` force one of our kernels and its compile-time knobs (cuda).
+    verify and e2e run it once (`run`); bench times it."""
+    if backend == "torch":
+        return functools.partial(op.run_torch, variant, device_inputs, params), None
+    if backend == "cuda":
+        outputs = {name: poisoned(kind, shape, device)
+                   for name, (kind, shape) in op.output_specs(variant, inputs, params).items()}
+        forced = {"kernel": kernel} if kernel is not None else {}     # the launch's own choice
+        if defines:
+            forced["defines"] = dict(defines)
+        return functools.partial(op.run_cuda, variant, device_inputs, params, outputs, **forced), outputs
+    raise UsageError(f"unknown backend {backend!r} (numpy runs the reference, not a prepared call)")
+
+
 def run(backend: str, op: Op, variant: str, inputs: Mapping[str, np.ndarray],
         params: Mapping[str, Any], kernel: str | None = None) -> dict[str, np.ndarray]:
     """Outputs of `op` on `inputs` as numpy arrays, computed by `backend` (already resolved);
     `kernel` forces one of the op's CUDA kernels (cuda backend only)."""
     if backend == "numpy":
         return op.reference(variant, inputs, params)
-    if backend == "torch":
-        import torch
+    if backend not in ("torch", "cuda"):
+        raise UsageError(f"unknown backend {backend!r}")
+    import torch
 
-        with torch.no_grad():
-            out = op.run_torch(variant, upload(inputs, torch_device()), params)
-        return {name: to_numpy(t) for name, t in out.items()}
     if backend == "cuda":
-        import torch
-
         from .device import require_gpu
 
         require_gpu()
-        device_inputs = upload(inputs, "cuda")
-        outputs = {name: poisoned(kind, shape, "cuda")
-                   for name, (kind, shape) in op.output_specs(variant, inputs, params).items()}
-        op.run_cuda(variant, device_inputs, params, outputs, kernel=kernel)
+    device = "cuda" if backend == "cuda" else torch_device()
+    with torch.no_grad():
+        call, outputs = prepare(backend, op, variant, inputs, upload(inputs, device), params, device, kernel)
+        result = call()
+    if backend == "cuda":
         try:
             torch.cuda.synchronize()
         except RuntimeError as err:
             raise DeviceError(f"{op.name}/{variant}: the kernel failed on the device: {err}") from err
-        return {name: to_numpy(t) for name, t in outputs.items()}
-    raise UsageError(f"unknown backend {backend!r}")
+    return {name: to_numpy(t) for name, t in (outputs if outputs is not None else result).items()}
 
 
 def expected_dtype_check(op: Op, variant: str, inputs: Mapping[str, np.ndarray]) -> str | None:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from .dtypes import FLOAT_DTYPES, kdtr_dtype
 from .ops.base import Tolerance
+from .report import drop_defaults
 
 WORST_ELEMENTS = 5
 
@@ -33,6 +36,37 @@ class OutputCheck:
     max_rel: float = 0.0            # over elements whose expected value is non-zero
     rel_l2: float = 0.0             # ||x - r|| / ||r||
     worst: tuple[Element, ...] = field(default_factory=tuple)
+    # how much of the tolerance the worst element uses: max |x-r| / (atol + rtol·|r|) (and
+    # rel_l2 / l2 where an l2 bound is set); <= 1 passes. Exact outputs: 0 equal, inf otherwise;
+    # a NaN/Inf where the bound is finite is inf.
+    tol_share: float = 0.0
+
+    def to_plain(self) -> dict[str, Any]:
+        """JSON form; a field at its default (no reason, no worst elements, zero metrics) is left
+        out, so a record of a thousand passing rows stays small."""
+        full = {"name": self.name, "passed": self.passed, "reason": self.reason,
+                "tolerance": self.tolerance.to_json(), "count": self.count, "mismatches": self.mismatches,
+                "max_abs": _num(self.max_abs), "max_rel": _num(self.max_rel), "rel_l2": _num(self.rel_l2),
+                "tol_share": _num(self.tol_share),
+                "worst": [[list(e.index), _num(e.got), _num(e.expected)] for e in self.worst]}
+        return drop_defaults(full, {"reason": None, "count": 0, "mismatches": 0, "max_abs": 0.0,
+                                    "max_rel": 0.0, "rel_l2": 0.0, "tol_share": 0.0, "worst": []})
+
+    @staticmethod
+    def from_plain(data: dict[str, Any]) -> "OutputCheck":
+        """The inverse of to_plain (a record read back); KeyError/TypeError/ValueError if malformed."""
+        worst = tuple(Element(tuple(int(i) for i in index), float(got), float(expected))
+                      for index, got, expected in data.get("worst", ()))
+        return OutputCheck(str(data["name"]), bool(data["passed"]), data.get("reason"),
+                           Tolerance.parse(data["tolerance"]), int(data.get("count", 0)),
+                           int(data.get("mismatches", 0)), float(data.get("max_abs", 0.0)),
+                           float(data.get("max_rel", 0.0)), float(data.get("rel_l2", 0.0)), worst,
+                           float(data.get("tol_share", 0.0)))
+
+
+def _num(value: float) -> float | str:
+    """JSON has no NaN or Inf: those are written as the strings float() reads back."""
+    return value if math.isfinite(value) else str(value)
 
 
 CHUNK = 1 << 20                # elements compared at a time: memory stays bounded for any output
@@ -68,8 +102,20 @@ def compare_output(name: str, got: np.ndarray | None, expected: np.ndarray,
         reasons.append(f"||x-r||/||r|| = {rel_l2:.3g} > {tolerance.l2:g}")
     worst = tuple(Element(tuple(int(i) for i in np.unravel_index(flat, expected.shape)),
                           float(flat_got[flat]), float(flat_exp[flat])) for flat in totals.worst())
+    share = totals.share
+    if tolerance.l2 is not None and not tolerance.exact:
+        share = max(share, _ratio(rel_l2, tolerance.l2))
     return OutputCheck(name, not reasons, "; ".join(reasons) or None, tolerance, count, totals.mismatches,
-                       totals.max_abs, totals.max_rel, rel_l2, worst)
+                       totals.max_abs, totals.max_rel, rel_l2, worst, share)
+
+
+def _ratio(value: float, bound: float) -> float:
+    """value / bound, with 0 / 0 = 0 and anything else over a zero bound (or NaN) = inf."""
+    if not value <= math.inf:                       # NaN
+        return math.inf
+    if bound > 0:
+        return value / bound
+    return 0.0 if value == 0 else math.inf
 
 
 class _Totals:
@@ -78,6 +124,7 @@ class _Totals:
     def __init__(self):
         self.max_abs = self.max_rel = self.err_sq = self.ref_sq = 0.0
         self.mismatches = self.nonfinite = 0
+        self.share = 0.0                                        # see OutputCheck.tol_share
         self.candidates: list[tuple[float, int]] = []          # (-score, flat index)
 
     def add(self, lo: int, got: np.ndarray, expected: np.ndarray, tolerance: Tolerance) -> None:
@@ -97,9 +144,15 @@ class _Totals:
             if tolerance.exact:
                 width = got.dtype.itemsize
                 bad = got.view(f"V{width}") != expected.view(f"V{width}")
+                share = np.where(bad, np.inf, 0.0)
             else:
-                bad = ~(np.abs(g64 - e64) <= tolerance.atol + tolerance.rtol * np.abs(e64))
+                bound = tolerance.atol + tolerance.rtol * np.abs(e64)
+                bad = ~(np.abs(g64 - e64) <= bound)
                 bad |= ~np.isfinite(g64)
+                share = np.divide(diff, bound, out=np.where(diff == 0, 0.0, np.inf), where=bound > 0)
+                share = np.where(bad & ~(share > 1), np.inf, share)     # NaN/Inf: never within
+            if share.size:
+                self.share = max(self.share, float(np.nan_to_num(share, nan=np.inf, posinf=np.inf).max()))
             self.nonfinite += int((~np.isfinite(g64)).sum()) if g64.dtype.kind == "f" else 0
             score = np.nan_to_num(np.where(bad, np.inf, diff), nan=np.inf)
         self.mismatches += int(bad.sum())

@@ -45,6 +45,10 @@ class ConfigError(KdtreeError):
     """A bad environment variable."""
 
 
+class LimitError(KdtreeError):
+    """A case would exceed a resource bound (memory) or ran out of it."""
+
+
 class CompileError(KdtreeError):
     """NVRTC refused a kernel; the message carries the log."""
 

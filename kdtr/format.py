@@ -1,4 +1,4 @@
-"""KDTR v1 read/write: the golden bundle container of /work/shared/design/kdtr-format.md.
+"""KDTR v1 read/write: the golden bundle container of the design folder's kdtr-format.md.
 
 The reader trusts nothing in the file: every header value is checked against the real file size
 with Python integers before anything sized by it is allocated, and every tensor's crc32 (and every
@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import mmap
 import os
-import secrets
 import stat
 import struct
 import zlib
@@ -24,6 +23,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from kdtr.atomic import atomic_open
 from kdtr.dtypes import NUMPY_DTYPES, kdtr_dtype
 from kdtr.errors import KdtrError
 
@@ -437,30 +437,14 @@ def write_bundle(path, meta: dict, tensors: Iterable[tuple[str, str, np.ndarray]
     path = Path(path)
     head, parts = _plan(meta, tensors, path)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        _write_atomic(path, head, parts)
+        with atomic_open(path) as handle:
+            handle.write(head)
+            for pad, raw in parts:
+                handle.write(bytes(pad))
+                handle.write(raw)
     except OSError as e:
         raise KdtrError(f"cannot write: {e.strerror or e}", file=path) from e
     _fsync_dir(path.parent)
-
-
-def _write_atomic(path: Path, head: bytes, parts) -> None:
-    """A failed write leaves neither a partial file under the final name nor a temp file."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
-        with open(fd, "wb") as f:
-            f.write(head)
-            for pad, raw in parts:
-                f.write(bytes(pad))
-                f.write(raw)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with suppress(OSError):
-            tmp.unlink()
-        raise
 
 
 def _fsync_dir(folder: Path) -> None:

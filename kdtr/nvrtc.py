@@ -14,14 +14,13 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import re
-import tempfile
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from .atomic import atomic_write
 from .config import config
 from .errors import CompileError
 
@@ -316,6 +315,8 @@ def _decode_entry(data: bytes, key: str) -> tuple[bytes, str, tuple[KernelResour
     if hlen > MAX_HEADER_BYTES or pos + hlen > len(body):
         raise ValueError(f"header length {hlen} out of range")
     header = json.loads(body[pos:pos + hlen])
+    if not isinstance(header, dict):
+        raise ValueError(f"header is a JSON {type(header).__name__}, not an object")
     cubin = body[pos + hlen:]
     if header.get("format") != CACHE_FORMAT or header.get("key") != key:
         raise ValueError("format or key mismatch")
@@ -342,24 +343,10 @@ def _read_cache(key: str) -> tuple[bytes, str, tuple[KernelResources, ...]] | No
 
 
 def _write_cache(key: str, entry: bytes) -> None:
-    folder = _cache_dir()
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{key[:16]}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(entry)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, _entry_path(key))      # atomic: readers see old or new, never half
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        atomic_write(_entry_path(key), entry)     # readers see old or new, never half
     except OSError as exc:
-        log.warning("kdtree cubin cache: cannot write %s (%s); continuing without caching", folder, exc)
+        log.warning("kdtree cubin cache: cannot write %s (%s); continuing without caching", _cache_dir(), exc)
 
 
 # -- compile -----------------------------------------------------------------------------------------

@@ -2,24 +2,28 @@
 
 from __future__ import annotations
 
+import ast
 import hashlib
+import importlib.util
 import json
+import re
 import time
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 
 from . import __version__
-from .errors import KdtrError
-from .format import read_bundle, write_bundle
-from .ops import get_op
+from .atomic import remove_stale_temps
+from .errors import KdtrError, LimitError, UsageError
+from .format import MAJOR as FORMAT_MAJOR, MINOR as FORMAT_MINOR, read_bundle, write_bundle
+from .ops import OP_MODULES, get_op
 from .ops.base import Case
 from .spec import Suite
 
-FRESHNESS_KEYS = ("case_sha256", "reference_sha256", "kdtree")
+FRESHNESS_KEYS = ("case_sha256", "reference_sha256", "format")   # what decides a golden's bytes
 
 
 @dataclass(frozen=True)
@@ -31,14 +35,110 @@ class GenResult:
     nbytes: int
 
 
-@lru_cache(maxsize=1)
-def reference_sha256() -> str:
-    """Hash of every source the references and generators are made of."""
+OPS_PACKAGE = "kdtr.ops"
+UNHASHED = ("kdtr.ops.base",)    # the op contract (types, the Op class): no generator or reference numbers
+
+
+def _strip_docstring(body: list[ast.stmt]) -> list[ast.stmt]:
+    first = body[0] if body else None
+    is_doc = isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) \
+        and isinstance(first.value.value, str)
+    return body[1:] if is_doc else body
+
+
+def _canonical(node: Any) -> Any:
+    """An AST as plain data without docstrings, positions or empty fields: what the code does,
+    not how it is commented or laid out (empty fields left out: the same on Python 3.11-3.13)."""
+    if isinstance(node, ast.AST):
+        fields = []
+        for name, value in ast.iter_fields(node):
+            if name == "body" and isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef,
+                                                    ast.AsyncFunctionDef)):
+                value = _strip_docstring(value)
+            if value is None or value == []:
+                continue
+            fields.append([name, _canonical(value)])
+        return [type(node).__name__, fields]
+    if isinstance(node, list):
+        return [_canonical(item) for item in node]
+    return repr(node)
+
+
+def _module_files(module: str) -> dict[str, Path]:
+    """Module name -> file of `module` (a module, or a package and every module below it)."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None:
+        raise KdtrError(f"cannot find the code of module {module}")
+    if not spec.submodule_search_locations:
+        return {module: Path(spec.origin)}
+    root = Path(spec.origin).parent
+    files = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = path.relative_to(root).with_suffix("").parts
+        name = ".".join((module, *parts[:-1])) if parts[-1] == "__init__" else ".".join((module, *parts))
+        files[name] = path
+    return files
+
+
+def _imports(tree: ast.AST, module: str, is_package: bool) -> Iterator[tuple[str, str]]:
+    """(absolute module, name) of every `from X import name` in the tree, lazy ones included."""
+    package = module if is_package else module.rpartition(".")[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            base = importlib.util.resolve_name("." * node.level + (node.module or ""), package) \
+                if node.level else node.module
+            for alias in node.names:
+                yield base, alias.name
+
+
+def code_sha256(module: str, package: str = OPS_PACKAGE, unhashed: Iterable[str] = UNHASHED) -> str:
+    """sha256 over the code (not comments, docstrings or layout) of one op's module or package,
+    the sibling op modules it imports (whole) and the definitions it imports from helper modules
+    (`_common`, `kdtr.dtypes`: only the names it imports). Other ops' files and `unhashed` (the op
+    contract) do not count: editing them leaves this op's goldens fresh."""
+    root, unhashed = package.split(".")[0], tuple(unhashed)
+    whole: dict[str, Path] = {}
+    wanted: dict[str, set[str]] = {}
+    queue = [module]
+    while queue:
+        for name, path in _module_files(queue.pop()).items():
+            if name in whole:
+                continue
+            whole[name] = path
+            tree = ast.parse(path.read_bytes(), filename=str(path))
+            for source, item in _imports(tree, name, path.name == "__init__.py"):
+                head = source[len(package) + 1:].split(".")[0] if source.startswith(package + ".") else ""
+                if source.split(".")[0] != root or source in unhashed or source == package:
+                    continue
+                if head and not head.startswith("_"):
+                    queue.append(source)               # another op: its numbers feed this one's
+                else:
+                    wanted.setdefault(source, set()).add(item)
     digest = hashlib.sha256()
-    here = Path(__file__).resolve().parent
-    for path in sorted([*(here / "ops").glob("*.py"), here / "dtypes.py"]):
-        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    for name in sorted(whole):
+        digest.update(json.dumps([name, _canonical(ast.parse(whole[name].read_bytes()))]).encode())
+    for name in sorted(set(wanted) - set(whole)):
+        (path,) = _module_files(name).values()
+        for node in ast.parse(path.read_bytes()).body:
+            defined = _defined_names(node)
+            if defined & wanted[name]:
+                digest.update(json.dumps([name, sorted(defined), _canonical(node)]).encode())
     return digest.hexdigest()
+
+
+def _defined_names(node: ast.stmt) -> set[str]:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {node.name}
+    if isinstance(node, (ast.Assign, ast.AnnAssign)):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return set()
+
+
+@lru_cache(maxsize=None)
+def reference_sha256(op: str) -> str:
+    """The code hash of one registered op's generator and reference (see code_sha256)."""
+    return code_sha256(OP_MODULES[op])
 
 
 def case_sha256(case: Case) -> str:
@@ -62,8 +162,8 @@ def _ml_dtypes_version() -> str:
 
 def provenance(suite: Suite, case: Case) -> dict:
     return {"spec": Path(suite.path).as_posix(), "spec_sha256": suite.sha256,
-            "case_sha256": case_sha256(case), "reference_sha256": reference_sha256(),
-            "kdtree": __version__, "numpy": np.__version__, "ml_dtypes": _ml_dtypes_version()}
+            "case_sha256": case_sha256(case), "reference_sha256": reference_sha256(case.op),
+            "format": f"{FORMAT_MAJOR}.{FORMAT_MINOR}", "kdtree": __version__, "numpy": np.__version__, "ml_dtypes": _ml_dtypes_version()}
 
 
 def bundle_path(out_dir: str | Path, case: Case) -> Path:
@@ -98,16 +198,96 @@ def make_bundle(case: Case, prov: dict | None) -> tuple[dict, list[tuple[str, st
     return meta, tensors
 
 
-def gen_refs(cases: Iterable[tuple[Suite, Case]], out_dir: str | Path, *,
-             force: bool = False) -> Iterator[GenResult]:
-    """Write each case's bundle (atomically), or skip it when its provenance is unchanged."""
+MEM_FRACTION = 0.5               # default bound: this share of MemAvailable (others run too)
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def available_memory() -> int | None:
+    """MemAvailable of /proc/meminfo in bytes (None where there is none)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def default_mem_limit() -> int | None:
+    available = available_memory()
+    return None if available is None else int(available * MEM_FRACTION)
+
+
+def parse_bytes(text: str) -> int:
+    """`8G`, `512M`, `1.5G`, `1000000` (bytes; K/M/G/T are powers of 1024, an optional B)."""
+    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([KMGT]?)i?B?\s*", text, re.IGNORECASE)
+    if match is None or float(match.group(1)) <= 0:
+        raise UsageError(f"--mem-limit {text!r}: expected a size like 8G, 512M or a byte count")
+    return int(float(match.group(1)) * _UNITS[match.group(2).upper()])
+
+
+def _gib(count: int) -> str:
+    return f"{count / (1 << 30):.2f} GiB"
+
+
+def check_memory(case: Case, limit: int | None) -> None:
+    """LimitError when the op's estimate for the case is over `limit` bytes (None: no bound)."""
+    estimate = get_op(case.op).estimate_bytes(case.variant, case.params)
+    if limit is not None and estimate is not None and estimate > limit:
+        raise LimitError(f"case {case.op}/{case.name} needs about {_gib(estimate)} to generate, over the "
+                         f"memory limit of {_gib(limit)} (--mem-limit; default {MEM_FRACTION:g} of "
+                         "MemAvailable)", file=case.source)
+
+
+def gen_refs(cases: Iterable[tuple[Suite, Case]], out_dir: str | Path, *, force: bool = False,
+             mem_limit: int | None = None) -> Iterator[GenResult]:
+    """Write each case's bundle (atomically), or skip it when its provenance is unchanged. First
+    remove the temp files that killed writers left in the folders it writes, and refuse (before
+    writing anything) a case to write whose memory estimate is over `mem_limit` bytes."""
+    plan = []
     for suite, case in cases:
-        started = time.perf_counter()
         path = bundle_path(out_dir, case)
         prov = provenance(suite, case)
-        if not force and is_fresh(path, prov):
-            yield GenResult(case.name, path, "fresh", time.perf_counter() - started, path.stat().st_size)
+        fresh = not force and is_fresh(path, prov)
+        if not fresh:
+            check_memory(case, mem_limit)
+        plan.append((case, path, prov, fresh))
+    for folder in dict.fromkeys(path.parent for _, path, _, _ in plan):
+        remove_stale_temps(folder)
+    for case, path, prov, fresh in plan:
+        started = time.perf_counter()
+        if not fresh:
+            try:
+                meta, tensors = make_bundle(case, prov)
+            except MemoryError:
+                raise LimitError(f"case {case.op}/{case.name} ran out of memory while generating "
+                                 f"(estimated {_gib(get_op(case.op).estimate_bytes(case.variant, case.params) or 0)})",
+                                 file=case.source) from None
+            write_bundle(path, meta, tensors)
+        yield GenResult(case.name, path, "fresh" if fresh else "written", time.perf_counter() - started,
+                        path.stat().st_size)
+
+
+def stale_bundles(out_dir: str | Path, suites: Iterable[Suite]) -> list[Path]:
+    """Bundles in the folders of the suites' ops that no case of these suites names (a renamed or
+    removed case's old golden, which verify would otherwise keep checking), sorted."""
+    suites = list(suites)
+    named = {bundle_path(out_dir, case) for suite in suites for case in suite.cases}
+    folders = sorted({Path(out_dir) / suite.op for suite in suites})
+    return sorted(path for folder in folders for path in folder.glob("*.kdtr")
+                  if path not in named and path.is_file())
+
+
+def prune(paths: Iterable[Path]) -> list[Path]:
+    """Remove the given stale bundles; the ones removed (a file gone meanwhile is no error)."""
+    removed = []
+    for path in paths:
+        try:
+            path.unlink()
+        except FileNotFoundError:
             continue
-        meta, tensors = make_bundle(case, prov)
-        write_bundle(path, meta, tensors)
-        yield GenResult(case.name, path, "written", time.perf_counter() - started, path.stat().st_size)
+        except OSError as e:
+            raise KdtrError(f"cannot remove stale bundle: {e.strerror or e}", file=path) from e
+        removed.append(path)
+    return removed

@@ -12,35 +12,31 @@ import os
 import platform
 import subprocess
 import sys
-import tempfile
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping, Sequence
 from xml.etree import ElementTree
 
 from . import __version__
+from .atomic import atomic_write
 from .config import REPO_ROOT
 
 RECORD_FORMAT = 1
 VERIFY_KIND = "kdtree.verify"
 
 
-def atomic_write_text(path: str | Path, text: str) -> None:
-    """Write via a temp file in the same folder, then rename: never a half-written record."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def drop_defaults(full: dict[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """`full` without the keys whose value is their default (same type and value): records leave
+    out what a reader fills back in, so they stay small."""
+    return {k: v for k, v in full.items()
+            if not (k in defaults and type(v) is type(defaults[k]) and v == defaults[k])}
 
 
 def plain(value: Any) -> Any:
-    """JSON-ready: dataclasses to dicts, non-finite floats to strings (JSON has no NaN)."""
+    """JSON-ready: objects with `to_plain()` through it, other dataclasses to dicts, non-finite
+    floats to strings (JSON has no NaN)."""
+    if callable(getattr(value, "to_plain", None)) and not isinstance(value, type):
+        return plain(value.to_plain())
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, dict):
@@ -118,40 +114,84 @@ def device_info() -> dict[str, Any]:
     return info
 
 
+def portable(path: str | os.PathLike) -> str:
+    """A path as a record names it: relative to the working directory (with `..` where needed),
+    never an absolute folder of the machine that wrote the record."""
+    text = os.fspath(path)
+    if not os.path.isabs(text):
+        return Path(text).as_posix()
+    try:
+        return Path(os.path.relpath(text)).as_posix()
+    except ValueError:                      # another drive (Windows): only the name travels
+        return Path(text).name
+
+
+def portable_argv(argv: Iterable[str]) -> list[str]:
+    """argv with the program as `kdtree` and absolute paths (also in `--opt=/path`) made portable."""
+    out = ["kdtree"]
+    for arg in list(argv)[1:]:
+        option, sep, value = arg.partition("=") if arg.startswith("-") else ("", "", arg)
+        if os.path.isabs(value):
+            arg = option + sep + portable(value)
+        out.append(arg)
+    return out
+
+
 def record_meta(command: str) -> dict[str, Any]:
     import numpy
 
     return {"format": RECORD_FORMAT, "kdtree": __version__, "command": command,
-            "argv": list(sys.argv), "python": platform.python_version(), "numpy": numpy.__version__,
+            "argv": portable_argv(sys.argv), "python": platform.python_version(), "numpy": numpy.__version__,
             "host": platform.node(), **git_state(), "sources_sha256": source_digest(),
             "device": device_info()}
 
 
-def write_json(path: str | Path, record: dict) -> None:
-    atomic_write_text(path, json.dumps(plain(record), indent=2, allow_nan=False) + "\n")
+def write_json(path: str | Path, record: Any) -> None:
+    """Compact JSON (no indentation: a 1000-row record stays small), atomically."""
+    atomic_write(path, json.dumps(plain(record), separators=(",", ":"), allow_nan=False) + "\n")
 
 
-def verify_record(rows: Iterable[Any], errors: Iterable[str], command: str = "verify") -> dict:
-    rows = list(rows)
-    return {"kind": VERIFY_KIND, "meta": record_meta(command),
-            "summary": {"cases": len(rows), "passed": sum(r.passed for r in rows),
-                        "failed": sum(not r.passed for r in rows), "errors": list(errors)},
-            "rows": rows}
+def check_shards(metas: Sequence[Mapping[str, Any]], labels: Sequence[str] | None = None) -> list[str]:
+    """Why these records' shards do not join into one whole run (empty: they do). Each meta carries
+    `shard` ("I/N"; a run without --shard is "1/1") and `suite_sha256` (the selection before
+    sharding): a record of another suite or selection, a shard twice or a shard missing is a problem."""
+    labels = list(labels) if labels is not None else [f"record {i + 1}" for i in range(len(metas))]
+    problems, seen, count, suite = [], {}, None, None
+    for label, meta in zip(labels, metas):
+        shard, digest = meta.get("shard"), meta.get("suite_sha256")
+        parsed = _parse_shard(shard)
+        if parsed is None or not isinstance(digest, str):
+            problems.append(f"{label}: no shard or suite digest in its meta (re-run it with this kdtree)")
+            continue
+        if suite is None:
+            suite, count, first = digest, parsed[1], label
+        if digest != suite:
+            problems.append(f"{label}: suite {digest[:12]} is not {first}'s {suite[:12]} "
+                            "(a shard of another suite, selection or golden set)")
+        elif parsed[1] != count:
+            problems.append(f"{label}: shard {shard} is not one of {count} like {first}'s")
+        elif parsed[0] in seen:
+            problems.append(f"{label}: shard {shard} again (also {seen[parsed[0]]})")
+        else:
+            seen[parsed[0]] = label
+    if count is not None and not problems:
+        missing = [f"{i}/{count}" for i in range(1, count + 1) if i not in seen]
+        if missing:
+            problems.append(f"shard(s) {', '.join(missing)} missing")
+    return problems
 
 
-def merge_verify(records: list[dict]) -> dict:
-    """One verify record from the records of shards or workers (JSON form), rows in input order."""
-    rows = [row for record in records for row in record["rows"]]
-    errors = [e for record in records for e in record["summary"]["errors"]]
-    return {"kind": VERIFY_KIND, "meta": record_meta("report --merge") | {"merged_from": [r["meta"] for r in records]},
-            "summary": {"cases": len(rows), "passed": sum(bool(r["passed"]) for r in rows),
-                        "failed": sum(not r["passed"] for r in rows), "errors": errors},
-            "rows": rows}
+def _parse_shard(text: Any) -> tuple[int, int] | None:
+    try:
+        index, count = (int(part) for part in str(text).split("/"))
+    except ValueError:
+        return None
+    return (index, count) if 1 <= index <= count else None
 
 
-def junit_xml(rows: Iterable[Any], errors: Iterable[str]) -> str:
-    """One testcase per row; a failure carries every failing output's reason."""
-    rows, errors = list(rows), list(errors)
+def junit_xml(record: Any) -> str:
+    """One testcase per row of a verify record; a failure carries every failing output's reason."""
+    rows, errors = list(record.rows), list(record.errors)
     suite = ElementTree.Element("testsuite", name="kdtree.verify", tests=str(len(rows) + len(errors)),
                                 failures=str(sum(not r.passed for r in rows)), errors=str(len(errors)))
     for row in rows:

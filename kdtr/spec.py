@@ -44,16 +44,13 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 import numpy as np
-import yaml
-from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from .dtypes import NUMPY_DTYPES
 from .errors import SpecError
 from .ops import get_op, op_names
 from .ops.base import Case, Op, Param, Tolerance
+from .yamldoc import Doc, decode_suite, read_suite_bytes
 
-MAX_SPEC_BYTES = 8 << 20          # a suite larger than this is refused unread
-MAX_DEPTH = 64                    # nesting of YAML collections (also stops recursive aliases)
-MAX_NODES = 1_000_000             # nodes visited, aliases expanded ("billion laughs" guard)
 MAX_SWEEP_CASES = 100_000         # cases one sweep may generate
 MAX_NAME_LEN = 200                # a case name is a file stem
 MAX_SEED = 2**63 - 1              # seeds are stored as int64 in bundles
@@ -61,34 +58,10 @@ MAX_SEED = 2**63 - 1              # seeds are stored as int64 in bundles
 TOP_KEYS = ("op", "variant", "seed", "defaults", "tolerance", "cases", "sweep")
 CASE_KEYS = ("name", "variant", "seed", "tolerance", "inputs")   # reserved inside a case
 SUITE_SUFFIXES = (".yaml", ".yml")
+DEFAULT_SPECS = Path("specs")     # gen-refs without arguments: the suites directly in it
 
 _NAME_RE = re.compile(r"[A-Za-z0-9_.-]+")
 
-_MAP_TAG = "tag:yaml.org,2002:map"
-_SEQ_TAG = "tag:yaml.org,2002:seq"
-_MERGE_TAG = "tag:yaml.org,2002:merge"
-_FLOAT_TAG = "tag:yaml.org,2002:float"
-_NULL_TAG = "tag:yaml.org,2002:null"
-
-# YAML 1.2's float syntax: PyYAML's YAML 1.1 pattern needs a dot, so `1e-5` would be a string.
-_FLOAT_RE = re.compile(r"""^(?:
-      [-+]?[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?
-    | [-+]?[0-9][0-9_]*[eE][-+]?[0-9]+
-    | [-+]?\.[0-9][0-9_]*(?:[eE][-+]?[0-9]+)?
-    | [-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+\.[0-9_]*
-    | [-+]?\.(?:inf|Inf|INF)
-    | \.(?:nan|NaN|NAN)
-    )$""", re.X)
-
-
-class _Loader(yaml.SafeLoader):
-    """SafeLoader with the YAML 1.2 float pattern; used only to compose nodes and build scalars."""
-
-
-_Loader.yaml_implicit_resolvers = {
-    first: [(tag, _FLOAT_RE if tag == _FLOAT_TAG else regexp) for tag, regexp in resolvers]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
 
 Lookup = Callable[[str], Op]
 
@@ -115,7 +88,8 @@ def load_suite(path: str | os.PathLike, *, lookup: Lookup = get_op) -> Suite:
 
 def load_suites(paths: Iterable[str | os.PathLike] | str | os.PathLike, *,
                 lookup: Lookup = get_op) -> list[Suite]:
-    """Load files and directories (every *.yaml / *.yml below, sorted; hidden entries skipped).
+    """Load files and directories (a directory: the *.yaml / *.yml files directly in it, sorted,
+    hidden ones skipped; subfolders are other collections, e.g. specs/bench/, and are not read).
 
     A file named twice is loaded once. Two cases of the same op with the same name, in different
     suites, are an error (their goldens would overwrite each other).
@@ -159,11 +133,10 @@ def _expand(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> list[Path
     files, seen = [], set()
     for given in map(Path, paths):
         if given.is_dir():
-            found = sorted(f for f in given.rglob("*")
-                           if f.suffix in SUITE_SUFFIXES and f.is_file()
-                           and not any(part.startswith(".") for part in f.relative_to(given).parts))
+            found = sorted(f for f in given.iterdir()
+                           if f.suffix in SUITE_SUFFIXES and f.is_file() and not f.name.startswith("."))
             if not found:
-                raise SpecError("no *.yaml or *.yml suites below this directory", file=given)
+                raise SpecError("no *.yaml or *.yml suites in this directory", file=given)
         else:
             found = [given]
         for file in found:
@@ -174,136 +147,6 @@ def _expand(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> list[Path
     return files
 
 
-def _read(path: Path) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_SPEC_BYTES + 1)
-    except OSError as e:
-        raise SpecError(f"cannot read suite: {e.strerror or e}", file=path) from None
-    if len(data) > MAX_SPEC_BYTES:
-        raise SpecError(f"suite is larger than {MAX_SPEC_BYTES} bytes", file=path)
-    return data
-
-
-def _decode(path: Path, data: bytes) -> str:
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data[:e.start].count(b"\n") + 1
-        raise SpecError(f"not UTF-8: byte 0x{data[e.start]:02x} at offset {e.start}",
-                        file=path, line=line) from None
-
-
-class _Doc:
-    """Plain Python values built from the node tree, plus the line of every field path."""
-
-    def __init__(self, path: Path, text: str):
-        self.path = path
-        self.lines: dict[str, int] = {}       # field path -> line of its value node
-        self.key_lines: dict[str, int] = {}   # field path -> line of its key
-        self._nodes = 0
-        try:
-            loader = _Loader(text)
-        except yaml.reader.ReaderError as e:     # a character YAML does not allow
-            raise SpecError(f"YAML error: character #x{e.character:04x} is not allowed",
-                            file=path, line=text[:e.position].count("\n") + 1) from None
-        try:
-            node = loader.get_single_node()
-            if node is None or (isinstance(node, ScalarNode) and node.value == ""
-                                and node.tag == _NULL_TAG):       # nothing, or a bare `---`
-                raise SpecError("empty suite (expected a mapping with `op` and `cases` or `sweep`)",
-                                file=path, line=1)
-            self.root = self._walk(loader, node, "", 0)
-        except yaml.MarkedYAMLError as e:
-            raise self._yaml_error(e) from None
-        finally:
-            loader.dispose()
-
-    # errors ---------------------------------------------------------------------------------
-    def line(self, field: str) -> int:
-        """The line that names `field`: its key's line, else (a list item) its value's."""
-        while True:
-            found = self.key_lines.get(field) or self.lines.get(field)
-            if found or not field:
-                return found or 1
-            field = re.sub(r"(\.[^.\[\]]*|\[\d+\])$", "", field)
-
-    def error(self, field: str, message: str) -> SpecError:
-        return SpecError(message, file=self.path, line=self.line(field), field=field or None)
-
-    def _yaml_error(self, e: yaml.MarkedYAMLError) -> SpecError:
-        mark = e.problem_mark or e.context_mark
-        parts = [p for p in (e.context, e.problem) if p]
-        message = "YAML error: " + ", ".join(parts)
-        if "'\\t'" in (e.problem or ""):      # PyYAML writes the character with %r
-            message += " (YAML forbids tabs for indentation; use spaces)"
-        return SpecError(message, file=self.path, line=mark.line + 1 if mark else None)
-
-    # walking --------------------------------------------------------------------------------
-    def _guard(self, node: Node, field: str, depth: int) -> None:
-        self._nodes += 1
-        if depth > MAX_DEPTH or self._nodes > MAX_NODES:
-            limit = f"deeper than {MAX_DEPTH} levels" if depth > MAX_DEPTH else \
-                f"more than {MAX_NODES} nodes"
-            raise SpecError(f"suite is {limit} (recursive or exploding aliases?)",
-                            file=self.path, line=node.start_mark.line + 1, field=field or None)
-
-    def _scalar(self, loader: _Loader, node: ScalarNode, field: str) -> Any:
-        try:
-            return loader.construct_object(node, deep=True)
-        except (yaml.constructor.ConstructorError, ValueError) as e:   # unknown tag, month 13...
-            reason = e.problem if isinstance(e, yaml.MarkedYAMLError) else e
-            raise SpecError(f"bad scalar {node.value!r}: {reason}", file=self.path,
-                            line=node.start_mark.line + 1, field=field or None) from None
-
-    def _walk(self, loader: _Loader, node: Node, field: str, depth: int) -> Any:
-        self._guard(node, field, depth)
-        self.lines[field] = node.start_mark.line + 1
-        if isinstance(node, ScalarNode):
-            return self._scalar(loader, node, field)
-        if node.tag not in (_MAP_TAG, _SEQ_TAG):
-            raise self.error(field, f"unsupported YAML tag {node.tag!r}")
-        if isinstance(node, SequenceNode):
-            return [self._walk(loader, item, f"{field}[{i}]", depth + 1)
-                    for i, item in enumerate(node.value)]
-        return self._mapping(loader, node, field, depth)
-
-    def _mapping(self, loader: _Loader, node: MappingNode, field: str, depth: int) -> dict:
-        self._guard(node, field, depth)
-        out: dict[Any, Any] = {}
-        for source in reversed(self._merge_sources(node, field)):   # earlier sources win
-            out.update(self._mapping(loader, source, field, depth + 1))
-        explicit: dict[Any, int] = {}
-        for key_node, value_node in node.value:
-            if key_node.tag == _MERGE_TAG:
-                continue
-            if not isinstance(key_node, ScalarNode):
-                raise SpecError("mapping keys must be plain scalars", file=self.path,
-                                line=key_node.start_mark.line + 1, field=field or None)
-            sub_hint = f"{field}.{key_node.value}" if field else key_node.value
-            key = self._scalar(loader, key_node, sub_hint)
-            sub = f"{field}.{key}" if field else str(key)
-            line = key_node.start_mark.line + 1
-            if key in explicit:
-                raise SpecError(f"duplicate key {key!r} (first at line {explicit[key]})",
-                                file=self.path, line=line, field=sub)
-            explicit[key] = line
-            self.key_lines[sub] = line
-            out[key] = self._walk(loader, value_node, sub, depth + 1)
-        return out
-
-    def _merge_sources(self, node: MappingNode, field: str) -> list[MappingNode]:
-        sources: list[MappingNode] = []
-        for key_node, value_node in node.value:
-            if key_node.tag != _MERGE_TAG:
-                continue
-            items = value_node.value if isinstance(value_node, SequenceNode) else [value_node]
-            for item in items:
-                if not isinstance(item, MappingNode):
-                    raise SpecError("a merge key `<<` takes a mapping or a list of mappings",
-                                    file=self.path, line=item.start_mark.line + 1, field=field or None)
-                sources.append(item)
-        return sources
 
 
 # -- validating ---------------------------------------------------------------------------------
@@ -363,7 +206,7 @@ Given = dict[str, tuple[Any, str]]     # param name -> (validated value, field p
 class _SuiteReader:
     """Turns one composed suite into cases; every check raises through `doc.error`."""
 
-    def __init__(self, doc: _Doc, lookup: Lookup):
+    def __init__(self, doc: Doc, lookup: Lookup):
         """Checks the suite-level keys; `read` then builds the cases."""
         self.doc = doc
         self.lookup = lookup
@@ -545,7 +388,49 @@ class _SuiteReader:
             seed=self._seed(entry["seed"], f"{field}.seed") if "seed" in entry else None,
             tolerance=tolerance, field=field,
             inline=self._inputs(entry["inputs"], f"{field}.inputs") if "inputs" in entry else {})
+        if case.inline:
+            self._check_inline(case, f"{field}.inputs")
         return case, f"{field}.name" if "name" in entry else field
+
+    def _check_inline(self, case: Case, field: str) -> None:
+        """Inline inputs fit their dtypes, are what the generator uses (not ignored, not reshaped)
+        and pass the op's input check, so a bad one is refused here, not written as a golden."""
+        specs = self.op.input_specs(case.variant)
+        for name, array in case.inline.items():
+            if name in specs:
+                self._check_range(array, NUMPY_DTYPES[specs[name]], specs[name], f"{field}.{name}")
+        try:
+            generated = self.op.generate(case)
+        except (ValueError, IndexError) as e:
+            raise self.doc.error(_field_naming(field, str(e), case.inline), f"inline inputs: {e}") from None
+        for name in sorted(case.inline.keys() & generated.inputs.keys()):
+            used, given = generated.inputs[name], case.inline[name]
+            try:
+                same = np.array_equal(np.broadcast_to(given, used.shape), used)
+            except ValueError:
+                same = False
+            if not same:
+                raise self.doc.error(f"{field}.{name}", f"{self.op_name} does not use {name} as given "
+                                     f"(shape {list(given.shape)}, it takes {list(used.shape)}); give "
+                                     f"the inline inputs it reads together: {', '.join(self.op.inline_inputs)}")
+        try:
+            self.op.check_inputs(case.variant, generated.inputs, generated.params)
+        except ValueError as e:
+            raise self.doc.error(_field_naming(field, str(e), case.inline), f"inline inputs: {e}") from None
+
+    def _check_range(self, array: np.ndarray, dtype: np.dtype, kind: str, field: str) -> None:
+        """Integers must be whole and fit the input's dtype (a cast would wrap them silently)."""
+        if np.dtype(dtype).kind not in "iu":
+            return
+        info = np.iinfo(dtype)
+        for bad, why in ((array != np.round(array), "is not an integer"),
+                         ((array < info.min) | (array > info.max), f"does not fit {kind} "
+                                                                   f"[{info.min}, {info.max}]")):
+            where = np.argwhere(bad)
+            if where.size:
+                index = tuple(int(i) for i in where[0])
+                value = array[index].item()
+                raise self.doc.error(field + "".join(f"[{i}]" for i in index), f"{value!r} {why}")
 
     def _sweep(self, value: Any, field: str) -> list[tuple[Case, str]]:
         axes = []
@@ -584,10 +469,16 @@ class _SuiteReader:
             first[case.name] = line
 
 
+def _field_naming(field: str, message: str, inline: dict) -> str:
+    """`field.<name>` for the one inline input a message names, else `field`."""
+    named = [name for name in inline if re.search(rf"\b{re.escape(name)}\b", message)]
+    return f"{field}.{named[0]}" if len(named) == 1 else field
+
+
 def _load(path: Path, lookup: Lookup) -> tuple[Suite, dict[str, tuple[str, int]]]:
     """The suite, and for each case name the field path and line that define it."""
-    data = _read(path)
-    doc = _Doc(path, _decode(path, data))
+    data = read_suite_bytes(path)
+    doc = Doc(path, decode_suite(path, data))
     op, cases = _SuiteReader(doc, lookup).read()
     origins = {case.name: (field, doc.line(field)) for case, field in cases}
     suite = Suite(path=path, op=op, sha256=hashlib.sha256(data).hexdigest(),

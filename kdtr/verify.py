@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from . import backends
+from . import backends, report
 from .compare import OutputCheck, compare_output
 from .errors import KdtrError, KdtreeError, LaunchError, UsageError
-from .format import Bundle, read_bundle
+from .format import MAGIC, PREAMBLE, Bundle, read_bundle
 from .ops import get_op
 from .ops.base import Case, Op, Tolerance
 
@@ -34,6 +36,27 @@ class VerifyRow:
     seed: int | None = None
     seconds: float = 0.0
     deterministic: bool | None = None  # two runs bitwise equal (None: not probed)
+    loosened: bool = False             # some output's tolerance is looser than the op's default
+
+    def to_plain(self) -> dict[str, Any]:
+        """JSON form; optional fields at their default (no error, trial 0, not probed, not loosened)
+        are left out."""
+        full = {"case": self.case, "file": self.file, "op": self.op, "variant": self.variant,
+                "backend": self.backend, "config": dict(self.config), "passed": self.passed,
+                "outputs": [o.to_plain() for o in self.outputs], "error": self.error, "trial": self.trial,
+                "seed": self.seed, "seconds": round(self.seconds, 6), "deterministic": self.deterministic,
+                "loosened": self.loosened}
+        return report.drop_defaults(full, {"error": None, "trial": 0, "seed": None, "deterministic": None,
+                                           "loosened": False})
+
+    @staticmethod
+    def from_plain(data: dict[str, Any]) -> "VerifyRow":
+        """The inverse of to_plain; KeyError/TypeError/ValueError if malformed."""
+        return VerifyRow(str(data["case"]), str(data["file"]), str(data["op"]), str(data["variant"]),
+                         str(data["backend"]), dict(data["config"]), bool(data["passed"]),
+                         tuple(OutputCheck.from_plain(o) for o in data["outputs"]), data.get("error"),
+                         int(data.get("trial", 0)), data.get("seed"), float(data["seconds"]),
+                         data.get("deterministic"), bool(data.get("loosened", False)))
 
     def worst(self, metric: str) -> float:
         values = [getattr(o, metric) for o in self.outputs if not o.tolerance.exact]
@@ -53,6 +76,7 @@ class Options:
     trials: int = 0                   # fresh-input re-runs per case
     determinism: bool = False         # run twice, compare bitwise
     kernels: tuple[str, ...] = ()     # CUDA kernels to force where a case's op/variant has them
+    keep_worst: bool = False          # keep worst elements of passing outputs too (records grow)
 
     def kernel_for(self, op: Op, variant: str) -> str | None:
         """The forced kernel for this op/variant, or None for the launch's own choice."""
@@ -164,9 +188,28 @@ def check_case(op: Op, variant: str, inputs: Mapping[str, np.ndarray], expected:
                          passed=False, error=f"{type(err).__name__}: {err}",
                          seconds=time.perf_counter() - started, **row)
     checks = tuple(compare_output(name, got.get(name), expected[name], tols[name]) for name in op.outputs)
+    if not options.keep_worst:
+        checks = tuple(c if not c.passed else replace(c, worst=()) for c in checks)
     return VerifyRow(op=op.name, variant=variant, backend=options.backend, config=config,
                      passed=all(c.passed for c in checks), outputs=checks, deterministic=deterministic,
-                     seconds=time.perf_counter() - started, **row)
+                     seconds=time.perf_counter() - started, loosened=loosened(op, variant, tols), **row)
+
+
+def looser(tol: Tolerance, default: Tolerance) -> bool:
+    """Whether `tol` lets through something `default` refuses (exact < any bound; larger atol, rtol
+    or l2; dropping an l2 bound)."""
+    if default.exact:
+        return not tol.exact
+    if tol.exact:
+        return False
+    l2 = default.l2 is not None and (tol.l2 is None or tol.l2 > default.l2)
+    return tol.atol > default.atol or tol.rtol > default.rtol or l2
+
+
+def loosened(op: Op, variant: str, tols: Mapping[str, Tolerance]) -> bool:
+    """A bundle's or the command line's tolerance is looser than the op's default for some output."""
+    defaults = op.tolerances(variant)
+    return any(looser(tol, defaults[name]) for name, tol in tols.items() if name in defaults)
 
 
 def trial_seed(seed: int, trial: int) -> int:
@@ -211,8 +254,9 @@ def verify_bundle(path: str | Path, options: Options) -> list[VerifyRow]:
     bundle, op, variant, params, case = loaded.bundle, loaded.op, loaded.variant, loaded.params, loaded.case
     inputs, expected = loaded.inputs, loaded.expected
     tols = tolerances(op, variant, bundle.meta.get("tolerance"), options, file=path)
+    file = report.portable(path)
     rows = [check_case(op, variant, inputs, expected, params, tols, options,
-                       case=case, file=str(path), seed=bundle.meta.get("seed"))]
+                       case=case, file=file, seed=bundle.meta.get("seed"))]
     case_params, seed = bundle.meta.get("case_params"), bundle.meta.get("seed")
     if options.trials and isinstance(case_params, dict) and isinstance(seed, int):
         for trial in range(1, options.trials + 1):
@@ -220,7 +264,7 @@ def verify_bundle(path: str | Path, options: Options) -> list[VerifyRow]:
             generated = op.generate(fresh)
             reference = op.reference(variant, generated.inputs, generated.params)
             rows.append(check_case(op, variant, generated.inputs, reference, generated.params, tols,
-                                   options, case=case, file=str(path), trial=trial, seed=fresh.seed))
+                                   options, case=case, file=file, trial=trial, seed=fresh.seed))
     return rows
 
 
@@ -234,7 +278,7 @@ def verify_file(path: str | Path, options: Options) -> tuple[list[VerifyRow], st
 
 def crashed(path: str | Path, reason: str) -> tuple[list[VerifyRow], str | None]:
     """The row of a bundle whose worker process died: the case fails with the reason."""
-    return [VerifyRow(case=Path(path).stem, file=str(path), op="?", variant="?", backend="?", config={},
+    return [VerifyRow(case=Path(path).stem, file=report.portable(path), op="?", variant="?", backend="?", config={},
                       passed=False, error=reason)], None
 
 
@@ -242,3 +286,103 @@ def shard_key(path: str | Path) -> str:
     """goldens/<op>/<case>.kdtr -> "<op>/<case>", the key gen-refs shards cases by."""
     path = Path(path)
     return f"{path.parent.name}/{path.stem}"
+
+
+def suite_digest(files: Iterable[str | Path]) -> str:
+    """sha256 over the selected bundles (before sharding): each one's shard key and the header crc32
+    of its preamble (which covers its meta and every tensor's crc32), read without the tensors. Shards
+    of one selection of one golden set share it; a shard of another one does not."""
+    digest = hashlib.sha256()
+    for key, path in sorted((shard_key(f), Path(f)) for f in files):
+        try:
+            with open(path, "rb") as handle:
+                head = handle.read(PREAMBLE.size)
+        except OSError:
+            head = b""
+        if len(head) == PREAMBLE.size and head.startswith(MAGIC):
+            _, _, _, header_len, header_crc, _ = PREAMBLE.unpack(head)
+            fingerprint = f"{header_len}:{header_crc:08x}"
+        else:
+            fingerprint = "unreadable"          # verify reports the bundle itself
+        digest.update(f"{key}\0{fingerprint}\n".encode())
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class VerifyRecord:
+    """What `verify --json` writes and `report --merge` joins: meta (with `shard` and `suite_sha256`),
+    the rows, the bundles that could not be read, and (cuda runs) the kernels loaded."""
+
+    meta: dict[str, Any]
+    rows: tuple[VerifyRow, ...]
+    errors: tuple[str, ...] = ()
+    kernels: tuple[dict[str, Any], ...] | None = None
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        return {"cases": len(self.rows), "passed": sum(r.passed for r in self.rows),
+                "failed": sum(not r.passed for r in self.rows), "errors": list(self.errors)}
+
+    def to_plain(self) -> dict[str, Any]:
+        return {"kind": report.VERIFY_KIND, "meta": self.meta, "summary": self.summary,
+                "rows": [row.to_plain() for row in self.rows], "errors": list(self.errors),
+                "kernels": None if self.kernels is None else list(self.kernels)}
+
+    @staticmethod
+    def from_plain(data: Any, file: str | Path | None = None) -> "VerifyRecord":
+        """A record read back; UsageError naming the file and the field at fault."""
+        if not isinstance(data, dict) or data.get("kind") != report.VERIFY_KIND:
+            raise UsageError(f"not a verify record (kind {_kind(data)!r})", file=file)
+        field = "meta"
+        try:
+            meta = dict(data["meta"])
+            rows = []
+            for index, row in enumerate(data["rows"]):
+                field = f"rows[{index}]"
+                rows.append(VerifyRow.from_plain(row))
+            field = "errors"
+            errors = tuple(str(e) for e in data["errors"])
+            kernels = data.get("kernels")
+        except (KeyError, TypeError, ValueError, AttributeError) as err:
+            raise UsageError(f"malformed verify record: {type(err).__name__}: {err}", file=file,
+                             field=field) from None
+        return VerifyRecord(meta, tuple(rows), errors, None if kernels is None else tuple(kernels))
+
+
+def _kind(data: Any) -> Any:
+    return data.get("kind") if isinstance(data, dict) else type(data).__name__
+
+
+def verify_record(rows: Iterable[VerifyRow], errors: Iterable[str], *, suite: str,
+                  shard: Any = None, kernels: Iterable[dict] | None = None,
+                  command: str = "verify") -> VerifyRecord:
+    """A run's record; `shard` is a parallel.Shard (None: the whole selection, "1/1")."""
+    meta = report.record_meta(command) | {
+        "shard": f"{shard.index}/{shard.count}" if shard is not None else "1/1", "suite_sha256": suite}
+    return VerifyRecord(meta, tuple(rows), tuple(errors), None if kernels is None else tuple(kernels))
+
+
+def load_verify(path: str | Path) -> VerifyRecord:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise UsageError(f"cannot read a verify record: {err}", file=report.portable(path)) from None
+    return VerifyRecord.from_plain(data, report.portable(path))
+
+
+def merge_verify(paths: Iterable[str | Path]) -> VerifyRecord:
+    """One record from the records of every shard of one run, rows in input order; a duplicate,
+    missing or foreign shard is a UsageError listing each problem. meta.shards says what it joined."""
+    paths = list(paths)
+    records = [load_verify(p) for p in paths]
+    labels = [report.portable(p) for p in paths]
+    problems = report.check_shards([r.meta for r in records], labels)
+    if problems:
+        raise UsageError("cannot merge: " + "; ".join(problems))
+    meta = report.record_meta("report --merge") | {
+        "shard": "1/1", "suite_sha256": records[0].meta["suite_sha256"],
+        "shards": [r.meta["shard"] for r in records], "merged_from": [r.meta for r in records]}
+    kernels = [k for r in records for k in (r.kernels or ())]
+    return VerifyRecord(meta, tuple(row for r in records for row in r.rows),
+                        tuple(e for r in records for e in r.errors),
+                        tuple(kernels) if any(r.kernels is not None for r in records) else None)

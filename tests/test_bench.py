@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import math
 from dataclasses import replace
 
@@ -525,8 +526,9 @@ def test_bench_meta_names_no_folder_of_the_machine(tmp_path, monkeypatch):
                                       f"--json={tmp_path / 'out' / 'b.json'}", "/elsewhere/x.kdtr"])
     monkeypatch.setattr(sys, "orig_argv", ["/opt/venv/bin/python", "-m", "cli", *sys.argv[1:]])
     meta = bench.bench_meta()
-    assert meta["argv"] == ["cli/__main__.py", "bench", "specs", "--json=out/b.json", "/elsewhere/x.kdtr"]
-    assert meta["command_line"] == "python -m cli bench specs --json=out/b.json /elsewhere/x.kdtr"
+    elsewhere = os.path.relpath("/elsewhere/x.kdtr")
+    assert meta["argv"] == ["kdtree", "bench", "specs", "--json=out/b.json", elsewhere]
+    assert meta["command_line"] == f"python -m cli bench specs --json=out/b.json {elsewhere}"
     assert str(tmp_path) not in json.dumps(meta)
 
 

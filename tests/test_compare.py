@@ -7,6 +7,7 @@ import tracemalloc
 import ml_dtypes
 import numpy as np
 import pytest
+from hypothesis import given, strategies as st
 
 from kdtr import compare
 from kdtr.compare import compare_output
@@ -81,3 +82,43 @@ def test_memory_stays_bounded_by_the_chunk():
     finally:
         tracemalloc.stop()
     assert peak < 64 * compare.CHUNK                               # ~6 chunk-sized float64 temporaries
+
+
+# -- tol_share: how much of its tolerance an output uses -------------------------------------------
+
+def test_tol_share_of_hand_computed_cases():
+    expected = np.array([1.0, 2.0], np.float32)
+    near = np.array([1.0, 2.25], np.float32)
+    assert compare_output("x", near, expected, Tolerance(atol=0.5)).tol_share == 0.5
+    assert compare_output("x", near, expected, Tolerance(rtol=0.25)).tol_share == 0.5   # 0.25 / (0.25·2)
+    over = compare_output("x", near, expected, Tolerance(atol=0.125))
+    assert over.tol_share == 2.0 and not over.passed
+    assert compare_output("x", expected.copy(), expected, Tolerance()).tol_share == 0.0
+    assert compare_output("x", near, expected, Tolerance()).tol_share == np.inf        # 0 bound, a difference
+
+
+def test_tol_share_counts_an_l2_bound():
+    expected, got = np.array([3.0, 4.0]), np.array([3.0, 4.5])       # ||x-r|| / ||r|| = 0.5 / 5
+    check = compare_output("x", got, expected, Tolerance(atol=1.0, l2=0.05))
+    assert check.tol_share == pytest.approx(2.0) and not check.passed
+    assert compare_output("x", got, expected, Tolerance(atol=1.0, l2=0.2)).tol_share == pytest.approx(0.5)
+
+
+def test_tol_share_of_exact_outputs_and_non_finite_values():
+    ref = np.array([1, 2, 3], np.int32)
+    assert compare_output("x", ref.copy(), ref, EXACT).tol_share == 0.0
+    assert compare_output("x", ref + np.array([0, 1, 0], np.int32), ref, EXACT).tol_share == np.inf
+    floats = np.array([1.0, 2.0], np.float32)
+    for bad in (np.nan, np.inf):
+        got = np.array([1.0, bad], np.float32)
+        assert compare_output("x", got, floats, Tolerance(atol=1e9)).tol_share == np.inf
+
+
+@given(st.lists(st.floats(-1e3, 1e3, width=32), min_size=1, max_size=40),
+       st.lists(st.floats(-1.0, 1.0, width=32), min_size=40, max_size=40),
+       st.floats(0, 1.0), st.floats(0, 0.5))
+def test_a_toleranced_output_passes_exactly_when_tol_share_is_at_most_one(values, noise, atol, rtol):
+    expected = np.array(values, np.float32)
+    got = expected + np.array(noise[:len(values)], np.float32)
+    check = compare_output("x", got, expected, Tolerance(atol=atol, rtol=rtol))
+    assert check.passed == (check.tol_share <= 1.0)

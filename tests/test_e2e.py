@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
-from kdtr.e2e import (DecodeOptions, ModelConfig, TinyMLA, autoregressive, compare_runs, ddtree, make_prompts,
-                      run_e2e)
+from kdtr.e2e import (ARResult, DDTreeResult, DecodeOptions, E2EResult, ModelConfig, TinyMLA, autoregressive,
+                      compare_runs, ddtree, make_prompts, run_e2e)
 
 CFG = ModelConfig()
 
@@ -45,7 +48,7 @@ def test_cli_e2e_exit_code_and_json(tmp_path):
                                       "--budget", "8", "--variant", "fp32", "--json", str(record), "-q"])
     assert result.exit_code == 0, result.output
     assert "1 identical, 0 diverged" in result.output
-    assert record.read_text().count('"identical": true') == 1
+    assert [run["identical"] for run in json.loads(record.read_text())["runs"]] == [True]
     bad = CliRunner().invoke(app, ["e2e", "--backend", "torch", "--variant", "fp16"])
     assert bad.exit_code == 2
 
@@ -57,3 +60,34 @@ def test_ddtree_equals_autoregressive_on_cuda(variant):
     runs = list(run_e2e(prompts, 64, [DecodeOptions("cuda", variant, b, depth=8) for b in (8, 64)], CFG))
     for run in runs:
         assert run.identical or (variant == "bf16_paged" and run.divergence.near_tie), run.divergence
+
+
+def diverged_at(logit_ar: float, logit_dd: float, precision: str):
+    """AR picks token 0 (logit_ar) where DDTree picked token 1 (logit_dd), at the third token."""
+    logits = np.array([logit_ar, logit_dd, -9.0])
+    ar = ARResult([2, 2, 0], [1.0, 1.0, logit_ar - logit_dd], [logits] * 3)
+    return compare_runs(4, ar, DDTreeResult([2, 2, 1], [1], 1, 0.0), precision)
+
+
+def result(divergence) -> E2EResult:
+    return E2EResult(0, "bf16_paged", "torch", 8, 6, 3, divergence is None, divergence, 1.0, 1.0, 3, 0.0)
+
+
+def test_a_bf16_near_tie_passes_within_the_rounding_bound_and_fails_beyond_it():
+    # bound = 2^-8 · (|5.0| + |4.99|) = 0.039..., margin 0.01: a flip bf16 rounding can cause
+    tie = diverged_at(5.0, 4.99, "bf16")
+    assert tie.near_tie and tie.bound == pytest.approx(9.99 / 256) and tie.index == 2
+    assert result(tie).passed() and not result(tie).passed(strict=True)
+    wide = diverged_at(5.0, 4.9, "bf16")                     # margin 0.1 > 0.0386
+    assert not wide.near_tie and not result(wide).passed()
+
+
+def test_fp32_gets_no_near_tie_allowance():
+    divergence = diverged_at(5.0, 4.9999, "f32")
+    assert divergence.bound == 0.0 and not divergence.near_tie and not result(divergence).passed()
+    assert result(None).passed(strict=True)
+
+
+def test_cli_e2e_strict_is_an_option():
+    args = ["e2e", "--backend", "torch", "--tokens", "8", "--prompts", "1", "--budget", "4", "-q"]
+    assert CliRunner().invoke(app, args + ["--variant", "fp32", "--strict"]).exit_code == 0

@@ -3,6 +3,7 @@ the log, the ptxas report is parsed. No GPU needed (NVRTC runs on the host)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import multiprocessing
@@ -171,7 +172,14 @@ def test_no_cache_compiles_every_time(small_source, cache_dir, monkeypatch):
     assert not _entries(cache_dir)
 
 
-@pytest.mark.parametrize("damage", ["truncate", "flip_byte", "empty", "garbage_header"])
+def _sealed(header: bytes, cubin: bytes = b"\0" * 16) -> bytes:
+    """An entry whose checksum is valid over a header that is not what the reader wants."""
+    body = nvrtc.ENTRY_MAGIC + len(header).to_bytes(8, "little") + header + cubin
+    return body + hashlib.sha256(body).digest()
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip_byte", "empty", "garbage_header",
+                                    "list_header", "number_header", "bad_resources"])
 def test_corrupt_entry_is_a_logged_miss_and_rebuilt(damage, small_source, cache_dir, caplog):
     good = nvrtc.compile_kernel(small_source, "sm_90")
     (entry,) = _entries(cache_dir)
@@ -182,6 +190,15 @@ def test_corrupt_entry_is_a_logged_miss_and_rebuilt(damage, small_source, cache_
         data = data[:100] + bytes([data[100] ^ 0xFF]) + data[101:]
     elif damage == "empty":
         data = b""
+    elif damage == "list_header":
+        data = _sealed(b"[1, 2, 3]")
+    elif damage == "number_header":
+        data = _sealed(b"42")
+    elif damage == "bad_resources":       # the right key and cubin, resources not objects
+        pos = len(nvrtc.ENTRY_MAGIC) + 8
+        hlen = int.from_bytes(data[len(nvrtc.ENTRY_MAGIC):pos], "little")
+        header = json.loads(data[pos:pos + hlen]) | {"resources": [17]}
+        data = _sealed(json.dumps(header).encode(), data[pos + hlen:-32])
     else:
         data = nvrtc.ENTRY_MAGIC + (10**9).to_bytes(8, "little") + b"{" * 64
     entry.write_bytes(data)

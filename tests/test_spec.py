@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import os
+import subprocess
+import sys
 import textwrap
 import zlib
 from pathlib import Path
@@ -15,8 +18,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from kdtr.config import REPO_ROOT
 from kdtr.errors import SpecError
-from kdtr.ops.base import Case, Op, Param, Tolerance
+from kdtr.ops.base import Case, Generated, Op, Param, Tolerance
 from kdtr.spec import (MAX_SWEEP_CASES, Suite, derive_seed, load_suite, load_suites, select)
 
 DATA = Path(__file__).parent / "data" / "specs"
@@ -54,6 +58,13 @@ class FakeAccept(Op):
 
     def case_name(self, variant, params):
         return f"b{params['budget']}"
+
+    def input_specs(self, variant):
+        return {"tokens": "i32", "parents": "i32", "target_ids": "i32"}
+
+    def generate(self, case):
+        """The inline inputs as the op's dtypes; nothing is generated."""
+        return Generated({k: np.asarray(v, np.int32) for k, v in case.inline.items()}, {})
 
 
 class FakeBadNames(Op):
@@ -684,7 +695,7 @@ def test_inline_inputs(tmp_path):
             inputs:
               tokens: [[42, 7, 9]]
               parents: [[-1, 0, 0]]
-              target_ids: [[[1.5, 2], [3, 4]]]
+              target_ids: [[[1.0, 2], [3, 4]]]
           - budget: 0
             inputs: {tokens: []}
         """)
@@ -693,6 +704,59 @@ def test_inline_inputs(tmp_path):
     np.testing.assert_array_equal(a.inline["parents"], [[-1, 0, 0]])
     assert a.inline["target_ids"].dtype == np.float64 and a.inline["target_ids"].shape == (1, 2, 2)
     assert b.inline["tokens"].shape == (0,)
+
+
+REAL_ACCEPT = """\
+op: tree_accept
+cases:
+  - name: given
+    inputs:
+      tokens: [[42, 100, 200]]
+{rest}"""
+
+
+@pytest.mark.parametrize("rest, line, field, words", [
+    # a wrong shape: parents has 2 nodes, tokens 3
+    ("      parents: [[-1, 0]]\n      target_ids: [[1, 2, 3]]\n", 4, "cases[0].inputs", "must all be given"),
+    # partly given: no target_ids
+    ("      parents: [[-1, 0, 1]]\n", 4, "cases[0].inputs", "must all be given"),
+    # a token that int32 cannot hold (a cast wraps it to 1215752191)
+    ("      parents: [[-1, 0, 1]]\n      target_ids: [[1, 99999999999, 3]]\n",
+     7, "cases[0].inputs.target_ids[0][1]", "99999999999 does not fit i32"),
+    ("      parents: [[-1, 0, 1]]\n      target_ids: [[1, 2.5, 3]]\n",
+     7, "cases[0].inputs.target_ids[0][1]", "2.5 is not an integer"),
+    # parents[2] = 2 breaks parent[i] < i: check_inputs refuses it
+    ("      parents: [[-1, 0, 2]]\n      target_ids: [[1, 2, 3]]\n",
+     6, "cases[0].inputs.parents", "-1 <= parents[i] < i"),
+])
+def test_bad_inline_inputs_of_a_real_op_are_refused_at_load(tmp_path, rest, line, field, words):
+    path = tmp_path / "inline.yaml"
+    path.write_text(REAL_ACCEPT.format(rest=rest))
+    with pytest.raises(SpecError) as info:
+        load_suite(path)
+    assert info.value.field == field and words in info.value.message
+    assert str(info.value).startswith(f"{path}:{line}: {field}: ")
+
+
+def test_an_inline_input_the_generator_ignores_is_refused(tmp_path):
+    path = tmp_path / "ignored.yaml"                 # tree_build reads topk_ids only beside probs
+    path.write_text("op: tree_build\ncases:\n  - name: ids_alone\n    budget: 4\n"
+                    "    inputs: {topk_ids: [[[0, 1], [1, 0]]]}\n")
+    with pytest.raises(SpecError) as info:
+        load_suite(path)
+    assert info.value.field == "cases[0].inputs.topk_ids" and "does not use topk_ids as given" in str(info.value)
+
+
+def test_gen_refs_refuses_an_inline_parent_cycle_in_one_line_exit_2(tmp_path):
+    path = tmp_path / "cycle.yaml"
+    path.write_text(REAL_ACCEPT.format(rest="      parents: [[-1, 2, 0]]\n      target_ids: [[1, 2, 3]]\n"))
+    env = dict(os.environ, NO_COLOR="1", PYTHONPATH=str(REPO_ROOT))
+    done = subprocess.run([sys.executable, "-m", "cli", "gen-refs", str(path), "-o", str(tmp_path / "g")],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert f"{path}:6: cases[0].inputs.parents: inline inputs:" in done.stderr
+    assert not (tmp_path / "g").exists()
 
 
 def test_merge_keys_and_anchors(tmp_path):
@@ -744,8 +808,9 @@ def test_load_suites_over_a_directory():
     tree = DATA / "tree"
     suites = load_suites([tree], lookup=LOOKUP)
     assert [s.path.relative_to(tree).as_posix() for s in suites] == [
-        "accept.yml", "attn.yaml", "nested/more_attn.yaml"]          # sorted; hidden and .txt skipped
-    accept, attn, more = suites
+        "accept.yml", "attn.yaml"]          # sorted; hidden, .txt and subfolders (nested/) skipped
+    accept, attn = suites
+    (more,) = load_suites([tree / "nested"], lookup=LOOKUP)
     assert [c.name for c in accept.cases] == ["b0", "b6"]
     assert [c.name for c in attn.cases] == ["tiny", "fp32_h16_p0_b1", "fp32_h16_p128_b1",
                                             "bf16_paged_h16_p0_b1", "bf16_paged_h16_p128_b1"]
@@ -763,7 +828,7 @@ def test_load_suites_mixed_paths_and_dedup():
 
 def test_load_suites_empty_directory(tmp_path):
     write(tmp_path, "not a suite", "notes.txt")
-    with pytest.raises(SpecError, match="no \\*.yaml or \\*.yml suites"):
+    with pytest.raises(SpecError, match="no \\*.yaml or \\*.yml suites in this directory"):
         load_suites([tmp_path], lookup=LOOKUP)
 
 

@@ -10,7 +10,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from ..errors import UsageError
-from .record import relative_path
+from ..report import portable
 from .settings import QUICK_CASES_PER_SUITE, KernelBuild
 
 
@@ -62,7 +62,7 @@ def items_from_suites(suites, pattern: str | None = None, quick: bool = False) -
                 generated = op.generate(case)
                 return generated.inputs, generated.params
             items.append(BenchItem(case.name, case.op, case.variant, dict(case.params),
-                                   relative_path(case.source or str(suite.path)), load))
+                                   portable(case.source or str(suite.path)), load))
     return items
 
 
@@ -79,7 +79,7 @@ def items_from_bundles(paths: Iterable[str | Path], pattern: str | None = None) 
         if not name_matches(case, pattern):
             continue
         case_params = bundle.meta.get("case_params") if isinstance(bundle.meta.get("case_params"), dict) else params
-        items.append(BenchItem(case, op.name, variant, dict(case_params), relative_path(str(path)),
+        items.append(BenchItem(case, op.name, variant, dict(case_params), portable(str(path)),
                                lambda inputs=inputs, params=params: (dict(inputs), dict(params))))
     return items
 

@@ -230,29 +230,15 @@ def _jsonable(value: Any) -> Any:
 
 
 def bench_meta(command: str = "bench") -> dict[str, Any]:
-    """record_meta plus the command line; paths under the current folder are given relative to
-    it and the interpreter by its name, so a record names no folder of the machine it ran on."""
-    from ..report import record_meta
+    """record_meta plus the command line, its paths portable (`report.portable`) and the interpreter
+    by its name, so a record names no folder of the machine it ran on."""
+    from ..report import portable_argv, record_meta
 
     meta = record_meta(command)
-    meta["argv"] = [relative_path(a) for a in meta.get("argv", [])]
     argv = getattr(sys, "orig_argv", None) or [sys.executable, *sys.argv]
-    meta["command_line"] = shlex.join([Path(argv[0]).name, *map(relative_path, argv[1:])])
+    meta["command_line"] = shlex.join([Path(argv[0]).name, *portable_argv(argv)[1:]])
     meta["started"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     return meta
-
-
-def relative_path(value: str) -> str:
-    """`value` relative to the current folder when it is an absolute path under it (a
-    --json=/abs/x.json option too), else unchanged."""
-    prefix, sep, rest = value.rpartition("=") if value.startswith("-") else ("", "", value)
-    path = Path(rest)
-    if not path.is_absolute():
-        return value
-    try:
-        return prefix + sep + path.relative_to(Path.cwd()).as_posix()
-    except ValueError:
-        return value
 
 
 def settings_dict(settings: BenchSettings, env_primary: str, modes: Sequence[str], gpu: bool) -> dict[str, Any]:

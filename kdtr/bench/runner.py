@@ -297,18 +297,15 @@ class _CaseRunner:
         forced = dict(kernel=build.name, defines=dict(build.defines)) if build else {}
         self.progress(f"{item.name}: {impl} ({mode})")
         started = time.perf_counter()
-        specs = op.output_specs(item.variant, self.inputs, self.params)
 
         def untimed(**kw: Any) -> _Ours:
             return _Ours(self._row(impl, mode, True, timing=None, **forced, **kw), None, lambda row: row, None, build)
 
         def make_call(inputs):
-            from ..backends import poisoned
+            from .. import backends
 
-            if impl == "torch":
-                return functools.partial(op.run_torch, item.variant, inputs, self.params), None
-            outputs = {n: poisoned(kind, shape, env.device) for n, (kind, shape) in specs.items()}
-            return functools.partial(op.run_cuda, item.variant, inputs, self.params, outputs, **forced), outputs
+            return backends.prepare("torch" if impl == "torch" else "cuda", op, item.variant, self.inputs,
+                                    inputs, self.params, env.device, **forced)
 
         call, outputs = make_call(self.device_inputs)
         try:

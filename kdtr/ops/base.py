@@ -236,6 +236,12 @@ class Op:
         """Default tolerance per output (each with its reason written beside it)."""
         raise NotImplementedError
 
+    def estimate_bytes(self, variant: str, params: Mapping[str, Any]) -> int | None:
+        """Peak host memory that generate + reference take for a case with these (suite) params,
+        read off the shapes they allocate, so gen-refs can refuse a case before it exhausts the
+        machine; None: no estimate (small enough not to matter)."""
+        return None
+
     # -- backends -------------------------------------------------------------------------
     def run_torch(self, variant: str, inputs: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:
         """The vectorised torch implementation; inputs are torch tensors on one device."""

@@ -89,6 +89,10 @@ class TreeAccept(Op):
             raise ValueError("two children of one node carry the same token (siblings must be distinct)")
 
     # -- goldens --------------------------------------------------------------------------
+    def estimate_bytes(self, variant, params):
+        """The tree_build run its trees come from dominates."""
+        return TREE_BUILD.estimate_bytes("default", params)
+
     def generate(self, case: Case) -> Generated:
         p, inline = case.params, case.inline
         if "tokens" in inline:

@@ -133,6 +133,13 @@ class TreeBuild(Op):
             raise ValueError("topk_logp holds NaN or Inf")
 
     # -- goldens --------------------------------------------------------------------------
+    def estimate_bytes(self, variant, params):
+        """The drafter logits with the log-softmax's and top-k's temporaries (measured: under 7x
+        the float32 logits), and the outputs (visibility is [B, Q, Q] bytes)."""
+        batch, q_len = params["batch"], params["budget"] + 1
+        logits = 4 * batch * params["depth"] * params["vocab"]
+        return 8 * logits + batch * q_len * q_len + 8 * 6 * batch * q_len
+
     def real_trees(self, name: str, seed: int, **params) -> dict[str, np.ndarray]:
         """Trees the reference builds on random drafters: what the other ops' inputs come from."""
         generated = self.generate(Case(name, self.name, "default", seed, dict(self._defaults, **params)))

@@ -18,7 +18,7 @@ from ..base import Baseline, Case, Cost, Generated, Op, Param
 from ..tree_build import OP as TREE_BUILD
 from . import cuda, torch_impl
 from .layouts import LATENT, LAYOUTS, ROPE, ROW, check_scale
-from .reference import attend_reference, dense_reference, reference
+from .reference import REFERENCE_CHUNK, attend_reference, dense_reference, reference
 from .torch_impl import attend_torch_bf16
 
 __all__ = ["OP", "LATENT", "ROPE", "ROW", "FLOP_PER_KEY", "KIMI_K2_SCALE", "attend_reference",
@@ -93,6 +93,17 @@ class VerifyAttn(Op):
 
         inputs = LAYOUTS[case.variant].pack(normal, rng, prefix_len, built["visibility"], heads)
         return Generated(inputs, params)
+
+    def estimate_bytes(self, variant, params):
+        """The generator's inputs (plus its float32 draw of the KV) and the reference's float64 copy
+        of one request's keys, its score blocks and its float64 outputs."""
+        batch, heads, prefix, q_len = params["batch"], params["heads"], params["prefix"], params["budget"] + 1
+        keys = prefix + q_len
+        inputs, draw = LAYOUTS[variant].input_bytes(batch, heads, keys, q_len)
+        block = max(min(q_len * heads * keys, REFERENCE_CHUNK), heads * keys)   # attend_reference's
+        reference = 8 * keys * ROW + 2 * keys * ROW + q_len * keys + 3 * 8 * block \
+            + 2 * 8 * batch * q_len * heads * (LATENT + 1)
+        return inputs + draw + reference
 
     def requests(self, variant: str, inputs):
         """Per request: (q [Q, H, 576], keys [P + Q, 576], P, visibility [Q, Q]) in the stored dtype."""

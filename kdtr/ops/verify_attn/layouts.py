@@ -64,6 +64,10 @@ class Dense:
         "lse": tolerances["lse"],
     }
 
+    def input_bytes(self, batch, heads, keys, q_len) -> tuple[int, int]:
+        """Host bytes of a case's generated inputs, and of the generator's float32 draw of its KV."""
+        return 4 * (batch * keys * ROW + batch * q_len * heads * ROW) + batch * q_len * q_len, 4 * keys * ROW
+
     def check(self, inputs) -> tuple[int, np.ndarray]:
         q = inputs["q"]
         if q.ndim != 4 or q.shape[3] != ROW or 0 in q.shape:
@@ -172,6 +176,12 @@ class Paged:
         # baseline within it is still exact at the precision of the op's bf16 output.
         "lse": Tolerance(atol=1e-4, rtol=1e-6),
     }
+
+    def input_bytes(self, batch, heads, keys, q_len) -> tuple[int, int]:
+        """Host bytes of a case's generated inputs (the pool holds a quarter of unused slots), and
+        of the generator's float32 draw of the pool."""
+        pool = batch * keys + max(1, batch * keys // 4)
+        return 2 * (pool + batch * q_len * heads) * ROW + 4 * pool + 2 * batch * q_len * keys, 4 * pool * ROW
 
     def check(self, inputs) -> tuple[int, np.ndarray]:
         q = inputs["q"]
