@@ -24,7 +24,7 @@ def gen_refs_cmd(
     force: bool = flag("--force", help="Rewrite bundles even when their provenance is unchanged."),
     prune: bool = flag("--prune", help="Remove stale bundles: ones in -o that no suite's case names."),
     mem_limit: Optional[str] = typer.Option(None, "--mem-limit", help="Refuse a case whose memory estimate is over "
-                                            "this (e.g. 8G) \\[default: half of MemAvailable]."),
+                                            "this (e.g. 8G) \\[default: KDTREE_MEM_LIMIT, else half of MemAvailable]."),
     shard: Optional[str] = ShardOpt,
     quiet: bool = QuietOpt,
     json_path: Optional[str] = JsonOpt,

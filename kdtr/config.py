@@ -44,6 +44,7 @@ class Config:
     specs_dir: Path        # the default suites (a command's own ./specs wins over these)
     specs_from: str
     no_cache: bool         # KDTREE_NO_CACHE: compile every time
+    mem_limit: str | None  # KDTREE_MEM_LIMIT: gen-refs' memory bound (e.g. 8G; --mem-limit wins)
 
 
 def _packaged(checkout_name: str, package_name: str) -> tuple[Path, str]:
@@ -76,4 +77,5 @@ def config() -> Config:
         specs_dir=specs,
         specs_from=specs_from,
         no_cache=bool(_env_bool("KDTREE_NO_CACHE")),
+        mem_limit=os.environ.get("KDTREE_MEM_LIMIT") or None,
     )

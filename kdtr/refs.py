@@ -215,15 +215,21 @@ def available_memory() -> int | None:
 
 
 def default_mem_limit() -> int | None:
+    """KDTREE_MEM_LIMIT where set, else MEM_FRACTION of the memory available now."""
+    from .config import config
+
+    if config().mem_limit:
+        return parse_bytes(config().mem_limit, "KDTREE_MEM_LIMIT")
     available = available_memory()
     return None if available is None else int(available * MEM_FRACTION)
 
 
-def parse_bytes(text: str) -> int:
-    """`8G`, `512M`, `1.5G`, `1000000` (bytes; K/M/G/T are powers of 1024, an optional B)."""
+def parse_bytes(text: str, what: str = "--mem-limit") -> int:
+    """`8G`, `512M`, `1.5G`, `1000000` (bytes; K/M/G/T are powers of 1024, an optional B); `what`
+    names where the text came from in the error."""
     match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([KMGT]?)i?B?\s*", text, re.IGNORECASE)
     if match is None or float(match.group(1)) <= 0:
-        raise UsageError(f"--mem-limit {text!r}: expected a size like 8G, 512M or a byte count")
+        raise UsageError(f"{what} {text!r}: expected a size like 8G, 512M or a byte count")
     return int(float(match.group(1)) * _UNITS[match.group(2).upper()])
 
 

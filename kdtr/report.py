@@ -84,27 +84,30 @@ def source_digest(root: Path = REPO_ROOT) -> str:
 
 
 def device_info() -> dict[str, Any]:
-    """GPU name, driver and versions, without initialising CUDA when none is present."""
+    """GPU name, driver and versions, without initialising CUDA when none is present, and without
+    importing torch for a run that did not (a numpy verify's record must not pay torch's import):
+    then torch's version comes from its metadata and the GPU from nvidia-smi."""
     info: dict[str, Any] = {"gpu": None}
-    try:
-        import torch
-
+    torch = sys.modules.get("torch")
+    if torch is not None:
         info["torch"] = torch.__version__
         if torch.cuda.is_available():
             props = torch.cuda.get_device_properties(0)
             info.update(gpu=props.name, capability=f"sm_{props.major}{props.minor}",
                         multiprocessors=props.multi_processor_count, cuda_runtime=torch.version.cuda)
-            try:
-                out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version,clocks.sm,clocks.max.sm,"
-                                      "clocks.mem", "--format=csv,noheader"], capture_output=True,
-                                     text=True, timeout=10)
-                if out.returncode == 0:
-                    driver, sm, sm_max, mem = [s.strip() for s in out.stdout.splitlines()[0].split(",")]
-                    info.update(driver=driver, clock_sm=sm, clock_sm_max=sm_max, clock_mem=mem)
-            except (OSError, subprocess.SubprocessError, ValueError, IndexError):
-                pass
-    except ImportError:
-        pass
+    else:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            info["torch"] = version("torch")
+        except PackageNotFoundError:
+            pass
+    smi = _nvidia_smi("name,compute_cap,driver_version,clocks.sm,clocks.max.sm,clocks.mem")
+    if smi:
+        name, cap, driver, sm, sm_max, mem = smi
+        if info["gpu"] is None:
+            info.update(gpu=name, capability="sm_" + cap.replace(".", ""))
+        info.update(driver=driver, clock_sm=sm, clock_sm_max=sm_max, clock_mem=mem)
     try:
         from .nvrtc import nvrtc_version
 
@@ -112,6 +115,17 @@ def device_info() -> dict[str, Any]:
     except Exception:   # NVRTC missing is a fact to record, not an error here
         info["nvrtc"] = None
     return info
+
+
+def _nvidia_smi(fields: str) -> list[str] | None:
+    """GPU 0's `fields` as nvidia-smi reports them; None where there is no nvidia-smi or GPU."""
+    try:
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=10)
+        values = [v.strip() for v in out.stdout.splitlines()[0].split(",")] if out.returncode == 0 else []
+    except (OSError, subprocess.SubprocessError, IndexError):
+        return None
+    return values if len(values) == len(fields.split(",")) else None
 
 
 def portable(path: str | os.PathLike) -> str:

@@ -43,6 +43,8 @@ _Loader.yaml_implicit_resolvers = {
 }
 
 def read_suite_bytes(path: Path) -> bytes:
+    if path.exists() and not path.is_file():     # a FIFO or a device would block or never end
+        raise SpecError("cannot read suite: not a regular file", file=path)
     try:
         with open(path, "rb") as f:
             data = f.read(MAX_SPEC_BYTES + 1)

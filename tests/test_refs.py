@@ -16,9 +16,10 @@ from kdtr.ops import get_op
 from kdtr.ops.base import Case
 
 
-def kdtree(*args, cwd: Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, NO_COLOR="1", PYTHONPATH=str(REPO_ROOT))
-    env.pop("KDTREE_MEM_LIMIT", None)
+def kdtree(*args, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    base = dict(os.environ, NO_COLOR="1", PYTHONPATH=str(REPO_ROOT))
+    base.pop("KDTREE_MEM_LIMIT", None)
+    env = base | (env or {})
     return subprocess.run([sys.executable, "-m", "cli", *map(str, args)], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=300)
 
@@ -71,6 +72,17 @@ def test_a_case_over_the_memory_limit_is_refused_before_anything_is_written(tmp_
     assert not (tmp_path / "g").exists() or not list((tmp_path / "g").rglob("*.kdtr"))
     bad = kdtree("gen-refs", "s.yaml", "-o", "g", "--mem-limit", "lots", cwd=tmp_path)
     assert bad.returncode == 2 and "--mem-limit 'lots'" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_the_memory_limit_comes_from_kdtree_mem_limit_when_no_option_is_given(tmp_path):
+    (tmp_path / "s.yaml").write_text("op: verify_attn\ncases:\n"
+                                     "  - {name: big, variant: fp32, batch: 2, heads: 16, prefix: 100000}\n")
+    done = kdtree("gen-refs", "s.yaml", "-o", "g", cwd=tmp_path, env={"KDTREE_MEM_LIMIT": "64M"})
+    assert done.returncode == 2 and "over the memory limit of 0.06 GiB" in done.stderr, done.stderr
+    wins = kdtree("gen-refs", "s.yaml", "-o", "g", "--mem-limit", "32M", cwd=tmp_path, env={"KDTREE_MEM_LIMIT": "64M"})
+    assert wins.returncode == 2 and "over the memory limit of 0.03 GiB" in wins.stderr, wins.stderr
+    bad = kdtree("gen-refs", "s.yaml", "-o", "g", cwd=tmp_path, env={"KDTREE_MEM_LIMIT": "lots"})
+    assert bad.returncode == 2 and "KDTREE_MEM_LIMIT 'lots'" in bad.stderr and "Traceback" not in bad.stderr
 
 
 @pytest.mark.parametrize("op, variant, params", [

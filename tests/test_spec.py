@@ -863,3 +863,16 @@ def test_load_suites_propagates_a_file_error(tmp_path):
     with pytest.raises(SpecError) as info:
         load_suites([tmp_path], lookup=LOOKUP)
     assert str(info.value).startswith(f"{bad}:2: cases[0].budget: ")
+
+
+def test_a_fifo_given_as_a_suite_is_refused_not_read(tmp_path):
+    """Opening a FIFO blocks until a writer comes: gen-refs on one hung forever."""
+    import os
+
+    from kdtr import spec
+    from kdtr.errors import SpecError
+
+    fifo = tmp_path / "suite.yaml"
+    os.mkfifo(fifo)
+    with pytest.raises(SpecError, match="not a regular file"):
+        spec.load_suites([fifo])

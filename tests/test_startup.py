@@ -50,6 +50,8 @@ def no_torch_commands(goldens):  # noqa: F811
     bundle = sorted((goldens / "tree_accept").glob("*.kdtr"))[0]
     # start-up, not work: a small int bundle (a bf16 one would add ml_dtypes' own half second)
     return {"inspect": ["inspect", bundle], "verify numpy": ["verify", bundle, "-b", "numpy", "-q"],
+            # a record's meta names the device and torch's version: still without importing torch
+            "verify numpy --json": ["verify", bundle, "-b", "numpy", "-q", "--json", goldens.parent / "v.json"],
             "doctor": ["doctor"], "gen-refs": ["gen-refs", goldens.parent / "specs", "-o", goldens, "-q"],
             "report": ["report", "--help"]}
 
