@@ -257,9 +257,9 @@ __device__ __forceinline__ void merge_row_batched(const float* __restrict__ ws_o
 }
 
 // A kernel's split-KV merge entry: grid = B*Q*H rows, block = MERGE_THREADS (128); the loads of
-// ATTN_MERGE_MAXZ splits in flight at once (merge_row_batched, below). merge_row's loop waits on one
-// split's load at a time: 13.6 us of the 30 us at B=1 H=8 Q=17 P=2048 (17 splits) under ncu.
-// Knob ATTN_MERGE_MAXZ=1 (one load in flight, as merge_row) for the A/B; no value changes a bit.
+// ATTN_MERGE_MAXZ splits in flight at once (merge_row_batched, above), not one split's at a time
+// (kernels/NOTES.md, "Where the serving shapes go"). Knob ATTN_MERGE_MAXZ (1: one load in flight)
+// for an A/B; no value changes a bit.
 #ifndef ATTN_MERGE_MAXZ
 #define ATTN_MERGE_MAXZ 8
 #endif
