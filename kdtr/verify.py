@@ -18,7 +18,7 @@ from .errors import KdtrError, KdtreeError, LaunchError, UsageError
 from .capture import EXPECTED_CAPTURED, EXPECTED_REFERENCE
 from .format import MAGIC, PREAMBLE, Bundle, read_bundle
 from .ops import get_op
-from .impl import Implementation, ImplUnavailable
+from .impl import Implementation, ImplUnavailable, resolved
 from .ops.base import Case, Op, Tolerance
 
 
@@ -108,19 +108,11 @@ class Options:
     against: str | None = None        # --against spec: run beside the backend, parity reported
 
     def implementations(self) -> tuple[Implementation, ...]:
-        return tuple(_resolved(spec) for spec in self.impls)
+        return tuple(resolved(spec) for spec in self.impls)
 
     def kernel_for(self, op: Op, variant: str) -> str | None:
         """The forced kernel for this op/variant, or None for the launch's own choice."""
         return next((k for k in self.kernels if k in op.cuda_kernels(variant)), None)
-
-
-@functools.lru_cache(maxsize=None)
-def _resolved(spec: str) -> Implementation:
-    """A spec resolved once per process (a worker process resolves the specs it was given again)."""
-    from .impl import resolve
-
-    return resolve(spec)
 
 
 def check_kernels(names: Iterable[str], backend: str) -> tuple[str, ...]:
@@ -374,7 +366,7 @@ def verify_bundle(path: str | Path, options: Options) -> list[VerifyRow]:
         expected, how = reference_outputs(op, variant, inputs, params), REFERENCE
     tols = tolerances(op, variant, bundle.meta.get("tolerance"), options, file=path)
     file = report.portable(path)
-    against = _resolved(options.against) if options.against else None
+    against = resolved(options.against) if options.against else None
 
     def rows_for(inputs, expected, params, **row) -> list[VerifyRow]:
         if impls:
