@@ -445,9 +445,11 @@ class VerifyRecord:
 
     @property
     def summary(self) -> dict[str, Any]:
+        """Counts; `skipped` and `not_run` only where there are some (--impl runs)."""
+        skipped = sum(r.skipped is not None for r in self.rows)
         return {"cases": len(self.rows), "passed": sum(r.passed for r in self.rows),
-                "failed": sum(r.failed for r in self.rows), "skipped": sum(r.skipped is not None for r in self.rows),
-                "not_run": len(self.not_run), "errors": list(self.errors)}
+                "failed": sum(r.failed for r in self.rows), **({"skipped": skipped} if skipped else {}),
+                **({"not_run": len(self.not_run)} if self.not_run else {}), "errors": list(self.errors)}
 
     def to_plain(self) -> dict[str, Any]:
         return {"kind": report.VERIFY_KIND, "meta": self.meta, "summary": self.summary,
