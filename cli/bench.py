@@ -146,7 +146,7 @@ def bench_cmd(
     no_baselines: bool = flag("--no-baselines", help="Time only our implementation (and --impl ones)."),
     impl: List[str] = typer.Option([], "--impl", help="Also time this implementation (repeatable; a built-in such "
                                    "as sglang_triton, an entry point of kdtree.implementations, or "
-                                   "OP[/VARIANT]=module:fn / file.py:fn) in the cases it serves: a row of its "
+                                   "OP\\[/VARIANT]=module:fn / file.py:fn) in the cases it serves: a row of its "
                                    "own in the same interleaved rounds, checked against the reference with the "
                                    "op's tolerances first (a failing check: untimed, with the reason), speedup "
                                    "= its median / ours; one that cannot run here is skipped with the reason."),

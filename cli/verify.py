@@ -36,7 +36,7 @@ def verify_cmd(
     impl: List[str] = typer.Option([], "--impl", help="Run this implementation instead of the backend "
                                    "(repeatable): a built-in (cuda, torch, numpy, sglang_triton, sgl_kernel, "
                                    "flashinfer_fa2), an entry point of the kdtree.implementations group, or "
-                                   "OP[/VARIANT]=module:fn / OP[/VARIANT]=file.py:fn. Each runs the bundles whose "
+                                   "OP\\[/VARIANT]=module:fn / OP\\[/VARIANT]=file.py:fn. Each runs the bundles whose "
                                    "op and variant it serves (goldens and --trials), compared as ours are; the "
                                    "others are listed as not run. One that cannot run here is skipped with the "
                                    "reason (not a pass): exit 2 when nothing ran."),
