@@ -97,6 +97,8 @@ def verify_cmd(
 
 def _implementations(specs, against, kernel, sanitize):
     """--impl and --against resolved (a spec that does not resolve: one line, exit 2), up front."""
+    if not specs and not against:
+        return ()
     from kdtr.impl import resolve_all
 
     if against and specs:

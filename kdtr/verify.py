@@ -8,18 +8,19 @@ import json
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import numpy as np
 
 from . import backends, report
 from .compare import OutputCheck, compare_output
 from .errors import KdtrError, KdtreeError, LaunchError, UsageError
-from .capture import EXPECTED_CAPTURED, EXPECTED_REFERENCE
 from .format import MAGIC, PREAMBLE, Bundle, read_bundle
 from .ops import get_op
-from .impl import Implementation, ImplUnavailable, resolved
 from .ops.base import Case, Op, Tolerance
+
+if TYPE_CHECKING:        # kdtr.impl is imported where --impl / --against use it, not at start-up
+    from .impl import Implementation
 
 
 GOLDEN = "golden"
@@ -108,7 +109,13 @@ class Options:
     against: str | None = None        # --against spec: run beside the backend, parity reported
 
     def implementations(self) -> tuple[Implementation, ...]:
-        return tuple(resolved(spec) for spec in self.impls)
+        return tuple(map(self.implementation, self.impls))
+
+    @staticmethod
+    def implementation(spec: str) -> Implementation:
+        from .impl import resolved
+
+        return resolved(spec)
 
     def kernel_for(self, op: Op, variant: str) -> str | None:
         """The forced kernel for this op/variant, or None for the launch's own choice."""
@@ -216,7 +223,7 @@ def _run_backend(op: Op, variant: str, inputs, params, options: Options, kernel:
 def _run_impl(impl: Implementation, op: Op, variant: str, inputs, params, expected) -> _Ran:
     """kdtr.impl.run: a raise, a missing output, a wrong shape or dtype, or a NaN where the expected
     outputs have none fails the case with that reason; an unavailable implementation skips it."""
-    from .impl import run
+    from .impl import ImplUnavailable, run
 
     try:
         result = run(impl, op, variant, inputs, params, reference=expected)
@@ -319,15 +326,14 @@ class LoadedCase:
     inputs: dict[str, np.ndarray]
     expected: dict[str, np.ndarray]   # the stored outputs: the golden, the captured ones, or none
     source: str = GOLDEN              # golden | reference (inputs only) | captured (kdtr.capture)
-
-    @property
-    def captured_by(self) -> str | None:
-        return str(self.bundle.meta.get("captured_by", "unknown")) if self.source == EXPECTED_CAPTURED else None
+    captured_by: str | None = None    # who produced the captured outputs
 
 
 def load_case(path: str | Path) -> LoadedCase:
     """Read a bundle and check it fits its op (names, dtypes, shapes, indices) before any backend runs.
     A bundle of kdtr.capture (meta.expected) may store no outputs ("reference") or captured ones."""
+    from .capture import EXPECTED_CAPTURED, EXPECTED_REFERENCE
+
     bundle = read_bundle(path)
     op, variant, params, case = bundle_case(bundle)
     inputs, expected = bundle.arrays("input"), bundle.arrays("output")
@@ -346,7 +352,8 @@ def load_case(path: str | Path) -> LoadedCase:
             fault = str(err)
     if fault:
         raise KdtrError(fault, file=path)
-    return LoadedCase(bundle, op, variant, params, case, inputs, expected, source)
+    captured_by = str(bundle.meta.get("captured_by", "unknown")) if source == EXPECTED_CAPTURED else None
+    return LoadedCase(bundle, op, variant, params, case, inputs, expected, source, captured_by)
 
 
 def verify_bundle(path: str | Path, options: Options) -> list[VerifyRow]:
@@ -366,7 +373,7 @@ def verify_bundle(path: str | Path, options: Options) -> list[VerifyRow]:
         expected, how = reference_outputs(op, variant, inputs, params), REFERENCE
     tols = tolerances(op, variant, bundle.meta.get("tolerance"), options, file=path)
     file = report.portable(path)
-    against = resolved(options.against) if options.against else None
+    against = options.implementation(options.against) if options.against else None
 
     def rows_for(inputs, expected, params, **row) -> list[VerifyRow]:
         if impls:
