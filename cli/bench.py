@@ -143,7 +143,13 @@ def bench_cmd(
                                                  "torch, torch_compile, sdpa, cpu_heap; verify_attn bf16_paged: "
                                                  "torch_bf16, torch_compile_bf16, torch_fp32, torch_compile_fp32 "
                                                  "(not run unless named), sdpa."),
-    no_baselines: bool = flag("--no-baselines", help="Time only our implementation."),
+    no_baselines: bool = flag("--no-baselines", help="Time only our implementation (and --impl ones)."),
+    impl: List[str] = typer.Option([], "--impl", help="Also time this implementation (repeatable; a built-in such "
+                                   "as sglang_triton, an entry point of kdtree.implementations, or "
+                                   "OP\\[/VARIANT]=module:fn / file.py:fn) in the cases it serves: a row of its "
+                                   "own in the same interleaved rounds, checked against the reference with the "
+                                   "op's tolerances first (a failing check: untimed, with the reason), speedup "
+                                   "= its median / ours; one that cannot run here is skipped with the reason."),
     kernel: List[str] = typer.Option([], "--kernel", help="Time this kernel of ours (repeatable; needs the cuda "
                                      "backend): named kernels are timed against each other in one run, the first "
                                      "the reference of their speedups (`vs 1st`); only cases of their op and "
@@ -213,7 +219,10 @@ def bench_cmd(
         if resolve_backend(backend) != "cuda":
             raise UsageError(f"--kernel and --define force CUDA kernels; they need the cuda backend, "
                              f"not {resolve_backend(backend)}")
-    settings = bench.BenchSettings(backend=backend, mode=mode, timing=timing,
+    from kdtr.impl import resolve_all
+
+    impls = tuple(i.name for i in resolve_all(impl))     # a spec that does not resolve: exit 2, up front
+    settings = bench.BenchSettings(backend=backend, mode=mode, timing=timing, impls=impls,
                                    baselines=() if no_baselines else (tuple(baseline) if baseline else None),
                                    quick=quick, repeat=repeat, sanity=not no_sanity, time_limit_s=time_limit,
                                    kernels=builds)

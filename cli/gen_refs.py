@@ -25,6 +25,9 @@ def gen_refs_cmd(
     prune: bool = flag("--prune", help="Remove stale bundles: ones in -o that no suite's case names."),
     mem_limit: Optional[str] = typer.Option(None, "--mem-limit", help="Refuse a case whose memory estimate is over "
                                             "this (e.g. 8G) \\[default: KDTREE_MEM_LIMIT, else half of MemAvailable]."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1, help="Generate this many cases at once, in "
+                                       "worker processes (never more at once than their memory estimates fit "
+                                       "in --mem-limit) \\[default: the CPU count]."),
     shard: Optional[str] = ShardOpt,
     quiet: bool = QuietOpt,
     json_path: Optional[str] = JsonOpt,
@@ -44,7 +47,8 @@ def gen_refs_cmd(
     started = time.perf_counter()
     limit = refs.parse_bytes(mem_limit) if mem_limit else refs.default_mem_limit()
     with json_out.tables():
-        results = list(render.progress(refs.gen_refs(cases, out, force=force, mem_limit=limit), len(cases),
+        work = refs.gen_refs(cases, out, force=force, mem_limit=limit, jobs=jobs or parallel.cpu_count())
+        results = list(render.progress(work, len(cases),
                                        "gen-refs", quiet=quiet, line=render.gen_line))
         render.gen_summary(results, time.perf_counter() - started, quiet=quiet)
     stale = refs.stale_bundles(out, suites)

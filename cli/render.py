@@ -68,20 +68,27 @@ def gen_summary(results, seconds: float, *, quiet: bool) -> None:
 
 # -- verify --------------------------------------------------------------------------------------
 def _row_name(row) -> str:
-    return row.case + (f" #{row.trial}" if row.trial else "")
+    return row.case + (f" #{row.trial}" if row.trial else "") + (" (captured)" if row.captured else "") \
+        + ("†" if row.expected_from != "golden" else "")
 
 
 def _verdict(row) -> str:
-    return "PASS" if row.passed else "FAIL"
+    return "SKIP" if row.skipped is not None else ("PASS" if row.passed else "FAIL")
+
+
+def _reason(row) -> str:
+    if row.skipped is not None:
+        return f"skipped: {row.skipped}"
+    return row.error or "; ".join(f"{o.name}: {o.reason}" for o in row.outputs if not o.passed)
 
 
 def verify_lines(rows) -> str | None:
     lines = []
     for row in rows:
-        reason = "" if row.passed else " " + (row.error or "; ".join(
-            f"{o.name}: {o.reason}" for o in row.outputs if not o.passed))
+        reason = "" if row.passed else " " + _reason(row)
         share = _tol_share(row)
-        lines.append(f"{_verdict(row)} {row.op}/{row.variant} {_row_name(row)} "
+        lines.append(f"{_verdict(row)} {row.op}/{row.variant} {_row_name(row)}"
+                     + (f" [{row.impl}]" if row.impl else "") + " "
                      f"max_abs={_num(row.worst('max_abs'))} rel_l2={_num(row.worst('rel_l2'))}"
                      + ("" if share is None else f" tol_share={_share(share)}") + reason)
     return "\n".join(lines) or None
@@ -100,34 +107,56 @@ def _tol_share(row) -> float | None:
     return max(shares, default=None)
 
 
-def verify_table(rows, *, quiet: bool, verbose: bool) -> None:
-    passed = sum(r.passed for r in rows)
-    summary = f"{passed} passed, {len(rows) - passed} failed"
+def verify_summary(rows, not_run=()) -> str:
+    passed, failed = sum(r.passed for r in rows), sum(r.failed for r in rows)
+    skipped = sum(r.skipped is not None for r in rows)
+    return (f"{passed} passed, {failed} failed" + (f", {skipped} skipped" if skipped else "")
+            + (f", {len(not_run)} bundles not run" if not_run else ""))
+
+
+def verify_table(rows, *, quiet: bool, verbose: bool, not_run=()) -> None:
+    summary = verify_summary(rows, not_run)
     if quiet:
+        for line in not_run:
+            print(f"NOT RUN {line}")
         print(summary)
         return
-    backend = rows[0].backend if rows else "?"
-    table = Table(title=f"kdtree verify — backend {backend}", title_justify="left",
-                  caption="tol share = max |x−r| / (atol + rtol·|r|), at most 1 passes; "
-                          "* = the bundle's tolerance is looser than the op's default", caption_justify="left")
-    columns = ["case", "op", "variant", "config", "max_abs", "tol share", "‖x−r‖/‖r‖"]
+    impls = list(dict.fromkeys(r.impl for r in rows if r.impl and not r.captured))
+    title = f"implementation{'s' if len(impls) > 1 else ''} {', '.join(impls)}" if impls \
+        else f"backend {rows[0].backend if rows else '?'}"
+    caption = ("tol share = max |x−r| / (atol + rtol·|r|), at most 1 passes; "
+               "* = the bundle's tolerance is looser than the op's default")
+    if any(r.expected_from != "golden" for r in rows):
+        caption += "; † = compared with the reference computed here (the bundle stores no golden)"
+    table = Table(title=f"kdtree verify — {title}", title_justify="left", caption=caption, caption_justify="left")
+    columns = ["case"] + (["impl"] if any(r.impl for r in rows) else []) + ["op", "variant", "config", "max_abs",
+                                                                          "tol share", "‖x−r‖/‖r‖"]
     columns += ["max_rel"] if verbose else []
     for name in columns + ["mismatches", "det", "verdict"]:
-        table.add_column(name, justify="left" if name in ("case", "op", "variant", "config") else
+        table.add_column(name, justify="left" if name in ("case", "impl", "op", "variant", "config") else
                          "center" if name in ("det", "verdict") else "right", no_wrap=name in ("case", "verdict"))
     for row in rows:
         det = "" if row.deterministic is None else ("yes" if row.deterministic else "NO")
-        style = "green" if row.passed else "bold red"
+        style = "green" if row.passed else ("yellow" if row.skipped is not None else "bold red")
         loosened = "*" if getattr(row, "loosened", False) else ""
-        cells = [_row_name(row), row.op, row.variant, _config(row.config), _num(row.worst("max_abs")),
-                 _share(_tol_share(row)) + loosened, _num(row.worst("rel_l2"))]
-        cells += [_num(row.worst("max_rel"))] if verbose else []
-        table.add_row(*cells, str(row.mismatches), det, f"[{style}]{_verdict(row)}[/]")
+        cells = [_row_name(row)] + ([row.impl or row.backend] if "impl" in columns else [])
+        figures = [_num(row.worst("max_abs")), _share(_tol_share(row)) + loosened, _num(row.worst("rel_l2"))]
+        figures += [_num(row.worst("max_rel"))] if verbose else []
+        figures += [str(row.mismatches)]
+        ran = row.outputs or row.skipped is None and row.error is None
+        cells += [row.op, row.variant, _config(row.config), *(figures if ran else ["—"] * len(figures))]
+        table.add_row(*cells, det, f"[{style}]{_verdict(row)}[/]")
     out.print(table)
+    if any(r.parity is not None for r in rows):
+        parity_table(rows)
     for row in rows:
         if row.passed:
             continue
-        out.print(f"[bold red]FAIL[/] {row.file} ({_row_name(row)}):")
+        if row.skipped is not None:
+            out.print(f"[yellow]SKIP[/] {row.file} ({_row_name(row)}{', ' + row.impl if row.impl else ''}): "
+                      f"{row.skipped}", highlight=False)
+            continue
+        out.print(f"[bold red]FAIL[/] {row.file} ({_row_name(row)}{', ' + row.impl if row.impl else ''}):")
         if row.error:
             out.print(f"  {row.error}", markup=False)
         for check in row.outputs:
@@ -141,7 +170,41 @@ def verify_table(rows, *, quiet: bool, verbose: bool) -> None:
     nondet = [r for r in rows if r.deterministic is False]
     if nondet:
         out.print(f"[yellow]not deterministic:[/] {', '.join(_row_name(r) for r in nondet)}")
+    for line in not_run:
+        out.print(f"not run: {line}", markup=False)
     out.print(summary)
+
+
+def _where(position: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in position.items())
+
+
+def parity_table(rows) -> None:
+    """--against: per row and output, how far the other implementation is from ours."""
+    first = next(r.parity for r in rows if r.parity is not None)
+    table = Table(title=f"parity — {rows[0].backend} vs {first['theirs']} (ulps: of bf16 at the "
+                        "reference's magnitude)", title_justify="left")
+    for name in ("case", "output", "max ulps", "mean |a−b|", "‖a−b‖/‖r‖", "worst at", "ours", "theirs"):
+        table.add_column(name, justify="left" if name in ("case", "output", "worst at") else "right")
+    for row in rows:
+        found = row.parity
+        if found is None:
+            continue
+        if found.get("reason"):
+            table.add_row(_row_name(row), "—", found["reason"], "", "", "", "", "")
+            continue
+        for o in found["outputs"]:
+            if o["reason"]:
+                table.add_row(_row_name(row), o["name"], o["reason"], "", "", "", "", "")
+            elif o["exact"]:
+                table.add_row(_row_name(row), o["name"], f"{o['mismatches']} unequal", "", "",
+                              _where(o["worst_position"]) or str(o["worst_index"] or ""),
+                              _stat(o["worst_ours"]), _stat(o["worst_theirs"]))
+            else:
+                table.add_row(_row_name(row), o["name"], f"{o['max_ulps']:.3g}", _num(o["mean_abs"]),
+                              _num(o["rel_l2"]), _where(o["worst_position"]) or str(o["worst_index"] or ""),
+                              _stat(o["worst_ours"]), _stat(o["worst_theirs"]))
+    out.print(table)
 
 
 def kernel_summary(kernels: list[dict]) -> None:

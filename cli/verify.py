@@ -33,6 +33,17 @@ def verify_cmd(
                                      "gets the list of known ones) for the cases whose op and variant have "
                                      "it, e.g. a fallback the launch would not pick on this GPU; other cases "
                                      "run the launch's own choice. The table's config shows the kernel."),
+    impl: List[str] = typer.Option([], "--impl", help="Run this implementation instead of the backend "
+                                   "(repeatable): a built-in (cuda, torch, numpy, sglang_triton, sgl_kernel, "
+                                   "flashinfer_fa2), an entry point of the kdtree.implementations group, or "
+                                   "OP\\[/VARIANT]=module:fn / OP\\[/VARIANT]=file.py:fn. Each runs the bundles whose "
+                                   "op and variant it serves (goldens and --trials), compared as ours are; the "
+                                   "others are listed as not run. One that cannot run here is skipped with the "
+                                   "reason (not a pass): exit 2 when nothing ran."),
+    against: Optional[str] = typer.Option(None, "--against", help="Also run this implementation (a spec as for "
+                                          "--impl) on the same inputs as the backend and report parity: max "
+                                          "difference in bf16 ulps, mean, rel. L2, the worst element and where "
+                                          "it sits in the tree. Exit 2 when it compared no case."),
     sanitize: Optional[str] = typer.Option(None, "--sanitize", help="Run the cuda backend under compute-sanitizer "
                                            "(memcheck, racecheck, synccheck or initcheck); any report fails its case."),
     quiet: bool = QuietOpt,
@@ -62,7 +73,8 @@ def verify_cmd(
     files = parallel.shard_items(selected, shard_key, shard_spec)
     resolved = backends.resolve_backend("cuda" if sanitize else backend)
     forced = check_kernels(kernel, resolved)
-    if resolved == "cuda" and files and not devices:
+    impls = _implementations(impl, against, kernel, sanitize)
+    if resolved == "cuda" and files and not devices and not impl:
         from kdtr.device import require_gpu
 
         require_gpu()                      # one line and exit 2 up front, not one per bundle
@@ -73,42 +85,81 @@ def verify_cmd(
     if sanitize:
         _sanitized_verify(sanitize, files, atol, rtol, trials, forced, quiet, json_out)
     options = Options(backend=resolved, atol=atol, rtol=rtol, trials=trials, determinism=determinism,
-                      kernels=forced, keep_worst=keep_worst)
+                      kernels=forced, keep_worst=keep_worst, impls=tuple(impl), against=against)
     device_list = parallel.parse_devices(devices, gpu_count()) if devices else None
     with json_out.tables():
-        rows, errors = _run(files, options, device_list, quiet, verbose)
-    _write_records(rows, errors, options, device_list, json_out, junit, selected, shard_spec)
-    raise typer.Exit(EXIT_INPUT if errors else (EXIT_FAILED if any(not r.passed for r in rows) else EXIT_OK))
+        rows, errors, not_run = _run(files, options, device_list, quiet, verbose)
+    _write_records(rows, errors, options, device_list, json_out, junit, selected, shard_spec, not_run, impls)
+    if not errors:
+        _nothing_ran(rows, options, not_run)
+    raise typer.Exit(EXIT_INPUT if errors else (EXIT_FAILED if any(r.failed for r in rows) else EXIT_OK))
+
+
+def _implementations(specs, against, kernel, sanitize):
+    """--impl and --against resolved (a spec that does not resolve: one line, exit 2), up front."""
+    if not specs and not against:
+        return ()
+    from kdtr.impl import resolve_all
+
+    if against and specs:
+        raise UsageError("--against compares the backend with one implementation; it does not combine with --impl")
+    if (specs or against) and (kernel or sanitize):
+        raise UsageError("--kernel and --sanitize run our backend; they do not combine with --impl or --against")
+    return resolve_all([*specs, *([against] if against else [])])
+
+
+def _nothing_ran(rows, options, not_run) -> None:
+    """A skip is not a pass: --impl with nothing run, or --against with nothing compared, is exit 2."""
+    if options.impls and not any(r.skipped is None for r in rows):
+        reasons = list(dict.fromkeys(r.skipped for r in rows)) or [
+            f"no given implementation serves any of the {len(not_run)} bundles"]
+        raise KdtreeError("nothing ran: " + "; ".join(reasons))
+    if options.against and rows and not any(r.parity and not r.parity.get("reason") for r in rows):
+        reasons = dict.fromkeys(r.parity["reason"] for r in rows if r.parity)
+        raise KdtreeError(f"--against {options.against}: compared no case: " + "; ".join(reasons))
 
 
 def _run(files, options, device_list, quiet: bool, verbose: bool):
-    """Every bundle through verify_file (in worker processes with --devices); rows and errors."""
-    from kdtr import parallel
+    """Every bundle through verify_file (in worker processes with --devices); rows, errors and the
+    bundles no given implementation serves."""
+    from kdtr import parallel, report
     from kdtr.verify import crashed, verify_file
 
     if device_list:
         groups = parallel.balance(files, lambda f: f.stat().st_size, len(device_list))
-        outcomes = (result for _, result in parallel.map_on_devices(
-            device_list, groups, functools.partial(verify_file, options=options), crashed))
+        outcomes = parallel.map_on_devices(device_list, groups, functools.partial(verify_file, options=options),
+                                           crashed)
     else:
         outcomes = (verify_file(file, options) for file in files)
-    rows, errors = [], []
-    label = f"verify ({options.backend}" + (f", {len(device_list)} workers)" if device_list else ")")
-    for batch, problem in render.progress(outcomes, len(files), label, quiet=quiet,
-                                          line=lambda outcome: render.verify_lines(outcome[0])):
-        rows.extend(batch)
+    rows, errors, not_run = [], [], []
+    names = ", ".join(options.impls) or options.backend
+    label = f"verify ({names}" + (f", {len(device_list)} workers)" if device_list else ")")
+    for outcome in render.progress(_with_files(files, outcomes, device_list), len(files), label,
+                                          quiet=quiet, line=lambda outcome: render.verify_lines(outcome[1][0])):
+        file, (found, problem) = outcome
+        rows.extend(found)
         if problem:
             errors.append(problem)
             render.error(problem)
-    if rows:                               # no table of nothing: the errors said it all
-        render.verify_table(rows, quiet=quiet, verbose=verbose)
-    return rows, errors
+        elif options.impls and not found:
+            not_run.append(f"{report.portable(file)}: served by none of {names}")
+    if rows or not_run:                    # no table of nothing: the errors said it all
+        render.verify_table(rows, quiet=quiet, verbose=verbose, not_run=not_run)
+    return rows, errors, not_run
+
+
+def _with_files(files, outcomes, device_list):
+    """(file, outcome) pairs: in order in-process; with --devices, outcomes come as they finish."""
+    if not device_list:
+        yield from zip(files, outcomes)
+        return
+    yield from outcomes
 
 
 def _write_records(rows, errors, options, device_list, json_out: JsonOut, junit: Path | None,
-                   selected, shard_spec) -> None:
+                   selected, shard_spec, not_run, impls) -> None:
     kernels = None
-    if options.backend == "cuda" and not device_list:
+    if options.backend == "cuda" and not device_list and not options.impls:
         from kdtr.device import loaded_kernels
 
         kernels = loaded_kernels()
@@ -117,9 +168,10 @@ def _write_records(rows, errors, options, device_list, json_out: JsonOut, junit:
     if json_out.path or junit:
         from kdtr import report
         from kdtr.atomic import atomic_write
-        from kdtr.verify import suite_digest, verify_record
+        from kdtr.verify import implementation_info, suite_digest, verify_record
 
-        record = verify_record(rows, errors, suite=suite_digest(selected), shard=shard_spec, kernels=kernels)
+        record = verify_record(rows, errors, suite=suite_digest(selected), shard=shard_spec, kernels=kernels,
+                               not_run=not_run, implementations={i.name: implementation_info(i) for i in impls})
         json_out.write(lambda: record)
         if junit:
             atomic_write(junit, report.junit_xml(record))

@@ -7,10 +7,11 @@ bundle that `kdtree verify` runs with nothing but the file.
 
 Tensors may be torch tensors on any device or numpy arrays. Names, dtypes and shapes are checked
 against the op (ops.md) before anything is written; the write is atomic (kdtr.format.write_bundle).
-Without `outputs` the bundle carries inputs only and `meta.expected = "reference"`: verify is to
-compute the expected outputs with the numpy reference. With `outputs` (all of the op's, as the
-capturing implementation produced them) they are stored as the expected outputs and
-`meta.expected = "captured"`, `meta.captured_by` names who produced them.
+Without `outputs` the bundle carries inputs only and `meta.expected = "reference"`: verify computes
+the expected outputs with the reference (`kdtr.impl.builtin.reference_outputs`). With `outputs`
+(all of the op's, as the capturing implementation produced them) they are stored and
+`meta.expected = "captured"`, `meta.captured_by` names who produced them: verify reports them as
+that implementation's outputs, compared with the reference, beside its own run.
 """
 
 from __future__ import annotations

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import signal
 import zlib
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from collections import deque
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, as_completed, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from multiprocessing import get_context
-from typing import Callable, Sequence, TypeVar
+from multiprocessing import active_children, get_context
+from typing import Callable, Iterator, Sequence, TypeVar
 
 from .errors import UsageError
 
@@ -96,3 +98,57 @@ def map_on_devices(devices: list[str], groups: list[list[T]], work: Callable[[T]
     finally:
         for pool in pools:
             pool.shutdown(wait=False, cancel_futures=True)
+
+
+def cpu_count() -> int:
+    """The cores this process may run on (its affinity mask, not the machine's count)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def _ignore_interrupt() -> None:
+    """Worker initializer: Ctrl-C reaches the whole process group; the parent alone handles it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def bounded_map(work: Callable[[T], object], items: Sequence[T], *, jobs: int,
+                cost: Callable[[T], float] | None = None, budget: float | None = None) -> Iterator[object]:
+    """`work(item)` for each item in spawned worker processes, results yielded in input order: at
+    most `jobs` at once and, with `budget`, never more at once than the sum of their `cost`s fits
+    (an item over the budget alone runs by itself). An exception from `work` is raised here, in its
+    item's turn. On any exit before the end (an error, Ctrl-C, the caller stopping) the workers
+    are terminated first: nothing runs on behind the caller's back."""
+    pool = ProcessPoolExecutor(max_workers=max(1, jobs), mp_context=get_context("spawn"),
+                               initializer=_ignore_interrupt)
+    pending = deque(enumerate(items))
+    running: dict = {}
+    finished: dict = {}
+    load, turn = 0.0, 0
+    try:
+        while pending or running:
+            while pending and len(running) < jobs:
+                index, item = pending[0]
+                weight = float(cost(item) or 0) if cost is not None else 0.0
+                if running and budget is not None and load + weight > budget:
+                    break
+                pending.popleft()
+                running[pool.submit(work, item)] = (index, weight)
+                load += weight
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                index, weight = running.pop(future)
+                load -= weight
+                finished[index] = future
+            while turn in finished:
+                yield finished.pop(turn).result()
+                turn += 1
+    except BaseException:
+        for child in active_children():
+            child.terminate()
+        for child in active_children():
+            child.join()
+        raise
+    finally:
+        pool.shutdown(wait=not running, cancel_futures=True)

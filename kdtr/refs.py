@@ -15,7 +15,7 @@ from typing import Any, Iterable, Iterator
 
 import numpy as np
 
-from . import __version__
+from . import __version__, parallel
 from .atomic import remove_stale_temps
 from .errors import KdtrError, LimitError, UsageError
 from .format import MAJOR as FORMAT_MAJOR, MINOR as FORMAT_MINOR, read_bundle, write_bundle
@@ -247,10 +247,13 @@ def check_memory(case: Case, limit: int | None) -> None:
 
 
 def gen_refs(cases: Iterable[tuple[Suite, Case]], out_dir: str | Path, *, force: bool = False,
-             mem_limit: int | None = None) -> Iterator[GenResult]:
-    """Write each case's bundle (atomically), or skip it when its provenance is unchanged. First
-    remove the temp files that killed writers left in the folders it writes, and refuse (before
-    writing anything) a case to write whose memory estimate is over `mem_limit` bytes."""
+             mem_limit: int | None = None, jobs: int = 1) -> Iterator[GenResult]:
+    """Write each case's bundle (atomically), or skip it when its provenance is unchanged; results
+    in the cases' order. First remove the temp files that killed writers left in the folders it
+    writes, and refuse (before writing anything) a case to write whose memory estimate is over
+    `mem_limit` bytes. With `jobs` > 1 the cases are generated in that many worker processes, never
+    more at once than their estimates fit in `mem_limit`; an interrupted run terminates them and
+    removes their temp files (no partial file is ever under a final name)."""
     plan = []
     for suite, case in cases:
         path = bundle_path(out_dir, case)
@@ -259,20 +262,43 @@ def gen_refs(cases: Iterable[tuple[Suite, Case]], out_dir: str | Path, *, force:
         if not fresh:
             check_memory(case, mem_limit)
         plan.append((case, path, prov, fresh))
-    for folder in dict.fromkeys(path.parent for _, path, _, _ in plan):
+    folders = list(dict.fromkeys(path.parent for _, path, _, _ in plan))
+    for folder in folders:
         remove_stale_temps(folder)
-    for case, path, prov, fresh in plan:
-        started = time.perf_counter()
-        if not fresh:
-            try:
-                meta, tensors = make_bundle(case, prov)
-            except MemoryError:
-                raise LimitError(f"case {case.op}/{case.name} ran out of memory while generating "
-                                 f"(estimated {_gib(get_op(case.op).estimate_bytes(case.variant, case.params) or 0)})",
-                                 file=case.source) from None
-            write_bundle(path, meta, tensors)
-        yield GenResult(case.name, path, "fresh" if fresh else "written", time.perf_counter() - started,
-                        path.stat().st_size)
+    todo = [(case, path, prov) for case, path, prov, fresh in plan if not fresh]
+    if jobs > 1 and len(todo) > 1:
+        written = parallel.bounded_map(write_case, todo, jobs=jobs, cost=_estimate, budget=mem_limit)
+    else:
+        written = map(write_case, todo)
+    try:
+        for case, path, prov, fresh in plan:
+            seconds = 0.0 if fresh else next(written)
+            yield GenResult(case.name, path, "fresh" if fresh else "written", seconds, path.stat().st_size)
+    except BaseException:
+        close = getattr(written, "close", None)
+        if close is not None:
+            close()                           # terminates the workers first
+        for folder in folders:
+            remove_stale_temps(folder)        # what the terminated workers were writing
+        raise
+
+
+def _estimate(task: tuple[Case, Path, dict]) -> int:
+    case = task[0]
+    return get_op(case.op).estimate_bytes(case.variant, case.params) or 0
+
+
+def write_case(task: tuple[Case, Path, dict]) -> float:
+    """Generate one case's golden and write it atomically; the seconds it took (a worker's unit)."""
+    case, path, prov = task
+    started = time.perf_counter()
+    try:
+        meta, tensors = make_bundle(case, prov)
+    except MemoryError:
+        raise LimitError(f"case {case.op}/{case.name} ran out of memory while generating "
+                         f"(estimated {_gib(_estimate(task))})", file=case.source) from None
+    write_bundle(path, meta, tensors)
+    return time.perf_counter() - started
 
 
 def stale_bundles(out_dir: str | Path, suites: Iterable[Suite]) -> list[Path]:

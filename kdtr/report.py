@@ -207,12 +207,15 @@ def junit_xml(record: Any) -> str:
     """One testcase per row of a verify record; a failure carries every failing output's reason."""
     rows, errors = list(record.rows), list(record.errors)
     suite = ElementTree.Element("testsuite", name="kdtree.verify", tests=str(len(rows) + len(errors)),
-                                failures=str(sum(not r.passed for r in rows)), errors=str(len(errors)))
+                                failures=str(sum(r.failed for r in rows)), errors=str(len(errors)),
+                                skipped=str(sum(r.skipped is not None for r in rows)))
     for row in rows:
-        name = row.case + (f"[trial{row.trial}]" if row.trial else "")
+        name = row.case + (f"[trial{row.trial}]" if row.trial else "") + (f"[{row.impl}]" if row.impl else "")
         case = ElementTree.SubElement(suite, "testcase", classname=f"{row.op}.{row.variant}", name=name,
                                       time=f"{row.seconds:.6f}")
-        if not row.passed:
+        if row.skipped is not None:
+            ElementTree.SubElement(case, "skipped", message=row.skipped)
+        elif not row.passed:
             reasons = [row.error] if row.error else [f"{o.name}: {o.reason}" for o in row.outputs if not o.passed]
             ElementTree.SubElement(case, "failure", message="; ".join(reasons)).text = "\n".join(reasons)
     for message in errors:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import numpy as np
 
@@ -17,6 +18,15 @@ from .errors import KdtrError, KdtreeError, LaunchError, UsageError
 from .format import MAGIC, PREAMBLE, Bundle, read_bundle
 from .ops import get_op
 from .ops.base import Case, Op, Tolerance
+
+if TYPE_CHECKING:        # kdtr.impl is imported where --impl / --against use it, not at start-up
+    from .impl import Implementation
+
+
+GOLDEN = "golden"
+REFERENCE = "reference"
+EXPECTED = {GOLDEN: "the bundle's stored outputs (exact numpy reference at gen-refs time)",
+            REFERENCE: "computed by verify with the reference (the bundle stores no golden)"}
 
 
 @dataclass(frozen=True)
@@ -37,17 +47,27 @@ class VerifyRow:
     seconds: float = 0.0
     deterministic: bool | None = None  # two runs bitwise equal (None: not probed)
     loosened: bool = False             # some output's tolerance is looser than the op's default
+    impl: str | None = None            # the implementation that ran (--impl), or that captured the outputs
+    expected_from: str = GOLDEN        # what the outputs were compared with (see EXPECTED)
+    captured: bool = False             # the outputs compared are the bundle's captured ones, not a run
+    skipped: str | None = None         # why the implementation could not run here (not a pass)
+    not_compared: tuple[str, ...] = ()  # outputs the implementation does not give
+    parity: dict[str, Any] | None = None   # --against: kdtr.impl.ParityReport.to_json(), or {"reason"}
 
     def to_plain(self) -> dict[str, Any]:
-        """JSON form; optional fields at their default (no error, trial 0, not probed, not loosened)
-        are left out."""
+        """JSON form; optional fields at their default (no error, trial 0, not probed, not loosened,
+        no impl, ...) are left out."""
         full = {"case": self.case, "file": self.file, "op": self.op, "variant": self.variant,
                 "backend": self.backend, "config": dict(self.config), "passed": self.passed,
                 "outputs": [o.to_plain() for o in self.outputs], "error": self.error, "trial": self.trial,
                 "seed": self.seed, "seconds": round(self.seconds, 6), "deterministic": self.deterministic,
-                "loosened": self.loosened}
+                "loosened": self.loosened, "impl": self.impl, "expected_from": self.expected_from,
+                "captured": self.captured, "skipped": self.skipped, "not_compared": list(self.not_compared),
+                "parity": self.parity}
         return report.drop_defaults(full, {"error": None, "trial": 0, "seed": None, "deterministic": None,
-                                           "loosened": False})
+                                           "loosened": False, "impl": None, "expected_from": GOLDEN,
+                                           "captured": False, "skipped": None, "not_compared": [],
+                                           "parity": None})
 
     @staticmethod
     def from_plain(data: dict[str, Any]) -> "VerifyRow":
@@ -56,7 +76,15 @@ class VerifyRow:
                          str(data["backend"]), dict(data["config"]), bool(data["passed"]),
                          tuple(OutputCheck.from_plain(o) for o in data["outputs"]), data.get("error"),
                          int(data.get("trial", 0)), data.get("seed"), float(data["seconds"]),
-                         data.get("deterministic"), bool(data.get("loosened", False)))
+                         data.get("deterministic"), bool(data.get("loosened", False)), data.get("impl"),
+                         str(data.get("expected_from", GOLDEN)), bool(data.get("captured", False)),
+                         data.get("skipped"), tuple(map(str, data.get("not_compared", ()))),
+                         data.get("parity"))
+
+    @property
+    def failed(self) -> bool:
+        """It ran (or was to be compared) and did not pass; a skipped row neither passed nor failed."""
+        return not self.passed and self.skipped is None
 
     def worst(self, metric: str) -> float:
         values = [getattr(o, metric) for o in self.outputs if not o.tolerance.exact]
@@ -77,6 +105,17 @@ class Options:
     determinism: bool = False         # run twice, compare bitwise
     kernels: tuple[str, ...] = ()     # CUDA kernels to force where a case's op/variant has them
     keep_worst: bool = False          # keep worst elements of passing outputs too (records grow)
+    impls: tuple[str, ...] = ()       # --impl specs: these implementations run instead of the backend
+    against: str | None = None        # --against spec: run beside the backend, parity reported
+
+    def implementations(self) -> tuple[Implementation, ...]:
+        return tuple(map(self.implementation, self.impls))
+
+    @staticmethod
+    def implementation(spec: str) -> Implementation:
+        from .impl import resolved
+
+        return resolved(spec)
 
     def kernel_for(self, op: Op, variant: str) -> str | None:
         """The forced kernel for this op/variant, or None for the launch's own choice."""
@@ -161,38 +200,96 @@ def tolerances(op: Op, variant: str, meta_tolerance: Any, options: Options, file
     return merged
 
 
-def check_case(op: Op, variant: str, inputs: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray],
-               params: Mapping[str, Any], tols: Mapping[str, Tolerance], options: Options,
-               **row: Any) -> VerifyRow:
-    """Run the backend once (twice for the determinism probe) and compare every output."""
-    started = time.perf_counter()
-    config = op.describe(variant, inputs, params)
-    kernel = options.kernel_for(op, variant)
-    if kernel is not None:
-        config = config | {"kernel": kernel}
+@dataclass(frozen=True)
+class _Ran:
+    """What running one implementation on one case gave: numpy outputs, or why not."""
+
+    outputs: dict[str, np.ndarray] | None = None
+    error: str | None = None          # it ran and failed (exit 1)
+    skipped: str | None = None        # it cannot run here (ImplUnavailable)
+
+
+def _run_backend(op: Op, variant: str, inputs, params, options: Options, kernel: str | None, case) -> _Ran:
     try:
-        got = backends.run(options.backend, op, variant, inputs, params, kernel)
-        deterministic = None
-        if options.determinism:
-            again = backends.run(options.backend, op, variant, inputs, params, kernel)
-            deterministic = all(np.array_equal(got[k].view(np.uint8), again[k].view(np.uint8))
-                                for k in got)
+        return _Ran(backends.run(options.backend, op, variant, inputs, params, kernel))
     except LaunchError as err:   # a kernel that fails to launch or run fails its case (exit 1)
-        return VerifyRow(op=op.name, variant=variant, backend=options.backend, config=config,
-                         passed=False, error=f"{row.get('case')}: {err}",
-                         seconds=time.perf_counter() - started, **row)
+        return _Ran(error=f"{case}: {err}")
     except KdtreeError:          # no GPU, a compile error: the run cannot go on (exit 2)
         raise
     except Exception as err:     # a backend that crashes fails its case, with the reason
-        return VerifyRow(op=op.name, variant=variant, backend=options.backend, config=config,
-                         passed=False, error=f"{type(err).__name__}: {err}",
-                         seconds=time.perf_counter() - started, **row)
-    checks = tuple(compare_output(name, got.get(name), expected[name], tols[name]) for name in op.outputs)
+        return _Ran(error=f"{type(err).__name__}: {err}")
+
+
+def _run_impl(impl: Implementation, op: Op, variant: str, inputs, params, expected) -> _Ran:
+    """kdtr.impl.run: a raise, a missing output, a wrong shape or dtype, or a NaN where the expected
+    outputs have none fails the case with that reason; an unavailable implementation skips it."""
+    from .impl import ImplUnavailable, run
+
+    try:
+        result = run(impl, op, variant, inputs, params, reference=expected)
+    except ImplUnavailable as err:
+        return _Ran(skipped=str(err))
+    return _Ran(result.outputs) if result.ok else _Ran(error=f"{impl.name}: {result.reason}")
+
+
+def check_case(op: Op, variant: str, inputs: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray],
+               params: Mapping[str, Any], tols: Mapping[str, Tolerance], options: Options,
+               impl: Implementation | None = None, stored: Mapping[str, np.ndarray] | None = None,
+               stored_by: str | None = None, **row: Any) -> tuple[VerifyRow, dict[str, np.ndarray] | None]:
+    """Run the backend (or `impl`) once (twice for the determinism probe) and compare every output it
+    gives with `expected`; `stored` compares those captured outputs (of `stored_by`) instead of
+    running anything. The row and the outputs that were compared (None: nothing ran)."""
+    started = time.perf_counter()
+    config = op.describe(variant, inputs, params)
+    ours = impl is None and stored is None
+    kernel = options.kernel_for(op, variant) if ours else None
+    if kernel is not None:
+        config = config | {"kernel": kernel}
+    if stored is not None:
+        produce = functools.partial(_Ran, dict(stored))
+    elif impl is None:
+        produce = functools.partial(_run_backend, op, variant, inputs, params, options, kernel, row.get("case"))
+    else:
+        produce = functools.partial(_run_impl, impl, op, variant, inputs, params, expected)
+    name = options.backend if ours else (impl.name if impl is not None else stored_by)
+    base = dict(op=op.name, variant=variant, backend=name, config=config, impl=None if ours else name,
+                captured=stored is not None, **row)
+    ran = produce()
+    deterministic = None
+    if options.determinism and ran.outputs is not None and stored is None:
+        again = produce()
+        deterministic = again.outputs is not None and all(
+            np.array_equal(ran.outputs[k].view(np.uint8), again.outputs[k].view(np.uint8)) for k in ran.outputs)
+    if ran.outputs is None:
+        return VerifyRow(passed=False, error=ran.error, skipped=ran.skipped,
+                         seconds=time.perf_counter() - started, **base), None
+    names = list(op.outputs) if ours else [n for n in op.outputs if n in ran.outputs]
+    checks = tuple(compare_output(name, ran.outputs.get(name), expected[name], tols[name]) for name in names)
     if not options.keep_worst:
         checks = tuple(c if not c.passed else replace(c, worst=()) for c in checks)
-    return VerifyRow(op=op.name, variant=variant, backend=options.backend, config=config,
-                     passed=all(c.passed for c in checks), outputs=checks, deterministic=deterministic,
-                     seconds=time.perf_counter() - started, loosened=loosened(op, variant, tols), **row)
+    return VerifyRow(passed=all(c.passed for c in checks), outputs=checks, deterministic=deterministic,
+                     seconds=time.perf_counter() - started, loosened=loosened(op, variant, tols),
+                     not_compared=tuple(n for n in op.outputs if n not in names), **base), ran.outputs
+
+
+def with_parity(row: VerifyRow, ours: Mapping[str, np.ndarray] | None, against: Implementation, op: Op,
+                variant: str, inputs, params, expected) -> VerifyRow:
+    """`row` (ours) with the parity of `against` on the same inputs (kdtr.impl.parity, reference: the
+    expected outputs), or the reason there is none."""
+    from .impl import parity
+
+    if not against.serves(op.name, variant):
+        return replace(row, parity={"theirs": against.name, "reason": f"{against.name} does not serve "
+                                                                        f"{op.name}/{variant}"})
+    if ours is None:
+        return replace(row, parity={"theirs": against.name, "reason": f"{row.backend} gave no outputs"})
+    theirs = _run_impl(against, op, variant, inputs, params, expected)
+    if theirs.outputs is None:
+        why = f"skipped: {theirs.skipped}" if theirs.skipped else f"failed: {theirs.error}"
+        return replace(row, parity={"theirs": against.name, "reason": why})
+    found = parity(op, variant, ours, theirs.outputs, ours_name=row.backend, theirs_name=against.name,
+                   reference=expected, inputs=inputs, params=params)
+    return replace(row, parity=found.to_json())
 
 
 def looser(tol: Tolerance, default: Tolerance) -> bool:
@@ -227,16 +324,26 @@ class LoadedCase:
     params: dict[str, Any]
     case: str
     inputs: dict[str, np.ndarray]
-    expected: dict[str, np.ndarray]
+    expected: dict[str, np.ndarray]   # the stored outputs: the golden, the captured ones, or none
+    source: str = GOLDEN              # golden | reference (inputs only) | captured (kdtr.capture)
+    captured_by: str | None = None    # who produced the captured outputs
 
 
 def load_case(path: str | Path) -> LoadedCase:
-    """Read a bundle and check it fits its op (names, dtypes, shapes, indices) before any backend runs."""
+    """Read a bundle and check it fits its op (names, dtypes, shapes, indices) before any backend runs.
+    A bundle of kdtr.capture (meta.expected) may store no outputs ("reference") or captured ones."""
+    from .capture import EXPECTED_CAPTURED, EXPECTED_REFERENCE
+
     bundle = read_bundle(path)
     op, variant, params, case = bundle_case(bundle)
     inputs, expected = bundle.arrays("input"), bundle.arrays("output")
+    source = bundle.meta.get("expected", GOLDEN)
     fault = backends.expected_dtype_check(op, variant, inputs)
-    if fault is None and sorted(expected) != sorted(op.outputs):
+    if source not in (GOLDEN, EXPECTED_REFERENCE, EXPECTED_CAPTURED):
+        fault = f"meta.expected {source!r} is not one of {EXPECTED_REFERENCE!r}, {EXPECTED_CAPTURED!r}"
+    elif fault is None and source == EXPECTED_REFERENCE and expected:
+        fault = f"meta.expected is {EXPECTED_REFERENCE!r} but the bundle stores outputs {sorted(expected)}"
+    elif fault is None and source != EXPECTED_REFERENCE and sorted(expected) != sorted(op.outputs):
         fault = f"outputs {sorted(expected)} do not match {op.name}'s {sorted(op.outputs)}"
     if fault is None:
         try:
@@ -245,26 +352,50 @@ def load_case(path: str | Path) -> LoadedCase:
             fault = str(err)
     if fault:
         raise KdtrError(fault, file=path)
-    return LoadedCase(bundle, op, variant, params, case, inputs, expected)
+    captured_by = str(bundle.meta.get("captured_by", "unknown")) if source == EXPECTED_CAPTURED else None
+    return LoadedCase(bundle, op, variant, params, case, inputs, expected, source, captured_by)
 
 
 def verify_bundle(path: str | Path, options: Options) -> list[VerifyRow]:
-    """Rows for one bundle: its golden, then `options.trials` fresh-input trials."""
+    """Rows for one bundle: its golden, then `options.trials` fresh-input trials, each run by the
+    backend (with `options.against` beside it) or by each of `options.impls` that serves the op and
+    variant (none: no rows). A bundle without a golden is compared with the reference computed here;
+    captured outputs are a row of their own, the capturing implementation's, against it."""
     loaded = load_case(path)
     bundle, op, variant, params, case = loaded.bundle, loaded.op, loaded.variant, loaded.params, loaded.case
-    inputs, expected = loaded.inputs, loaded.expected
+    impls = [impl for impl in options.implementations() if impl.serves(op.name, variant)]
+    if options.impls and not impls:
+        return []
+    inputs, expected, how = loaded.inputs, loaded.expected, GOLDEN
+    if loaded.source != GOLDEN:
+        from .impl.builtin import reference_outputs
+
+        expected, how = reference_outputs(op, variant, inputs, params), REFERENCE
     tols = tolerances(op, variant, bundle.meta.get("tolerance"), options, file=path)
     file = report.portable(path)
-    rows = [check_case(op, variant, inputs, expected, params, tols, options,
-                       case=case, file=file, seed=bundle.meta.get("seed"))]
+    against = options.implementation(options.against) if options.against else None
+
+    def rows_for(inputs, expected, params, **row) -> list[VerifyRow]:
+        if impls:
+            return [check_case(op, variant, inputs, expected, params, tols, options, impl, **row)[0]
+                    for impl in impls]
+        got, ours = check_case(op, variant, inputs, expected, params, tols, options, **row)
+        if against is not None:
+            got = with_parity(got, ours, against, op, variant, inputs, params, expected)
+        return [got]
+
+    rows = rows_for(inputs, expected, params, case=case, file=file, seed=bundle.meta.get("seed"), expected_from=how)
+    if loaded.captured_by is not None:
+        rows.append(check_case(op, variant, inputs, expected, params, tols, options, stored=loaded.expected,
+                               stored_by=loaded.captured_by, case=case, file=file, expected_from=how)[0])
     case_params, seed = bundle.meta.get("case_params"), bundle.meta.get("seed")
     if options.trials and isinstance(case_params, dict) and isinstance(seed, int):
         for trial in range(1, options.trials + 1):
             fresh = Case(case, op.name, variant, trial_seed(seed, trial), dict(case_params))
             generated = op.generate(fresh)
             reference = op.reference(variant, generated.inputs, generated.params)
-            rows.append(check_case(op, variant, generated.inputs, reference, generated.params, tols,
-                                   options, case=case, file=file, trial=trial, seed=fresh.seed))
+            rows += rows_for(generated.inputs, reference, generated.params, case=case, file=file, trial=trial,
+                             seed=fresh.seed)
     return rows
 
 
@@ -317,16 +448,20 @@ class VerifyRecord:
     rows: tuple[VerifyRow, ...]
     errors: tuple[str, ...] = ()
     kernels: tuple[dict[str, Any], ...] | None = None
+    not_run: tuple[str, ...] = ()     # bundles no given implementation serves (--impl)
 
     @property
     def summary(self) -> dict[str, Any]:
+        """Counts; `skipped` and `not_run` only where there are some (--impl runs)."""
+        skipped = sum(r.skipped is not None for r in self.rows)
         return {"cases": len(self.rows), "passed": sum(r.passed for r in self.rows),
-                "failed": sum(not r.passed for r in self.rows), "errors": list(self.errors)}
+                "failed": sum(r.failed for r in self.rows), **({"skipped": skipped} if skipped else {}),
+                **({"not_run": len(self.not_run)} if self.not_run else {}), "errors": list(self.errors)}
 
     def to_plain(self) -> dict[str, Any]:
         return {"kind": report.VERIFY_KIND, "meta": self.meta, "summary": self.summary,
                 "rows": [row.to_plain() for row in self.rows], "errors": list(self.errors),
-                "kernels": None if self.kernels is None else list(self.kernels)}
+                "kernels": None if self.kernels is None else list(self.kernels), "not_run": list(self.not_run)}
 
     @staticmethod
     def from_plain(data: Any, file: str | Path | None = None) -> "VerifyRecord":
@@ -343,10 +478,12 @@ class VerifyRecord:
             field = "errors"
             errors = tuple(str(e) for e in data["errors"])
             kernels = data.get("kernels")
+            field = "not_run"
+            not_run = tuple(str(e) for e in data.get("not_run", ()))
         except (KeyError, TypeError, ValueError, AttributeError) as err:
             raise UsageError(f"malformed verify record: {type(err).__name__}: {err}", file=file,
                              field=field) from None
-        return VerifyRecord(meta, tuple(rows), errors, None if kernels is None else tuple(kernels))
+        return VerifyRecord(meta, tuple(rows), errors, None if kernels is None else tuple(kernels), not_run)
 
 
 def _kind(data: Any) -> Any:
@@ -355,11 +492,21 @@ def _kind(data: Any) -> Any:
 
 def verify_record(rows: Iterable[VerifyRow], errors: Iterable[str], *, suite: str,
                   shard: Any = None, kernels: Iterable[dict] | None = None,
-                  command: str = "verify") -> VerifyRecord:
-    """A run's record; `shard` is a parallel.Shard (None: the whole selection, "1/1")."""
+                  command: str = "verify", not_run: Iterable[str] = (),
+                  implementations: Mapping[str, dict] | None = None) -> VerifyRecord:
+    """A run's record; `shard` is a parallel.Shard (None: the whole selection, "1/1");
+    `implementations` (--impl, --against): name -> what `implementation_info` says of it."""
     meta = report.record_meta(command) | {
         "shard": f"{shard.index}/{shard.count}" if shard is not None else "1/1", "suite_sha256": suite}
-    return VerifyRecord(meta, tuple(rows), tuple(errors), None if kernels is None else tuple(kernels))
+    if implementations:
+        meta["implementations"] = dict(implementations)
+    return VerifyRecord(meta, tuple(rows), tuple(errors), None if kernels is None else tuple(kernels),
+                        tuple(not_run))
+
+
+def implementation_info(impl: Implementation) -> dict[str, Any]:
+    """What a record keeps of an implementation: its versions() and why it cannot run here (if so)."""
+    return {"versions": impl.versions(), "unavailable": impl.unavailable(), "doc": impl.doc}
 
 
 def load_verify(path: str | Path) -> VerifyRecord:
@@ -385,4 +532,5 @@ def merge_verify(paths: Iterable[str | Path]) -> VerifyRecord:
     kernels = [k for r in records for k in (r.kernels or ())]
     return VerifyRecord(meta, tuple(row for r in records for row in r.rows),
                         tuple(e for r in records for e in r.errors),
-                        tuple(kernels) if any(r.kernels is not None for r in records) else None)
+                        tuple(kernels) if any(r.kernels is not None for r in records) else None,
+                        tuple(e for r in records for e in r.not_run))

@@ -116,3 +116,39 @@ def test_bench_with_worker_processes_times_every_case_once(tmp_path):
     cases = sorted(row["case"] for row in data["rows"] if row["primary"])
     assert cases == ["b2_n4", "b3_n8", "b4_n2"]
     assert len(data["meta"]["merged_from"]) == 2
+
+
+def _occupancy(task):
+    """A worker's unit for bounded_map: how many tasks (itself included) run while it does."""
+    import time
+    from pathlib import Path
+
+    folder, index = task
+    marker = Path(folder) / f"running-{index}"
+    marker.touch()
+    time.sleep(0.3)
+    seen = len(list(Path(folder).glob("running-*")))
+    marker.unlink()
+    if index == 99:
+        raise ValueError("task 99 fails")
+    return index, seen
+
+
+def test_bounded_map_keeps_the_order_and_the_budget(tmp_path):
+    from kdtr.parallel import bounded_map
+
+    tasks = [(str(tmp_path), i) for i in range(5)]
+    got = list(bounded_map(_occupancy, tasks, jobs=3, cost=lambda task: 1, budget=1))
+    assert [index for index, _ in got] == list(range(5))
+    assert max(seen for _, seen in got) == 1          # a budget of one cost unit: one at a time
+    got = list(bounded_map(_occupancy, tasks, jobs=3, cost=lambda task: 1, budget=2))
+    assert [index for index, _ in got] == list(range(5)) and max(seen for _, seen in got) <= 2
+
+
+def test_bounded_map_raises_a_workers_error_in_its_turn(tmp_path):
+    from kdtr.parallel import bounded_map
+
+    results = bounded_map(_occupancy, [(str(tmp_path), 0), (str(tmp_path), 99), (str(tmp_path), 1)], jobs=2)
+    assert next(results)[0] == 0
+    with pytest.raises(ValueError, match="task 99 fails"):
+        next(results)

@@ -105,3 +105,17 @@ def test_the_memory_estimate_bounds_the_measured_peak(op, variant, params):
         tracemalloc.stop()
     estimate = implementation.estimate_bytes(variant, full)
     assert peak <= estimate <= 4 * peak, (peak, estimate)
+
+
+def test_gen_refs_in_worker_processes_writes_the_same_bytes_in_the_same_order(tmp_path):
+    from kdtr import refs, spec
+
+    suite_file = tmp_path / "tree_accept.yaml"
+    suite_file.write_text("op: tree_accept\nseed: 5\ncases:\n  - {batch: 3, budget: 6}\n  - {batch: 2, budget: 9}\n"
+                          "  - {batch: 4, budget: 5}\n")
+    cases = [(s, c) for s in spec.load_suites([suite_file]) for c in s.cases]
+    alone = list(refs.gen_refs(cases, tmp_path / "one", jobs=1))
+    pooled = list(refs.gen_refs(cases, tmp_path / "pool", jobs=2, mem_limit=1 << 40))
+    assert [r.case for r in pooled] == [c.name for _, c in cases] == [r.case for r in alone]
+    for a, b in zip(alone, pooled):
+        assert b.status == "written" and a.path.read_bytes() == b.path.read_bytes()

@@ -11,6 +11,8 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from ..errors import UsageError
+from ..impl import ImplUnavailable, resolved
+from ..ops.base import Baseline
 from .cases import BenchItem, collect_items
 from .ceilings import Ceilings, gpu_clocks, measure_ceilings
 from .record import (TIME_LIMIT_SKIP, BenchRecord, BenchRow, _jsonable, bench_meta, settings_dict, with_figures,
@@ -245,6 +247,10 @@ class _CaseRunner:
         for name, baseline in self.baselines.items():
             if self._wanted(name, baseline):
                 entries.append(self._baseline(name, baseline, mode))
+        for spec in self.settings.impls:
+            impl = resolved(spec)
+            if impl.serves(self.op.name, self.item.variant):
+                entries.append(self._implementation(impl, mode))
         slots = [i for i, (_, sampler) in enumerate(entries) if sampler is not None]
         again = [i for i, o in enumerate(ours) if o.sampler is not None] if self.settings.repeat else []
         samplers = [entries[i][1] for i in slots] + [ours[i].sampler for i in again]
@@ -356,9 +362,36 @@ class _CaseRunner:
             return row
         return _Ours(row, sampler, after, got, build)
 
-    def _baseline(self, name: str, baseline, mode: str) -> tuple[BenchRow, Sampler | None]:
+    def _implementation(self, impl, mode: str) -> tuple[BenchRow, Sampler | None]:
+        """Another implementation (--impl) as a baseline: its prepare untimed, its call timed (a host
+        clock where it runs on the CPU), its outputs held to ops.md's contract and the op's own
+        tolerances; its versions() in the row's extra."""
+        from ..impl.base import check_outputs as contract, device_for
+
+        op, variant = self.op, self.item.variant
+        skip = impl.unavailable()
+        device = device_for(impl)
+        if skip is None and device != self.env.device:
+            skip = f"runs on {device}; this run's inputs are on {self.env.device}"
+
+        def prepare(variant, inputs, params):
+            return impl.prepare(op, variant, inputs, params)
+
+        def fault(got):
+            return contract(op, variant, got, op.output_specs(variant, self.inputs, self.params),
+                            impl.provides(op, variant), self.expected)
+
+        baseline = Baseline(prepare, clock="host" if device == "cpu" else "device", skip=skip, doc=impl.doc)
+        row, sampler = self._baseline(impl.name, baseline, mode, self.tolerances, fault)
+        return replace(row, extra={**row.extra, "implementation": {"versions": impl.versions(), "doc": impl.doc}}), \
+            sampler
+
+    def _baseline(self, name: str, baseline, mode: str, tolerances=None,
+                  fault: Callable[[Mapping[str, Any]], str | None] | None = None) -> tuple[BenchRow, Sampler | None]:
         """A baseline's row (not yet timed) and its sampler (None: skipped, failed or wrong): its
-        outputs on the case's inputs are checked against the reference before it may be timed."""
+        outputs on the case's inputs are checked against the reference (with `tolerances`, default
+        the op's baseline ones; `fault`: why the raw outputs break a contract, first) before it may
+        be timed. An ImplUnavailable from its setup skips it with the reason."""
         env, item = self.env, self.item
         skip = baseline.skip
         if skip is None and self.settings.quick and baseline.slow_setup:
@@ -376,14 +409,21 @@ class _CaseRunner:
             call = baseline.prepare(item.variant, self.device_inputs, self.params)
             got = call()
             env.sync()
-            got = {n: _to_numpy(t) for n, t in got.items()}
+            broken = fault(got) if fault is not None else None
+            if broken is None:
+                got = {n: _to_numpy(t) for n, t in got.items()}
+        except ImplUnavailable as err:
+            return self._row(name, row_mode, False, timing=None, skip=str(err)), None
         except Exception as err:  # noqa: BLE001
             env.cleanup()
             if _is_oom(err):
                 return self._row(name, row_mode, False, timing=None, skip=f"out of memory: {_first_line(err)}"), None
             return self._row(name, row_mode, False, timing=None, check_passed=False,
                              check=f"failed: {type(err).__name__}: {_first_line(err)}"), None
-        passed, note = check_outputs(self.op, got, self.expected, self.baseline_tolerances, require_all=False)
+        if broken is not None:
+            return self._row(name, row_mode, False, timing=None, check_passed=False, check=broken), None
+        passed, note = check_outputs(self.op, got, self.expected, tolerances or self.baseline_tolerances,
+                                     require_all=False)
         del got
         if not passed:
             return self._row(name, row_mode, False, timing=None, check_passed=False, check=note), None

@@ -109,6 +109,9 @@ class BenchSettings:
     # Our kernels forced by name, timed against each other (the first is the reference point of
     # their speedups) in every case whose op and variant have them; () times the launch's own choice.
     kernels: tuple[KernelBuild, ...] = ()
+    # Other implementations (kdtr.impl specs: --impl), each timed as a row of its own in the cases
+    # whose op and variant it serves, checked against the reference with the op's tolerances first.
+    impls: tuple[str, ...] = ()
 
 
 Progress = Callable[[str, int, int], None]        # (what is running, cases done, cases in all)

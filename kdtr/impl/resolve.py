@@ -12,6 +12,7 @@ Specs, tried in this order:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import importlib.util
@@ -56,6 +57,13 @@ def resolve(spec: str) -> Implementation:
     known = ", ".join([*builtin_names(), *sorted(points)])
     raise UsageError(f"unknown implementation {spec!r}; choose one of {known}, or give "
                      "OP[/VARIANT]=module:function or OP[/VARIANT]=path/to/file.py:function")
+
+
+@functools.lru_cache(maxsize=None)
+def resolved(spec: str) -> Implementation:
+    """`resolve(spec)` once per process: verify and bench call it per case (a worker process resolves
+    the specs it was handed again)."""
+    return resolve(spec)
 
 
 def resolve_all(specs: Iterable[str]) -> tuple[Implementation, ...]:

@@ -10,12 +10,19 @@ the tree mask as bool with mask_indptr (int64), max_len_extend = Q, is_causal=Tr
 skip_prefix_custom_mask=True, logit_cap=0, k_scale = v_scale = 1 where the installed version takes
 them. Releases whose extend_attention_fwd takes `lse_extend` also give `lse`; older ones give `out`
 only, and the implementation declares just that output for them.
+
+Only the kernel's own module runs, not SGLang's runtime: sglang's package __init__s are bypassed,
+and where `sglang.srt.utils` (whose __init__ imports the serving runtime: orjson, psutil, zmq, ...)
+does not import, a stand-in with just the five platform probes the attention kernels import is
+registered in its place (`versions()["platform_probes"]` says so, and why). The kernel code itself
+is SGLang's, unmodified.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import importlib.machinery
 import importlib.util
 import inspect
 import sys
@@ -98,33 +105,32 @@ def from_sglang(arguments: Mapping[str, Any]) -> dict[str, Any]:
 # -- (b) the call ----------------------------------------------------------------------------------
 
 @functools.lru_cache(maxsize=1)
-def _kernel() -> tuple[Any, str] | str:
-    """(extend_attention_fwd, its module name), or why it cannot be had."""
+def _kernel() -> tuple[Any, str, str | None] | str:
+    """(extend_attention_fwd, its module name, why the platform probes are a stand-in or None), or
+    why it cannot be had."""
     if importlib.util.find_spec("sglang") is None:
         return "sglang is not importable (no module named 'sglang')"
     faults = []
     for name in MODULES:
         try:
+            stand_in = _platform_probes()
             module = _import_light(name)
         except Exception as err:  # noqa: BLE001 - each module path's failure is part of the reason
             faults.append(f"{name}: {first_line(err)}")
             continue
         fn = getattr(module, KERNEL, None)
         if fn is not None:
-            return fn, name
+            return fn, name, stand_in
         faults.append(f"{name} has no {KERNEL}")
     return "SGLang's Triton extend attention cannot be imported: " + "; ".join(faults)
 
 
-def _import_light(name: str):
-    """Import `name` without running the __init__ of sglang's packages when sglang's runtime is not
-    already loaded: each parent package not yet in sys.modules is registered as a bare package over
-    its real folder, so only the kernel module and what it imports itself execute. (Those bare
-    packages stay registered: a later `import sglang` in this process sees a package without its
-    __init__'s names.)"""
-    if "sglang" in sys.modules:
-        return importlib.import_module(name)
-    root = Path(importlib.util.find_spec("sglang").submodule_search_locations[0])
+def _bare_parents(name: str) -> None:
+    """Register each parent package of `name` not yet in sys.modules as a bare package over its
+    real folder, so no package __init__ of sglang runs (they import SGLang's serving runtime)."""
+    loaded = sys.modules.get("sglang")
+    root = Path((loaded.__path__ if loaded is not None else
+                 importlib.util.find_spec("sglang").submodule_search_locations)[0])
     parts = name.split(".")
     for depth in range(1, len(parts)):
         package = ".".join(parts[:depth])
@@ -134,10 +140,90 @@ def _import_light(name: str):
         if not folder.is_dir():
             raise ModuleNotFoundError(f"no package {package} in {root}")
         module = types.ModuleType(package)
+        module.__spec__ = importlib.machinery.ModuleSpec(package, None, is_package=True)
+        module.__spec__.submodule_search_locations = [str(folder)]
         module.__path__ = [str(folder)]
         module.__package__ = package
+        module.__kdtree_bare__ = True
         sys.modules[package] = module
+
+
+def _runtime_loaded() -> bool:
+    """sglang itself (its __init__ run) is imported in this process: import through it as it is."""
+    return "sglang" in sys.modules and not getattr(sys.modules["sglang"], "__kdtree_bare__", False)
+
+
+def _import_light(name: str):
+    """Import `name` without running the __init__ of sglang's packages when sglang's runtime is not
+    already loaded (`_bare_parents`): only the kernel module and what it imports itself execute.
+    (Those bare packages stay registered: a later `import sglang` in this process sees a package
+    without its __init__'s names.)"""
+    if not _runtime_loaded():
+        _bare_parents(name)
     return importlib.import_module(name)
+
+
+UTILS = "sglang.srt.utils"
+PROBES = ("is_hip", "is_cuda", "is_gfx95_supported", "is_gfx1250_supported", "get_device_core_count")
+
+
+def _platform_probes() -> str | None:
+    """SGLang's attention kernels import five platform probes from sglang.srt.utils, whose
+    __init__ imports SGLang's serving runtime (orjson, psutil, zmq, ...), absent where only the
+    kernels are wanted. Its real module is used when it imports (None); otherwise a stand-in with
+    the five probes is registered in its place and the first line of the import error returned."""
+    if UTILS in sys.modules:
+        return None
+    if not _runtime_loaded():
+        _bare_parents(UTILS)
+    try:
+        importlib.import_module(UTILS)
+        return None
+    except Exception as err:  # noqa: BLE001 - any failure of the runtime's import is the reason
+        for name in [n for n in sys.modules if n == UTILS or n.startswith(UTILS + ".")]:
+            del sys.modules[name]           # half-imported leftovers of the failed import
+        sys.modules[UTILS] = _stand_in()
+        return first_line(err)
+
+
+def _stand_in() -> types.ModuleType:
+    """`sglang.srt.utils` with only the probes, defined as SGLang 0.5.23's utils/common.py defines them."""
+    module = types.ModuleType(UTILS, "kdtree's stand-in for SGLang's platform probes (" + ", ".join(PROBES) + ")")
+    for name in PROBES:
+        setattr(module, name, globals()["_" + name])
+    return module
+
+
+def _is_hip() -> bool:
+    import torch
+
+    return torch.version.hip is not None
+
+
+def _is_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available() and torch.version.cuda is not None
+
+
+def _gcn_arch_has(gfx: str) -> bool:
+    import torch
+
+    return bool(torch.version.hip) and gfx in torch.cuda.get_device_properties(0).gcnArchName
+
+
+def _is_gfx95_supported() -> bool:
+    return _gcn_arch_has("gfx95")
+
+
+def _is_gfx1250_supported() -> bool:
+    return _gcn_arch_has("gfx1250")
+
+
+def _get_device_core_count(device_id: int = 0) -> int:
+    import torch
+
+    return torch.cuda.get_device_properties(device_id).multi_processor_count if torch.cuda.is_available() else 0
 
 
 def _probe() -> str | None:
@@ -150,12 +236,12 @@ def _probe() -> str | None:
 
 
 def _parameters() -> tuple[str, ...]:
-    fn, _ = _kernel()
+    fn = _kernel()[0]
     return tuple(inspect.signature(fn).parameters)
 
 
 def _prepare(op, variant, inputs, params):
-    fn, _ = _kernel()
+    fn = _kernel()[0]
     arguments = bind(_parameters(), to_sglang(inputs, params))
 
     def call():
@@ -166,8 +252,11 @@ def _prepare(op, variant, inputs, params):
 
 def _versions() -> dict:
     got = _kernel()
-    return {"sglang": package_version("sglang"), "triton": package_version("triton"),
-            "module": None if isinstance(got, str) else got[1]}
+    if isinstance(got, str):
+        return {"sglang": package_version("sglang"), "triton": package_version("triton"), "module": None}
+    probes = UTILS if got[2] is None else f"kdtree's stand-in ({UTILS} does not import: {got[2]})"
+    return {"sglang": package_version("sglang"), "triton": package_version("triton"), "module": got[1],
+            "platform_probes": probes}
 
 
 def _outputs() -> tuple[str, ...]:
