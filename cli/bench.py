@@ -12,7 +12,6 @@ from typing import List, Optional
 import typer
 from kdtr.errors import UsageError
 
-from .bench_view import bench_view, compare_view
 from .app import EXIT_FAILED, EXIT_OK, DevicesOpt, ShardOpt, app, check_writable, default_specs_dir, flag, guarded
 from .app import emit_json as _emit_json, gpu_count as _gpu_count
 
@@ -197,6 +196,8 @@ def bench_cmd(
     if old is not None and len(paths) == 1 and paths[0].suffix == ".json":
         comparison = bench.compare_records(old, bench.load_record(paths[0]), threshold)
         with quiet_stdout:
+            from .bench_view import compare_view
+
             compare_view(comparison, str(compare), str(paths[0]), verbose=verbose, quiet=quiet)
         if json_path:
             _emit_json(json_path, comparison)
@@ -235,6 +236,8 @@ def bench_cmd(
     with quiet_stdout:
         record = _run(paths, pattern, quick, shard, devices, settings, targets, quiet)
         if not to_stdout:
+            from .bench_view import bench_view
+
             bench_view(record, verbose=verbose, quiet=quiet, wide=wide)
         for path in targets:
             bench.write_record(path, record)
@@ -249,6 +252,8 @@ def bench_cmd(
         code = bench.exit_status(record)
         if old is not None:
             comparison = bench.compare_records(old, record, threshold)
+            from .bench_view import compare_view
+
             compare_view(comparison, str(compare), "this run", verbose=verbose, quiet=quiet)
             if comparison.regressions:
                 code = EXIT_FAILED
@@ -302,6 +307,8 @@ def report_cmd(
     if len(record_paths) != 1:
         raise UsageError("give one record (or several with --merge OUT.json)")
     record = bench.load_record(record_paths[0])
+    from .bench_view import bench_view
+
     bench_view(record, verbose=verbose, quiet=quiet, wide=wide)
     if csv_path:
         atomic_write(csv_path, bench.bench_csv(record))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import ml_dtypes
 import numpy as np
@@ -33,16 +34,29 @@ def test_one_element_two_ulps_off_reads_two_at_its_position():
     theirs = {"out": ours["out"].copy(), "lse": reference["lse"].copy()}
     q_len = VERIFY_SMALL["budget"] + 1
     row = 2 * q_len + 3                                   # request 2, tree node 3
-    theirs["out"][row, 1, 100] = steps_up(ours["out"][row, 1, 100:101], 2)[0]
+    col = int(np.abs(ours["out"][row, 1].astype(np.float64)).argmax())     # above the output's rms
+    theirs["out"][row, 1, col] = steps_up(ours["out"][row, 1, col:col + 1], 2)[0]
     report = parity(op, "bf16_paged", ours, theirs, inputs=inputs, params=params)
     out = report.output("out")
     assert out.max_ulps == 2.0
-    assert out.worst_index == (row, 1, 100)
-    assert out.worst_position == {"batch": 2, "node": 3, "head": 1, "rest": [100]}
-    delta = abs(float(theirs["out"][row, 1, 100]) - float(ours["out"][row, 1, 100]))
+    assert out.worst_index == (row, 1, col)
+    assert out.worst_position == {"batch": 2, "node": 3, "head": 1, "rest": [col]}
+    delta = abs(float(theirs["out"][row, 1, col]) - float(ours["out"][row, 1, col]))
     assert out.max_abs == delta and out.mean_abs == pytest.approx(delta / out.count)
     assert report.output("lse").max_ulps == 0.0 and report.output("lse").rel_l2 == 0.0
     json.dumps(report.to_json(), allow_nan=False)        # JSON-ready
+
+
+def test_an_element_near_zero_is_measured_in_ulps_of_the_outputs_rms():
+    """Cancellation leaves a few elements near 0, where two correct kernels differ by their fp32
+    summation order: against the element's own ulp that read as 10^5 ulps on the H200."""
+    op, inputs, params = small_case("verify_attn", "fp32", **VERIFY_SMALL)
+    r = {"out": np.array([[4.0, -4.0], [4.0, 2.0 ** -20]], np.float32), "lse": np.ones(3, np.float32)}
+    b = {"out": r["out"] + np.array([[0, 0], [0, 2.0 ** -6]], np.float32), "lse": r["lse"]}
+    report = parity(op, "fp32", r, b, reference=r)
+    rms = math.sqrt((3 * 16 + 2.0 ** -40) / 4)            # 3.46: bf16 spacing 2^-6 there
+    assert rms < 4 and report.output("out").max_ulps == 1.0
+    assert report.output("out").worst_index == (1, 1)
 
 
 def test_rel_l2_and_the_reference_magnitude():
