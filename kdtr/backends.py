@@ -98,6 +98,18 @@ def run(backend: str, op: Op, variant: str, inputs: Mapping[str, np.ndarray],
     return {name: to_numpy(t) for name, t in (outputs if outputs is not None else result).items()}
 
 
+def input_fault(op: Op, variant: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any]) -> str | None:
+    """Why these inputs cannot be the variant's (names and dtypes, then the op's own shape and index
+    checks), or None: what a bundle read from disk and a capture from an engine both must pass."""
+    fault = expected_dtype_check(op, variant, inputs)
+    if fault is None:
+        try:
+            op.check_inputs(variant, inputs, params)
+        except ValueError as err:
+            fault = str(err)
+    return fault
+
+
 def expected_dtype_check(op: Op, variant: str, inputs: Mapping[str, np.ndarray]) -> str | None:
     """Why the inputs don't fit the variant (missing / unexpected names, wrong dtypes), or None."""
     specs = op.input_specs(variant)

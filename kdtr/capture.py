@@ -21,7 +21,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .backends import expected_dtype_check
+from .backends import input_fault
 from .dtypes import FLOAT_DTYPES, NUMPY_DTYPES, kdtr_dtype, to_numpy
 from .errors import KdtrError
 from .format import write_bundle
@@ -65,12 +65,7 @@ def save_bundle(path: str | Path, op: str, variant: str, inputs: Mapping[str, An
     if missing:
         raise KdtrError(f"params lacks {missing} ({op} needs them)", file=path)
     arrays = {name: _host(name, value, path) for name, value in inputs.items()}
-    fault = expected_dtype_check(the_op, variant, arrays)
-    if fault is None:
-        try:
-            the_op.check_inputs(variant, arrays, params)
-        except ValueError as err:
-            fault = str(err)
+    fault = input_fault(the_op, variant, arrays, params)
     if fault:
         raise KdtrError(fault, file=path)
     tensors = [(name, "input", arrays[name]) for name in the_op.input_specs(variant)]

@@ -338,18 +338,14 @@ def load_case(path: str | Path) -> LoadedCase:
     op, variant, params, case = bundle_case(bundle)
     inputs, expected = bundle.arrays("input"), bundle.arrays("output")
     source = bundle.meta.get("expected", GOLDEN)
-    fault = backends.expected_dtype_check(op, variant, inputs)
+    fault = None
     if source not in (GOLDEN, EXPECTED_REFERENCE, EXPECTED_CAPTURED):
         fault = f"meta.expected {source!r} is not one of {EXPECTED_REFERENCE!r}, {EXPECTED_CAPTURED!r}"
-    elif fault is None and source == EXPECTED_REFERENCE and expected:
+    elif source == EXPECTED_REFERENCE and expected:
         fault = f"meta.expected is {EXPECTED_REFERENCE!r} but the bundle stores outputs {sorted(expected)}"
-    elif fault is None and source != EXPECTED_REFERENCE and sorted(expected) != sorted(op.outputs):
+    elif source != EXPECTED_REFERENCE and sorted(expected) != sorted(op.outputs):
         fault = f"outputs {sorted(expected)} do not match {op.name}'s {sorted(op.outputs)}"
-    if fault is None:
-        try:
-            op.check_inputs(variant, inputs, params)
-        except ValueError as err:
-            fault = str(err)
+    fault = fault or backends.input_fault(op, variant, inputs, params)
     if fault:
         raise KdtrError(fault, file=path)
     captured_by = str(bundle.meta.get("captured_by", "unknown")) if source == EXPECTED_CAPTURED else None
