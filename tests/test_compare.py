@@ -122,3 +122,20 @@ def test_a_toleranced_output_passes_exactly_when_tol_share_is_at_most_one(values
     got = expected + np.array(noise[:len(values)], np.float32)
     check = compare_output("x", got, expected, Tolerance(atol=atol, rtol=rtol))
     assert check.passed == (check.tol_share <= 1.0)
+
+
+def test_the_torch_backend_is_held_to_the_baseline_bound_and_kernels_to_the_contract():
+    """verify's torch backend is an independent fp32 implementation (bench's `torch_fp32` baseline);
+    its summation order is its BLAS's, so it meets the bound bench holds it to, not the kernels'."""
+    from kdtr.ops import get_op
+    from kdtr.verify import Options, default_tolerances, loosened
+
+    op = get_op("verify_attn")
+    for variant in op.variants:
+        torch_tols = default_tolerances(op, variant, Options(backend="torch"))
+        assert torch_tols == op.baseline_tolerances(variant)
+        assert default_tolerances(op, variant, Options(backend="cuda")) == op.tolerances(variant)
+        assert default_tolerances(op, variant, Options(backend="numpy")) == op.tolerances(variant)
+        assert not loosened(op, variant, torch_tols, Options(backend="torch"))
+        assert loosened(op, variant, torch_tols, Options(backend="cuda")) == (torch_tols != op.tolerances(variant))
+    assert op.baseline_tolerances("bf16_paged")["lse"].atol > op.tolerances("bf16_paged")["lse"].atol
