@@ -21,7 +21,7 @@ from .test_cli import goldens  # noqa: F401  (fixture)
 
 START_LIMIT_S = 0.5
 TORCH_EXTRA_S = 0.3
-RUNS = 3                     # best of 3: a loaded 2-core CI box adds noise, never takes it away
+RUNS = 5                     # best of 5: a loaded 2-core CI box adds noise, never takes it away
 
 
 def timed(args, cwd, runs: int = RUNS) -> tuple[float, float, subprocess.CompletedProcess]:
