@@ -8,7 +8,6 @@ Exit codes everywhere: 0 all passed, 1 a case failed (or a bench regression), 2 
 from __future__ import annotations
 
 import functools
-import os
 import sys
 from contextlib import contextmanager, redirect_stdout
 from pathlib import Path
@@ -17,7 +16,7 @@ from typing import Any, Callable, Iterator
 import typer
 
 from kdtr import __version__
-from kdtr.errors import KdtreeError, UsageError
+from kdtr.errors import KdtreeError
 
 from . import render
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import gc
 import time
 from dataclasses import dataclass, replace
