@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import sys
 import time
 from dataclasses import replace
@@ -12,8 +11,9 @@ from typing import List, Optional
 import typer
 from kdtr.errors import UsageError
 
-from .app import EXIT_FAILED, EXIT_OK, DevicesOpt, ShardOpt, app, check_writable, default_specs_dir, flag, guarded
-from .app import emit_json as _emit_json, gpu_count as _gpu_count
+from .app import (EXIT_FAILED, EXIT_OK, DevicesOpt, JsonOut, ShardOpt, app, check_writable, default_specs_dir,
+                  flag, guarded)
+from .app import gpu_count as _gpu_count
 
 BENCH_HELP = (
     "Time our kernels and their baselines on the same inputs in one run, against ceilings measured "
@@ -188,19 +188,14 @@ def bench_cmd(
         raise UsageError("--threshold must be > 0")
     old = bench.load_record(compare) if compare else None
     paths = list(paths or [])
-    if json_path and json_path != "-":
-        check_writable(json_path, "--json")
-    to_stdout = json_path == "-"
-    # with --json -, stdout carries the JSON alone: whatever else would print goes to stderr
-    quiet_stdout = contextlib.redirect_stdout(sys.stderr) if to_stdout else contextlib.nullcontext()
+    json_out = JsonOut(json_path)      # with --json -, stdout carries the JSON alone
     if old is not None and len(paths) == 1 and paths[0].suffix == ".json":
         comparison = bench.compare_records(old, bench.load_record(paths[0]), threshold)
-        with quiet_stdout:
+        with json_out.tables():
             from .bench_view import compare_view
 
             compare_view(comparison, str(compare), str(paths[0]), verbose=verbose, quiet=quiet)
-        if json_path:
-            _emit_json(json_path, comparison)
+        json_out.write(lambda: comparison)
         raise typer.Exit(EXIT_FAILED if comparison.regressions else EXIT_OK)
     if any(p.suffix == ".json" for p in paths):
         raise UsageError("a .json argument is only read with --compare OLD.json NEW.json")
@@ -233,9 +228,9 @@ def bench_cmd(
         check_writable(targets[-1], "--save")
     if csv_path:
         check_writable(csv_path, "--csv")
-    with quiet_stdout:
+    with json_out.tables():
         record = _run(paths, pattern, quick, shard, devices, settings, targets, quiet)
-        if not to_stdout:
+        if not json_out.to_stdout:
             from .bench_view import bench_view
 
             bench_view(record, verbose=verbose, quiet=quiet, wide=wide)
@@ -257,7 +252,7 @@ def bench_cmd(
             compare_view(comparison, str(compare), "this run", verbose=verbose, quiet=quiet)
             if comparison.regressions:
                 code = EXIT_FAILED
-    if to_stdout:
+    if json_out.to_stdout:             # samples inline: no sidecar beside stdout
         sys.stdout.write(bench.record_text(record))
     raise typer.Exit(code)
 
