@@ -44,11 +44,7 @@ def _default_specs() -> list[Path]:
 
 
 def _items(paths: list[Path], pattern: Optional[str], quick: bool, shard: Optional[str]):
-    """The cases of this shard, and the meta that lets `report --merge` check shards join: the
-    shard ("I/N") and a digest of the whole selection before sharding."""
-    import hashlib
-    import json
-
+    """The cases of this shard, and the meta that lets `report --merge` check shards join."""
     from kdtr import bench, parallel
 
     selected = bench.collect_items(paths, pattern, quick)
@@ -56,9 +52,7 @@ def _items(paths: list[Path], pattern: Optional[str], quick: bool, shard: Option
     items = parallel.shard_items(selected, _key, spec)
     if not items:
         raise UsageError(f"no case matches -k {pattern!r}" if pattern else "no cases to bench")
-    digest = hashlib.sha256(json.dumps(sorted([_key(i), i.variant, i.params] for i in selected),
-                                       sort_keys=True, default=str).encode()).hexdigest()
-    return items, {"shard": f"{spec.index}/{spec.count}" if spec else "1/1", "suite_sha256": digest}
+    return items, bench.selection_meta(selected, spec)
 
 
 def _key(item) -> str:
@@ -339,13 +333,9 @@ def _merge(paths: List[Path], out: Path) -> None:
               f"{len(summary['errors'])} input errors -> {out}")
         raise typer.Exit(1 if summary["failed"] else (2 if summary["errors"] else 0))
     if set(kinds) == {bench.RECORD_KIND}:
-        records = [bench.load_record(p) for p in paths]
-        problems = report.check_shards([r.meta for r in records], [str(p) for p in paths])
-        if problems:
-            raise UsageError("these bench records are not the shards of one run: " + "; ".join(problems))
-        shards = sorted((r.meta["shard"] for r in records), key=lambda s: int(s.split("/")[0]))
-        merged_bench = bench.merge_records(records)
-        bench.write_record(out, replace(merged_bench, meta=merged_bench.meta | {"shard": "1/1", "shards": shards}))
-        print(f"merged {len(paths)} bench records (shards {', '.join(shards)}): {len(merged_bench.rows)} rows -> {out}")
+        merged_bench = bench.merge_shards([bench.load_record(p) for p in paths], [report.portable(p) for p in paths])
+        bench.write_record(out, merged_bench)
+        print(f"merged {len(paths)} bench records (shards {', '.join(merged_bench.meta['shards'])}): "
+              f"{len(merged_bench.rows)} rows -> {out}")
         raise typer.Exit(0)
     raise UsageError(f"--merge takes records of one kind (verify or bench); got {sorted(map(str, set(kinds)))}")

@@ -34,6 +34,11 @@ class Shard:
             raise UsageError(f"--shard {text!r}: need 1 <= I <= N")
         return Shard(index, count)
 
+    @staticmethod
+    def label(shard: "Shard | None") -> str:
+        """The shard as a record names it, "I/N"; a run without --shard is "1/1"."""
+        return f"{shard.index}/{shard.count}" if shard is not None else "1/1"
+
     def owns(self, key: str) -> bool:
         """crc32 of the key: stable across machines, Python versions and suite order."""
         return zlib.crc32(key.encode("utf-8")) % self.count == self.index - 1

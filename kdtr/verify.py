@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import numpy as np
 
-from . import backends, report
+from . import backends, parallel, report
 from .compare import OutputCheck, compare_output
 from .errors import KdtrError, KdtreeError, LaunchError, UsageError
 from .format import MAGIC, PREAMBLE, Bundle, read_bundle
@@ -504,7 +504,7 @@ def verify_record(rows: Iterable[VerifyRow], errors: Iterable[str], *, suite: st
     """A run's record; `shard` is a parallel.Shard (None: the whole selection, "1/1");
     `implementations` (--impl, --against): name -> what `implementation_info` says of it."""
     meta = report.record_meta(command) | {
-        "shard": f"{shard.index}/{shard.count}" if shard is not None else "1/1", "suite_sha256": suite}
+        "shard": parallel.Shard.label(shard), "suite_sha256": suite}
     if implementations:
         meta["implementations"] = dict(implementations)
     return VerifyRecord(meta, tuple(rows), tuple(errors), None if kernels is None else tuple(kernels),

@@ -1348,3 +1348,34 @@ def test_source_digest_names_the_code_not_the_checkout(tmp_path):
     assert changed != first
     (tmp_path / "kdtr" / "x.py").rename(tmp_path / "kdtr" / "y.py")     # same bytes, other path
     assert source_digest.__wrapped__(tmp_path) != changed
+
+
+def test_bench_shards_merge_only_when_they_make_one_run():
+    """`report --merge` of bench records: the shards of one selection join; a shard twice, a
+    missing one or one of another selection is refused, naming the record."""
+    from dataclasses import replace
+
+    from kdtr.errors import UsageError
+
+    def shard(i, n, suite="a" * 64):
+        rec = record(seed=i)
+        return replace(rec, meta=rec.meta | {"shard": f"{i}/{n}", "suite_sha256": suite})
+
+    merged = bench.merge_shards([shard(2, 2), shard(1, 2)], ["b.json", "a.json"])
+    assert merged.meta["shards"] == ["1/2", "2/2"] and merged.meta["shard"] == "1/1"
+    assert len(merged.rows) == 2 * len(record().rows)
+    for bad in ([shard(1, 2), shard(1, 2)], [shard(1, 2)], [shard(1, 2), shard(2, 2, suite="b" * 64)]):
+        with pytest.raises(UsageError, match="not the shards of one run"):
+            bench.merge_shards(bad, [f"r{i}.json" for i in range(len(bad))])
+
+
+def test_bench_selection_meta_names_the_shard_and_the_whole_selection():
+    from kdtr.parallel import Shard
+
+    items = [bench.BenchItem(f"c{i}", "tree_accept", "default", {"batch": i}, "s.yaml", lambda: None)
+             for i in range(4)]
+    whole = bench.selection_meta(items, None)
+    assert whole["shard"] == "1/1"
+    assert bench.selection_meta(items, Shard(2, 3)) == {"shard": "2/3", "suite_sha256": whole["suite_sha256"]}
+    other = bench.selection_meta(items[:3], None)["suite_sha256"]
+    assert other != whole["suite_sha256"]

@@ -47,10 +47,11 @@ from .timers import (BLOCK_CYCLES, DEFAULT_L2_BYTES, EVENT_RESOLUTION_MS, MAX_RO
                      rotation_sets)
 from .ceilings import CEILING_OPTIONS, EMPTY_KERNEL_SOURCE, Ceilings, gpu_clocks, measure_ceilings
 from .record import (BENCH_FORMAT, CSV_HEADER, RECORD_KIND, TIME_LIMIT_SKIP, BenchRecord, BenchRow, bench_csv,
-                    bench_meta, csv_table, default_record_path, load_record, merge_records,
+                    bench_meta, csv_table, default_record_path, load_record, merge_records, merge_shards,
                     record_text, samples_path, settings_dict, with_figures, with_speedups, write_record)
 from .compare import CompareRow, Comparison, compare_records, exit_status, judge
-from .cases import BenchItem, collect_items, estimated_cost, items_for_kernels, items_from_bundles, items_from_suites
+from .cases import (BenchItem, collect_items, estimated_cost, items_for_kernels, items_from_bundles,
+                    items_from_suites, selection_meta)
 from .sanity import sanity_rows
 from .runner import WorkerJob, check_outputs, run_bench, run_worker
 
@@ -61,8 +62,8 @@ __all__ = ["Z95", "Timing", "agree", "between_rounds", "median_ci", "relative_sp
            "DeviceTimer", "HostTimer", "rotation_sets", "CEILING_OPTIONS", "EMPTY_KERNEL_SOURCE", "Ceilings",
            "gpu_clocks", "measure_ceilings", "BENCH_FORMAT", "CSV_HEADER", "RECORD_KIND", "TIME_LIMIT_SKIP",
            "BenchRecord", "BenchRow", "bench_csv", "bench_meta", "csv_table",
-           "default_record_path", "load_record", "merge_records", "record_text",
+           "default_record_path", "load_record", "merge_records", "merge_shards", "record_text",
            "samples_path", "settings_dict", "with_figures", "with_speedups", "write_record", "CompareRow",
            "Comparison", "compare_records", "exit_status", "judge", "BenchItem", "collect_items",
-           "estimated_cost", "items_for_kernels", "items_from_bundles", "items_from_suites", "sanity_rows", "WorkerJob",
+           "estimated_cost", "items_for_kernels", "items_from_bundles", "items_from_suites", "selection_meta", "sanity_rows", "WorkerJob",
            "check_outputs", "run_bench", "run_worker"]

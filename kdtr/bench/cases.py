@@ -97,3 +97,16 @@ def items_for_kernels(items: Sequence[BenchItem], builds: Sequence[KernelBuild])
     if not chosen:
         raise UsageError(f"no case to bench has kernel {', '.join(sorted(names))} (its op and variant)")
     return chosen
+
+
+def selection_meta(selected: Sequence[BenchItem], shard) -> dict[str, str]:
+    """What lets `report --merge` check that shards join: the shard ("I/N") and a digest of the
+    whole selection before sharding (every case's op, name, variant and params)."""
+    import hashlib
+    import json
+
+    from ..parallel import Shard
+
+    digest = hashlib.sha256(json.dumps(sorted([f"{i.op}/{i.name}", i.variant, i.params] for i in selected),
+                                       sort_keys=True, default=str).encode()).hexdigest()
+    return {"shard": Shard.label(shard), "suite_sha256": digest}

@@ -309,6 +309,19 @@ def merge_records(records: Sequence[BenchRecord]) -> BenchRecord:
                    case_seconds={k: v for r in records for k, v in r.case_seconds.items()})
 
 
+def merge_shards(records: Sequence[BenchRecord], labels: Sequence[str]) -> BenchRecord:
+    """merge_records for the records of every shard of one run (`report --merge`): a duplicate,
+    missing or foreign shard is a UsageError listing each problem; meta.shards says what it joined."""
+    from ..report import check_shards
+
+    problems = check_shards([r.meta for r in records], labels)
+    if problems:
+        raise UsageError("these bench records are not the shards of one run: " + "; ".join(problems))
+    merged = merge_records(records)
+    shards = sorted((r.meta["shard"] for r in records), key=lambda s: int(s.split("/")[0]))
+    return replace(merged, meta=merged.meta | {"shard": "1/1", "shards": shards})
+
+
 def write_record(path: str | Path, record: BenchRecord) -> None:
     """The record as compact JSON at `path`, every Timing's summary inline and its raw series (RAW_SERIES) in
     the compressed sidecar `samples_path(path)` that the JSON names (samples are most of a record's
