@@ -49,6 +49,22 @@ __device__ __forceinline__ u32 pack_bf16x2(float lo, float hi) {
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
     return r;
 }
+// 2^x on the MUFU unit with subnormal results flushed to 0: exp2f without its subnormal-range
+// fix-up (two FMULs and a compare), equal to it wherever 2^x >= 2^-126.
+__device__ __forceinline__ float exp2_ftz(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// a / b correctly rounded, given inv = __frcp_rn(b): q = a·inv, then one Newton correction with the
+// exact residual a - q·b (Markstein's theorem: RN(q + (a - q·b)·inv) = RN(a / b) for normal a, b
+// and a normal quotient). Three FP ops instead of IEEE division's sequence and its slow-path branch,
+// with the same bits for the kernels' quotients (O / l with l >= 1).
+__device__ __forceinline__ float div_rn_by(float a, float b, float inv) {
+    const float q = __fmul_rn(a, inv);
+    return fmaf(fmaf(-q, b, a), inv, q);
+}
 __device__ __forceinline__ float bf16_lo(u32 v) { return __uint_as_float(v << 16); }
 __device__ __forceinline__ float bf16_hi(u32 v) { return __uint_as_float(v & 0xffff0000u); }
 

@@ -20,8 +20,10 @@
 //
 // Numerical contract: bf16 inputs, fp32 accumulation on tensor cores (wgmma m64nNk16 bf16); scores
 //   in the log2 domain: the row max m over the raw fp32 dot products, scaled once,
-//   p = exp2f(fma(s, sm_scale_log2, -m)); the row sum l adds the fp32 p while P·V uses p rounded to
-//   bf16 (as FlashAttention / FlashMLA / SGLang do); out = bf16_rn(O / l), lse = ln 2 * (m + log2 l).
+//   p = ex2.approx.ftz(fma(s, sm_scale_log2, -m)) (exp2f's value wherever p >= 2^-126; smaller p,
+//   under half an ulp of l >= 1, become 0); the row sum l adds the fp32 p while P·V uses p rounded to
+//   bf16 (as FlashAttention / FlashMLA / SGLang do); out = bf16_rn(O / l) with O / l correctly
+//   rounded (div_rn_by: one reciprocal a row), lse = ln 2 * (m + log2 l).
 //   No knob changes a result bit (WG2_SKIP_RESCALE skips multiplies by exactly 1.0).
 //
 // Design (kernels/NOTES.md has the measurements behind it):
@@ -48,7 +50,7 @@
 //
 // Roles: WG0 (math): S = Q K^T (36 wgmma m64n64k16), mask, online softmax, P -> bf16 into the stage's
 //   block 8, alpha into sAlpha[j & 1]; O[:, 0:256) += P V with P from registers. WG1 (loads + right
-//   half): Q once (cp.async, 16 B chunks) and every K tile by the row-fixed gather (page size 1);
+//   half): Q once and every K tile by the row-fixed gather (Q's rows are its "slots");
 //   O[:, 256:512) += P V with P from shared memory.
 // Shared memory (1024-aligned): Q [9][64][128 B]; K ring 2 x [9][64][128 B] (V = blocks 0-7, P_j in
 //   block 8 after S_j); alpha [2][64] f32; l, m [64] f32; 512 B unused (kept so that every offset, and
@@ -104,11 +106,6 @@ __device__ __forceinline__ void bar_sync(int id, int count) {
 }
 __device__ __forceinline__ void bar_arrive(int id, int count) {
     asm volatile("bar.arrive %0, %1;\n" :: "r"(id), "r"(count) : "memory");
-}
-
-// byte offset of 16-byte chunk c (0..71) of row r in a [9][64][128 B] swizzled tile
-__device__ __forceinline__ unsigned tile_chunk(int r, int c) {
-    return (unsigned)((c >> 3) * WG_BLOCK + r * 128 + (((c & 7) ^ (r & 7)) << 4));
 }
 
 // O *= alpha per row (two rows per thread); with WG2_SKIP_RESCALE a warp whose alphas are all 1 skips
@@ -202,7 +199,8 @@ verify_attn_bf16_wgmma2(const u16* __restrict__ q, const u16* __restrict__ kv_bu
         return j < P ? kv_indices[ibase + j] : tree_slots[(size_t)b * Q + (j - P)];
     };
     const int rg = wt >> 3, cc = wt & 7;                  // gather_rows: rows rg + 16 k, chunk cc
-    const unsigned gdst = sbase + WG_OFF_K + rg * 128 + ((cc ^ (rg & 7)) << 4);
+    const unsigned growoff = rg * 128 + ((cc ^ (rg & 7)) << 4);   // row rg, chunk cc in a swizzled tile
+    const unsigned gdst = sbase + WG_OFF_K + growoff;
     const unsigned char* gsrc = (const unsigned char*)kv_buffer + cc * 16;
     auto slots_of = [&](int key0, int (&sl)[4]) {
 #pragma unroll
@@ -217,16 +215,10 @@ verify_attn_bf16_wgmma2(const u16* __restrict__ q, const u16* __restrict__ kv_bu
             mbar_arrive(mb_kfull + 8 * stage);
         };
         // prologue: Q, tiles 0 and 1, this thread's slots of tile 2
-#pragma unroll 4
-        for (int i = 0; i < 36; ++i) {
-            const int e = i * 128 + wt;
-            const int r = e / 72, c = e - r * 72;
-            const bool ok = r < nrows;
-            const u16* src = q + (grow0 + (ok ? r : 0)) * ATTN_D + c * 8;
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
-                         :: "r"(sbase + WG_OFF_Q + tile_chunk(r, c)), "l"(src), "r"(ok ? 16 : 0) : "memory");
-        }
-        int sl[4];                                        // this thread's rows of the next tile to load
+        int sl[4];                                        // this thread's rows of Q, then of the next tile
+#pragma unroll
+        for (int k = 0; k < 4; ++k) sl[k] = rg + 16 * k < nrows ? rg + 16 * k : 0;
+        gather_rows(sbase + WG_OFF_Q + growoff, (const unsigned char*)(q + grow0 * ATTN_D) + cc * 16, sl, nrows - rg);
         slots_of(kbeg, sl);
         if (T > 0) gather_rows(gdst, gsrc, sl, kend - kbeg - rg);
         cp_async_commit();
@@ -303,23 +295,31 @@ verify_attn_bf16_wgmma2(const u16* __restrict__ q, const u16* __restrict__ kv_bu
                 mbar_wait(mb_kfull, 0);
                 issue_s(0);
             }
+            // tiles holding tree keys or the split end: the rows' mask bytes, all 32 loads issued
+            // before S_j is waited for (clamped to a tree column of the row, so no load depends on
+            // a branch or on another load); prefix keys are always visible, keys past kend never
+            const bool tail = key0 + WG_KEYS > P || key0 + WG_KEYS > kend;
+            u8 mb0[16], mb1[16];
+            if (tail) {
+#pragma unroll
+                for (int n = 0; n < 16; ++n) {
+                    const int kc = min(max(key0 + 8 * (n >> 1) + 2 * t + (n & 1), P), kvlen - 1);
+                    mb0[n] = mrow0[kc];
+                    mb1[n] = mrow1[kc];
+                }
+            }
             wgmma_wait<0>();                              // S_j
             fence_operands(sacc);
             fence_operands(o);
 
-            // mask: keys past the split end, and tree keys the row's token does not see
-            if (key0 + WG_KEYS > P || key0 + WG_KEYS > kend) {
+            if (tail) {
 #pragma unroll
-                for (int i = 0; i < 8; ++i) {
-#pragma unroll
-                    for (int e = 0; e < 2; ++e) {
-                        const int kj = key0 + 8 * i + 2 * t + e;
-                        const bool in = kj < kend;
-                        const bool ok0 = in && (kj < P || mrow0[kj] != 0);
-                        const bool ok1 = in && (kj < P || mrow1[kj] != 0);
-                        if (!ok0) sacc[4 * i + e] = neg_inf();
-                        if (!ok1) sacc[4 * i + 2 + e] = neg_inf();
-                    }
+                for (int n = 0; n < 16; ++n) {
+                    const int kj = key0 + 8 * (n >> 1) + 2 * t + (n & 1);
+                    const int a = 4 * (n >> 1) + (n & 1);
+                    const bool past = kj >= kend, tree = kj >= P;   // no short-circuit: selects, not branches
+                    if (past | (tree & (mb0[n] == 0))) sacc[a] = neg_inf();
+                    if (past | (tree & (mb1[n] == 0))) sacc[a + 2] = neg_inf();
                 }
             }
             float mx0 = neg_inf(), mx1 = neg_inf();
@@ -339,17 +339,15 @@ verify_attn_bf16_wgmma2(const u16* __restrict__ q, const u16* __restrict__ kv_bu
             const float al0 = dead0 ? 1.f : exp2f(m0 - mn0);
             const float al1 = dead1 ? 1.f : exp2f(m1 - mn1);
             m0 = mn0; m1 = mn1;
+            // -m, or 0 for a row that saw only masked keys (all its scores -inf): a masked score
+            // gives 2^-inf = 0 either way, so no test per element
+            const float nm0 = dead0 ? 0.f : -mn0, nm1 = dead1 ? 0.f : -mn1;
             float ps0 = 0.f, ps1 = 0.f;
 #pragma unroll
             for (int i = 0; i < 8; ++i) {
                 float p[4];
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const float sv = sacc[4 * i + e];
-                    const float mn = e < 2 ? mn0 : mn1;
-                    const bool dead = (e < 2 ? dead0 : dead1) || sv == neg_inf();
-                    p[e] = dead ? 0.f : exp2f(fmaf(sv, sm_scale_log2, -mn));
-                }
+                for (int e = 0; e < 4; ++e) p[e] = exp2_ftz(fmaf(sacc[4 * i + e], sm_scale_log2, e < 2 ? nm0 : nm1));
                 ps0 += p[0] + p[1];
                 ps1 += p[2] + p[3];
                 pa[i >> 1][(i & 1) * 2] = pack_bf16x2(p[0], p[1]);
@@ -407,11 +405,14 @@ verify_attn_bf16_wgmma2(const u16* __restrict__ q, const u16* __restrict__ kv_bu
     const bool rv0 = r0 < nrows, rv1 = r1 < nrows;
     const int colbase = wg * 256 + 2 * t;
     if (n_splits == 1) {
+        const float inv0 = __frcp_rn(l0), inv1 = __frcp_rn(l1);
 #pragma unroll
         for (int i = 0; i < 32; ++i) {
             const int col = colbase + 8 * i;
-            if (rv0) *(u32*)(out + gr0 * ATTN_DV + col) = pack_bf16x2(o[4 * i] / l0, o[4 * i + 1] / l0);
-            if (rv1) *(u32*)(out + gr1 * ATTN_DV + col) = pack_bf16x2(o[4 * i + 2] / l1, o[4 * i + 3] / l1);
+            if (rv0) *(u32*)(out + gr0 * ATTN_DV + col) =
+                pack_bf16x2(div_rn_by(o[4 * i], l0, inv0), div_rn_by(o[4 * i + 1], l0, inv0));
+            if (rv1) *(u32*)(out + gr1 * ATTN_DV + col) =
+                pack_bf16x2(div_rn_by(o[4 * i + 2], l1, inv1), div_rn_by(o[4 * i + 3], l1, inv1));
         }
         if (wg == 0 && t == 0) {
             if (rv0) lse[gr0] = LN2_F * (m0 + log2f(l0));
