@@ -129,7 +129,9 @@ def _plain_lines(record, verbose: bool) -> None:
         t = r.timing
         speed = " ".join(f"vs_{k}={v:.2f}x" for k, v in r.speedups.items())
         status = f"skip ({r.skip})" if r.skip else ("ok" if r.check_passed else f"FAIL ({r.check})")
-        kernel = f" kernel={picked}" if (picked := _kernel(r)) else ""
+        kernel = f" kernel={picked}" if (picked := _kernel(r, with_grid=False)) else ""
+        if (grid := (r.extra or {}).get("grid")) and r.kernel is None and r.impl == "cuda":
+            kernel += f" grid={'x'.join(map(str, grid))}"
         print(f"{r.impl} {r.op}/{r.variant} {r.case} {r.mode}{kernel} median={fmt_time(t.median if t else None)} "
               f"noise={'' if t is None else f'{100 * t.rel_ci:.1f}%'} tflops={_fig(r.tflops)} "
               f"gbps={_fig(r.gbps, 0)} {speed} {status}".rstrip())
@@ -242,11 +244,16 @@ def _state(other) -> str:
     return "—"
 
 
-def _kernel(r) -> Optional[str]:
-    """The kernel of our row: forced by name (with its defines), or the one our launch picked (GPU runs)."""
+def _kernel(r, with_grid: bool = True) -> Optional[str]:
+    """The kernel of our row: forced by name (with its defines), or the one our launch picked (GPU
+    runs), then the grid it launched (the launch's shape-dependent choices: row tiles, B, splits)."""
     if r.kernel is not None:
         return r.impl                  # its label: the name, and a knob build's defines
-    return (r.extra or {}).get("kernel") if r.impl == "cuda" else None
+    extra = r.extra or {}
+    if r.impl != "cuda" or "kernel" not in extra:
+        return None
+    grid = extra.get("grid") if with_grid else None
+    return f"{extra['kernel']} {'×'.join(map(str, grid))}" if grid else extra["kernel"]
 
 
 def _footer(record, *, plain: bool, console: Console) -> None:

@@ -10,6 +10,7 @@ import csv
 import io
 import json
 import os
+import re
 import math
 from dataclasses import replace
 
@@ -653,6 +654,20 @@ def test_cli_report_names_the_kernel_our_launch_picked(tmp_path):
     plain = invoke("report", path, "--quiet")
     lines = [line for line in plain.output.splitlines() if "kernel=" in line]
     assert len(lines) == 1 and lines[0].startswith("cuda verify_attn/bf16_paged a cold kernel=bf16_wgmma2 ")
+
+
+def test_cli_report_shows_the_grid_our_launch_picked(tmp_path):
+    """The launch's shape-dependent choices (extra["grid"]: row tiles, B, KV splits) stand beside
+    the kernel: in the table, and as grid= in the plain lines."""
+    rec = record()
+    rows = [replace(r, extra={"kernel": "bf16_wgmma2", "grid": [9, 8, 3]}) if i == 0 else r
+            for i, r in enumerate(rec.rows)]
+    path = tmp_path / "g.json"
+    bench.write_record(path, replace(rec, rows=tuple(rows)))
+    table = invoke("report", path)
+    assert table.exit_code == 0 and "9×8×3" in table.output, table.output
+    plain = invoke("report", path, "--quiet")
+    assert " kernel=bf16_wgmma2 grid=9x8x3 median=" in plain.output, plain.output
 
 
 def test_cli_report_plot(records, tmp_path):
@@ -1379,3 +1394,19 @@ def test_bench_selection_meta_names_the_shard_and_the_whole_selection():
     assert bench.selection_meta(items, Shard(2, 3)) == {"shard": "2/3", "suite_sha256": whole["suite_sha256"]}
     other = bench.selection_meta(items[:3], None)["suite_sha256"]
     assert other != whole["suite_sha256"]
+
+
+def test_a_launch_knob_is_a_positive_integer_and_may_round_differently(monkeypatch):
+    """SPLITS (verify_attn's launch knob) is read by the launch, not the compiler: a build that sets
+    it may round differently (another split count, another merge), so it is checked like another
+    kernel: timed, its byte differences reported; a value that is no positive integer exits 2."""
+    from kdtr.errors import UsageError
+
+    plain, forced = bench.kernel_builds(["fp32_dmma"], ["fp32_dmma:SPLITS=3,NUDGE=1"])
+    assert plain.launch == () and forced.launch == ("SPLITS",) and forced.label == "fp32_dmma[SPLITS=3,NUDGE=1]"
+    for bad in ("0", "-1", "x", "2.5"):
+        with pytest.raises(UsageError, match=f"SPLITS={re.escape(bad)}: a launch knob takes a positive integer"):
+            bench.kernel_builds([], [f"fp32_dmma:SPLITS={bad}"])
+    rows, _, _ = _run_builds(monkeypatch, (plain, forced), {"fp32_dmma": 0.004})
+    assert all(r.check_passed and r.timing is not None for r in rows), [r.check for r in rows]
+    assert "differs bit for bit from fp32_dmma (another launch): out (1 of " in rows[1].check

@@ -61,7 +61,7 @@ def model_run(inputs, params, splits=None):
     rows_per_block = KERNEL.rows
     tiles = math.ceil(rows_req / rows_per_block)
     if splits is None:
-        splits = splits_for(KERNEL, tiles * batch, kv.shape[1], SMS)
+        splits = splits_for(KERNEL, tiles * batch, kv.shape[1], SMS, batch * rows_req)
     scale = float(params["sm_scale"])
     out = np.full((batch, rows_req, LATENT), np.nan, np.float32)
     lse = np.full((batch, rows_req), np.nan, np.float32)
@@ -145,7 +145,7 @@ def test_timing_shape_grid():
     """B=1 H=16 Q=17 P=2048 on 132 SMs, one wave: 8 row tiles of 34 x 16 splits of <= 144 keys
     (9 sub-tiles of 16; the last split empty). Every key in exactly one split."""
     tiles = math.ceil(17 * 16 / KERNEL.rows)
-    splits = splits_for(KERNEL, tiles, 2048 + 17, SMS)
+    splits = splits_for(KERNEL, tiles, 2048 + 17, SMS, 17 * 16)
     assert (tiles, splits) == (8, 16) and tiles * splits <= SMS
     chunk = (-(-2065 // splits) + ROUND_KEYS - 1) // ROUND_KEYS * ROUND_KEYS
     assert chunk == 144

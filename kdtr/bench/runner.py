@@ -145,9 +145,11 @@ def _against(build: KernelBuild, got: Mapping[str, np.ndarray],
              earlier: Sequence[tuple[KernelBuild, Mapping[str, np.ndarray]]], note: str) -> tuple[bool, str]:
     """A forced build's outputs against the builds checked before it, on the same inputs: another
     build of the same kernel (a knob build) must give the same bytes, or it fails; a different
-    kernel may round differently within the op's tolerances, so the check only says whether it
-    gives the same bytes as the first build."""
-    sibling = next(((b, g) for b, g in earlier if b.name == build.name), None)
+    kernel, or a build whose launch knobs differ (a split count changes the merge's rounding), may
+    round differently within the op's tolerances, so the check only says whether it gives the same
+    bytes as the first build."""
+    sibling = next(((b, g) for b, g in earlier if b.name == build.name and not b.launch and not build.launch),
+                   None)
     if sibling is not None:
         differ = _differing(got, sibling[1])
         if differ:
@@ -156,7 +158,8 @@ def _against(build: KernelBuild, got: Mapping[str, np.ndarray],
     if earlier:
         first, outputs = earlier[0]
         differ = _differing(got, outputs)
-        return True, note + (f"; differs bit for bit from {first.label} (another kernel): {differ}" if differ
+        other = "another launch" if first.name == build.name else "another kernel"
+        return True, note + (f"; differs bit for bit from {first.label} ({other}): {differ}" if differ
                              else f"; bit for bit equal to {first.label}")
     return True, note
 
@@ -206,6 +209,9 @@ class _CaseRunner:
         kernel = op.kernel_choice(item.variant, inputs, params) if env.gpu else None
         if kernel is not None:
             extra["kernel"] = kernel
+            grid = op.launch_grid(item.variant, inputs, params, kernel)
+            if grid is not None:
+                extra["grid"] = list(grid)
         self.base = dict(case=item.name, op=op.name, variant=item.variant,
                          config=op.describe(item.variant, inputs, params), flops=float(cost.flops),
                          bytes=float(cost.bytes), compute_unit=op.compute_unit(item.variant),

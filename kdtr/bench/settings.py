@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Iterable
 
 from ..errors import UsageError
@@ -56,6 +57,7 @@ class KernelBuild:
 
     name: str
     defines: tuple[tuple[str, str], ...] = ()
+    launch: tuple[str, ...] = ()          # those of its defines that set the launch (launch_knobs)
 
     @property
     def label(self) -> str:
@@ -87,6 +89,13 @@ def kernel_builds(kernels: Iterable[str] = (), defines: Iterable[str] = ()) -> t
     if unknown:
         raise UsageError(f"unknown kernel {', '.join(map(repr, unknown))}; known: "
                          + ", ".join(f"{k} ({op})" for k, op in known.items()))
+    knobs = {k.name: k.launch_knobs for op in map(get_op, op_names()) for k in op.kernels}
+    for i, build in enumerate(builds):
+        launch = tuple(k for k, _ in build.defines if k in knobs[build.name])
+        bad = [f"{k}={v}" for k, v in build.defines if k in launch and not (v.isdigit() and int(v) >= 1)]
+        if bad:
+            raise UsageError(f"--define {build.label}: {', '.join(bad)}: a launch knob takes a positive integer")
+        builds[i] = replace(build, launch=launch)
     twice = [label for label, n in Counter(b.label for b in builds).items() if n > 1]
     if twice:
         raise UsageError(f"kernel build given twice: {', '.join(twice)}")

@@ -160,7 +160,9 @@ class CudaKernel:
     or "experimental" (only by name). `serves`: the one line saying which shapes on which GPUs.
     `threads` and `smem` (0: sized per launch) are the main entry's block and dynamic shared memory;
     `arch_feature` "a" builds it for the arch-specific target (sm_90a: wgmma, setmaxnreg); `min_sm` /
-    `only_sm` bound the architectures whose instructions it uses.
+    `only_sm` bound the architectures whose instructions it uses. `launch_knobs`: the `--define`
+    knobs its launch reads instead of the compiler (each a positive integer, e.g. a split count);
+    they may change how results round, so bench checks such a build as it would another kernel.
     """
 
     op: str
@@ -173,6 +175,7 @@ class CudaKernel:
     arch_feature: str = ""
     min_sm: int = 0
     only_sm: int | None = None
+    launch_knobs: tuple[str, ...] = ()
 
     def __post_init__(self):
         if self.role not in ROLES:
@@ -265,6 +268,12 @@ class Op:
             if k.name == name and k.variant == variant:
                 return k
         raise ValueError(f"{self.name}/{variant} has no CUDA kernel {name!r} (have {self.cuda_kernels(variant)})")
+
+    def launch_grid(self, variant: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any],
+                    kernel: str) -> tuple[int, ...] | None:
+        """The grid `run_cuda` launches `kernel`'s main entry with on this machine's GPU (bench
+        shows it beside the kernel, so that a shape-dependent choice is visible); None: not told."""
+        return None
 
     def kernel_choice(self, variant: str, inputs: Mapping[str, np.ndarray],
                       params: Mapping[str, Any], gpu: "Gpu | None" = None) -> str:

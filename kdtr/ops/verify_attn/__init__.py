@@ -14,7 +14,7 @@ import numpy as np
 
 from ...dtypes import NUMPY_DTYPES
 from .._common import name_from, rng_for
-from ..base import Baseline, Case, Cost, Generated, Op, Param
+from ..base import Baseline, Case, Cost, Generated, Gpu, Op, Param
 from ..tree_build import OP as TREE_BUILD
 from . import cuda, torch_impl
 from .layouts import LATENT, LAYOUTS, ROPE, ROW, check_scale
@@ -127,10 +127,15 @@ class VerifyAttn(Op):
         grid fills its min_fill of the SMs; DeviceError where none runs."""
         return cuda.choose(variant, inputs, gpu)
 
+    def launch_grid(self, variant, inputs, params, kernel):
+        """(row tiles, B, KV splits): the split count is the launch's shape-dependent choice."""
+        _, _, _, tiles, splits = cuda.grid(self.cuda_kernel(kernel, variant), inputs, Gpu.here().sms)
+        return tiles, LAYOUTS[variant].dims(inputs)[0], splits
+
     def run_cuda(self, variant, inputs, params, outputs, *, kernel=None, defines=None, splits=None):
         """`kernel` names an entry of `kernels` (default: kernel_choice); `defines` are extra
-        compile-time defines of the main kernel (its timing diagnostics); `splits` overrides the
-        split count. Splits come from shapes only (no device sync, so this can be graph-captured)."""
+        compile-time defines of the main kernel (its timing diagnostics; the launch knob SPLITS
+        forces the split count); `splits` overrides the split count. Splits come from shapes only (no device sync, so this can be graph-captured)."""
         cuda.run_cuda(self, variant, inputs, params, outputs, kernel, splits, defines)
 
     # -- reports --------------------------------------------------------------------------

@@ -13,6 +13,26 @@ from .layouts import LATENT, LAYOUTS
 PIECES_SPLIT, PIECES_BLOCK = 4, 144     # a `pieces` kernel's blocks per tile and threads per block
 
 
+@dataclass(frozen=True)
+class WaveCost:
+    """What one launch costs, in microseconds on the H200 at 1.98 GHz (bench records of
+    kernels/NOTES.md), as a function of the KV split count, for grids of fewer blocks than SMs: a
+    block's fixed part (Q load, pipeline fill, epilogue), one key tile of a row tile, the merge's
+    launch, and one split's partial row (2 KB of fp32 written, then read by the merge)."""
+
+    block_us: float
+    tile_us: float
+    merge_us: float
+    partial_row_us: float
+
+    def time_us(self, ctas: int, rows: int, kv_tiles: int, splits: int, sms: int) -> float:
+        """Waves of one block per SM (the kernels take one SM's shared memory), each as long as one
+        block's split, plus the merge of `rows` rows' partials when the keys are split."""
+        waves = math.ceil(ctas * splits / sms)
+        main = waves * (self.block_us + math.ceil(kv_tiles / splits) * self.tile_us)
+        return main if splits == 1 else main + self.merge_us + rows * splits * self.partial_row_us
+
+
 @dataclass(frozen=True, kw_only=True)
 class AttnKernel(CudaKernel):
     """A verify_attn kernel: its block owns `rows` (token, head) rows of one request and walks its
@@ -21,7 +41,10 @@ class AttnKernel(CudaKernel):
     pre-split, one 16-row tile of them being `pieces` bytes, written first by the entry
     <entry>_pieces (grid (PIECES_SPLIT x tiles, B) of PIECES_BLOCK threads). `min_fill`: the
     fraction of the SMs its grid must occupy for the launch to pick it. `dependent`: its pieces,
-    main and merge kernels are launched as programmatic dependents of the grid before each."""
+    main and merge kernels are launched as programmatic dependents of the grid before each.
+    `wave`: its measured costs; grids under one wave then take the split count the model times
+    fastest (else as many splits as fill the SMs). The launch knob SPLITS (`--define
+    NAME:SPLITS=N`) forces the split count."""
 
     rows: int
     keys: int
@@ -30,6 +53,8 @@ class AttnKernel(CudaKernel):
     pieces: int = 0
     min_fill: float = 0.0
     dependent: bool = False
+    wave: WaveCost | None = None
+    launch_knobs: tuple[str, ...] = ("SPLITS",)
 
     @property
     def merge(self) -> str:
@@ -50,30 +75,46 @@ KERNELS = (
     AttnKernel(op="verify_attn", variant="bf16_paged", name="bf16_wgmma2", role="default",
                serves="sm_90 (H100, H200: wgmma is sm_90a code), every shape",
                rows=64, keys=64, threads=256, smem=223768, arch_feature="a", split_min_tiles=2,
-               rebalance=True, only_sm=90),
+               rebalance=True, only_sm=90,
+               wave=WaveCost(block_us=4.0, tile_us=1.8, merge_us=1.0, partial_row_us=0.0016)),
     AttnKernel(op="verify_attn", variant="bf16_paged", name="bf16_mma", role="fallback",
                serves="GPUs other than sm_90 with 166,208 B of shared memory a block (sm_80, sm_100)",
                rows=64, keys=32, threads=256, smem=166144, min_sm=80),
 )
 
 
-def splits_for(k: AttnKernel, ctas: int, kv_bound: int, sms: int) -> int:
-    """KV splits per (row tile, request): fill the SMs when there are fewer tiles than SMs (each
-    split at least k.split_min_tiles key tiles); with k.rebalance, a grid of one or more waves is
-    split in two when that evens out a ragged last wave by more than 3%."""
+WAVE_MARGIN = 0.03      # the wave model's choice: the fewest splits within 3% of its best time
+WAVE_OVERRIDE = 0.10    # ... and it replaces the fill rule's only where it prices it 10% faster
+
+
+def splits_for(k: AttnKernel, ctas: int, kv_bound: int, sms: int, rows: int) -> int:
+    """KV splits per (row tile, request). Fewer tiles than SMs: as many splits as fill the SMs (the
+    fill rule), each split at least k.split_min_tiles key tiles; with k.wave, the fewest splits
+    whose modeled time (WaveCost) is within WAVE_MARGIN of the best instead, where the model prices
+    that WAVE_OVERRIDE faster than the fill rule's (its figures are within a few percent of the bench
+    medians: a smaller difference is not a prediction). One or more waves: with k.rebalance, split
+    in two when that evens out a ragged last wave by more than 3%."""
     if ctas >= sms:
         if k.rebalance and kv_bound >= 16 * k.keys:
             one, two = math.ceil(ctas / sms), math.ceil(2 * ctas / sms) / 2
             return 2 if two < 0.97 * one else 1
         return 1
-    return max(1, min(sms // ctas, math.ceil(kv_bound / (k.split_min_tiles * k.keys))))
+    most = max(1, math.ceil(kv_bound / (k.split_min_tiles * k.keys)))
+    fill = min(sms // ctas, most)
+    if k.wave is None:
+        return fill
+    kv_tiles = math.ceil(kv_bound / k.keys)
+    times = [k.wave.time_us(ctas, rows, kv_tiles, s, sms) for s in range(1, most + 1)]
+    best = min(times)
+    modeled = next(s for s, t in enumerate(times, start=1) if t <= best * (1 + WAVE_MARGIN))
+    return modeled if times[modeled - 1] * (1 + WAVE_OVERRIDE) <= times[fill - 1] else fill
 
 
 def grid(k: AttnKernel, inputs, sms: int) -> tuple[int, int, int, int, int]:
     """(B, Q, H, row tiles per request, KV splits) of the grid k is launched with on `sms` SMs."""
     batch, q_len, heads, kv_bound = LAYOUTS[k.variant].dims(inputs)
     tiles = math.ceil(q_len * heads / k.rows)
-    return batch, q_len, heads, tiles, splits_for(k, tiles * batch, kv_bound, sms)
+    return batch, q_len, heads, tiles, splits_for(k, tiles * batch, kv_bound, sms, batch * q_len * heads)
 
 
 def choose(variant, inputs, gpu: Gpu | None) -> str:
@@ -103,10 +144,12 @@ def run_cuda(op, variant, inputs, params, outputs, kernel=None, splits=None, def
     batch, q_len, heads, tiles, auto_splits = grid(k, inputs, multiprocessor_count())
     kv_bound = layout.dims(inputs)[3]
     rows = batch * q_len * heads
-    splits = auto_splits if splits is None else splits
+    defines = dict(defines or {})
+    forced = defines.pop("SPLITS", None)              # a launch knob, not a compile-time define
+    splits = int(forced) if forced is not None else auto_splits if splits is None else splits
     arch = device_arch() + k.arch_feature if k.arch_feature else None
-    main = get_kernel(k.source, k.entry, arch=arch, defines=defines or {})
-    merger = get_kernel(k.source, k.merge, arch=arch, defines=defines or {}) if splits > 1 else None
+    main = get_kernel(k.source, k.entry, arch=arch, defines=defines)
+    merger = get_kernel(k.source, k.merge, arch=arch, defines=defines) if splits > 1 else None
     device = outputs["out"].device
     if splits > 1:
         workspace = [torch.empty((splits, rows, LATENT), dtype=torch.float32, device=device),

@@ -1,0 +1,63 @@
+"""verify_attn's KV split choice for grids under one wave: bf16_wgmma2's wave model (WaveCost)
+against the fill rule it replaced (as many splits as fill the SMs), on the H200's 132 SMs."""
+
+import math
+
+import pytest
+
+from kdtr.ops.base import H200
+from kdtr.ops.verify_attn.cuda import KERNELS, WAVE_MARGIN, WAVE_OVERRIDE, splits_for
+
+WGMMA2 = next(k for k in KERNELS if k.name == "bf16_wgmma2")
+
+
+def shape(batch, heads, q_len, prefix):
+    """(ctas, kv_bound, rows) of a dense-prefix shape for bf16_wgmma2."""
+    return batch * math.ceil(q_len * heads / WGMMA2.rows), prefix + q_len, batch * q_len * heads
+
+
+def fill_rule(ctas, kv_bound):
+    return min(H200.sms // ctas, math.ceil(kv_bound / (WGMMA2.split_min_tiles * WGMMA2.keys)))
+
+
+# Shapes where the fill rule's choice measured well in results/bench.json (the model must keep it):
+# its modeled times there are within a few percent of the bench medians (kernels/NOTES.md).
+KEPT = [(1, 16, 17, 2048), (1, 8, 17, 32768), (1, 16, 17, 131072), (8, 8, 33, 8192), (8, 16, 17, 8192),
+        (8, 8, 17, 32768), (8, 8, 17, 2048), (8, 16, 5, 8192), (1, 8, 9, 21), (1, 128, 65, 131072)]
+
+
+@pytest.mark.parametrize("dims", KEPT, ids=lambda d: "b{}_h{}_q{}_p{}".format(*d))
+def test_the_wave_model_keeps_the_fill_rule_where_it_served(dims):
+    ctas, kv_bound, rows = shape(*dims)
+    assert ctas < H200.sms
+    assert splits_for(WGMMA2, ctas, kv_bound, H200.sms, rows) == fill_rule(ctas, kv_bound)
+
+
+def test_the_wave_model_splits_a_grid_the_fill_rule_left_at_55_percent():
+    """B=8 H=16 Q=33 P=8192: 72 blocks on 132 SMs; the fill rule gives 1 split (a second would be
+    144 blocks, two waves); the model prices 3 (216 blocks, two waves of a third as long each)."""
+    ctas, kv_bound, rows = shape(8, 16, 33, 8192)
+    assert (ctas, fill_rule(ctas, kv_bound)) == (72, 1)
+    assert splits_for(WGMMA2, ctas, kv_bound, H200.sms, rows) == 3
+
+
+@pytest.mark.parametrize("dims", KEPT + [(8, 16, 33, 8192), (8, 8, 65, 2048), (2, 64, 9, 100)])
+def test_the_model_overrides_the_fill_rule_only_by_a_clear_margin(dims):
+    """Where the choice differs from the fill rule's, the model prices it WAVE_OVERRIDE faster and
+    it is the fewest splits within WAVE_MARGIN of the model's best."""
+    ctas, kv_bound, rows = shape(*dims)
+    kv_tiles = math.ceil(kv_bound / WGMMA2.keys)
+    most = max(1, math.ceil(kv_bound / (WGMMA2.split_min_tiles * WGMMA2.keys)))
+    times = {s: WGMMA2.wave.time_us(ctas, rows, kv_tiles, s, H200.sms) for s in range(1, most + 1)}
+    chosen, fill = splits_for(WGMMA2, ctas, kv_bound, H200.sms, rows), fill_rule(ctas, kv_bound)
+    assert 1 <= chosen <= most
+    if chosen != fill:
+        assert times[chosen] * (1 + WAVE_OVERRIDE) <= times[fill]
+        assert times[chosen] <= min(times.values()) * (1 + WAVE_MARGIN)
+        assert all(times[s] > min(times.values()) * (1 + WAVE_MARGIN) for s in range(1, chosen))
+
+
+def test_kernels_without_a_wave_model_keep_the_fill_rule():
+    fp32 = next(k for k in KERNELS if k.name == "fp32_dmma")
+    assert fp32.wave is None
+    assert splits_for(fp32, 8, 2065, H200.sms, 272) == min(132 // 8, math.ceil(2065 / (fp32.split_min_tiles * 16)))
