@@ -67,9 +67,14 @@ def gen_summary(results, seconds: float, *, quiet: bool) -> None:
 
 
 # -- verify --------------------------------------------------------------------------------------
+def _no_golden(row) -> bool:
+    """A golden's row (trial 0) compared with a reference computed here: the bundle stores none."""
+    return not row.trial and row.expected_from != "golden"
+
+
 def _row_name(row) -> str:
     return row.case + (f" #{row.trial}" if row.trial else "") + (" (captured)" if row.captured else "") \
-        + ("†" if row.expected_from != "golden" else "")
+        + ("†" if _no_golden(row) else "")
 
 
 def _verdict(row) -> str:
@@ -115,6 +120,8 @@ def verify_summary(rows, not_run=()) -> str:
 
 
 def verify_table(rows, *, quiet: bool, verbose: bool, not_run=()) -> None:
+    from kdtr.verify import DEVICE_REFERENCE
+
     summary = verify_summary(rows, not_run)
     if quiet:
         for line in not_run:
@@ -126,8 +133,10 @@ def verify_table(rows, *, quiet: bool, verbose: bool, not_run=()) -> None:
         else f"backend {rows[0].backend if rows else '?'}"
     caption = ("tol share = max |x−r| / (atol + rtol·|r|), at most 1 passes; "
                "* = the bundle's tolerance is looser than the op's default")
-    if any(r.expected_from != "golden" for r in rows):
+    if any(map(_no_golden, rows)):
         caption += "; † = compared with the reference computed here (the bundle stores no golden)"
+    if any(r.expected_from == DEVICE_REFERENCE for r in rows):
+        caption += "; trials (and † rows) of ops with a float64 torch reference were compared with it, on the GPU"
     table = Table(title=f"kdtree verify — {title}", title_justify="left", caption=caption, caption_justify="left")
     columns = ["case"] + (["impl"] if any(r.impl for r in rows) else []) + ["op", "variant", "config", "max_abs",
                                                                           "tol share", "‖x−r‖/‖r‖"]

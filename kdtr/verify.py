@@ -25,8 +25,14 @@ if TYPE_CHECKING:        # kdtr.impl is imported where --impl / --against use it
 
 GOLDEN = "golden"
 REFERENCE = "reference"
+DEVICE_REFERENCE = "reference (float64, cuda)"
+# What a row's outputs were compared with. A trial row (fresh inputs) is always compared with a
+# reference computed here; it keeps the default (GOLDEN: the numpy reference, the math that made the
+# golden) unless the device reference computed it, so CPU records stay as they were.
 EXPECTED = {GOLDEN: "the bundle's stored outputs (exact numpy reference at gen-refs time)",
-            REFERENCE: "computed by verify with the reference (the bundle stores no golden)"}
+            REFERENCE: "computed by verify with the numpy reference (the bundle stores no golden)",
+            DEVICE_REFERENCE: "computed by verify with the op's float64 torch reference on the GPU "
+                              "(bench_reference; trials, or a bundle without a golden)"}
 
 
 @dataclass(frozen=True)
@@ -48,7 +54,7 @@ class VerifyRow:
     deterministic: bool | None = None  # two runs bitwise equal (None: not probed)
     loosened: bool = False             # some output's tolerance is looser than the op's default
     impl: str | None = None            # the implementation that ran (--impl), or that captured the outputs
-    expected_from: str = GOLDEN        # what the outputs were compared with (see EXPECTED)
+    expected_from: str = GOLDEN        # what the outputs were compared with (see EXPECTED; trials too)
     captured: bool = False             # the outputs compared are the bundle's captured ones, not a run
     skipped: str | None = None         # why the implementation could not run here (not a pass)
     not_compared: tuple[str, ...] = ()  # outputs the implementation does not give
@@ -367,7 +373,10 @@ def verify_bundle(path: str | Path, options: Options) -> list[VerifyRow]:
     """Rows for one bundle: its golden, then `options.trials` fresh-input trials, each run by the
     backend (with `options.against` beside it) or by each of `options.impls` that serves the op and
     variant (none: no rows). A bundle without a golden is compared with the reference computed here;
-    captured outputs are a row of their own, the capturing implementation's, against it."""
+    captured outputs are a row of their own, the capturing implementation's, against it. Trials and
+    bundles without a golden take the float64 device reference on a GPU (see reference_outputs)."""
+    from .impl.builtin import reference_outputs
+
     loaded = load_case(path)
     bundle, op, variant, params, case = loaded.bundle, loaded.op, loaded.variant, loaded.params, loaded.case
     impls = [impl for impl in options.implementations() if impl.serves(op.name, variant)]
@@ -375,9 +384,8 @@ def verify_bundle(path: str | Path, options: Options) -> list[VerifyRow]:
         return []
     inputs, expected, how = loaded.inputs, loaded.expected, GOLDEN
     if loaded.source != GOLDEN:
-        from .impl.builtin import reference_outputs
-
-        expected, how = reference_outputs(op, variant, inputs, params), REFERENCE
+        expected, on_device = reference_outputs(op, variant, inputs, params)
+        how = DEVICE_REFERENCE if on_device else REFERENCE
     tols = tolerances(op, variant, bundle.meta.get("tolerance"), options, file=path)
     file = report.portable(path)
     against = options.implementation(options.against) if options.against else None
@@ -400,9 +408,9 @@ def verify_bundle(path: str | Path, options: Options) -> list[VerifyRow]:
         for trial in range(1, options.trials + 1):
             fresh = Case(case, op.name, variant, trial_seed(seed, trial), dict(case_params))
             generated = op.generate(fresh)
-            reference = op.reference(variant, generated.inputs, generated.params)
+            reference, on_device = reference_outputs(op, variant, generated.inputs, generated.params)
             rows += rows_for(generated.inputs, reference, generated.params, case=case, file=file, trial=trial,
-                             seed=fresh.seed)
+                             seed=fresh.seed, expected_from=DEVICE_REFERENCE if on_device else GOLDEN)
     return rows
 
 

@@ -6,7 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from kdtr.config import REPO_ROOT
 from kdtr.impl import ImplUnavailable, parity, resolve, run
+from kdtr.ops import get_op
+from kdtr.spec import load_suites
 from tests.impl_cases import ACCEPT_SMALL, VERIFY_SMALL, small_case
 
 SERVING = dict(batch=4, heads=16, prefix=2048, budget=16)      # Kimi K2 at TP8-like shapes
@@ -63,14 +66,42 @@ def test_parity_of_our_kernel_and_a_peer_is_reported(peer):
     print(report.to_json())
 
 
+def _agree_to_an_f32_rounding(got, want, what):
+    """Both are float64 math stored as f32: where the two float64 results (summed in different
+    orders, some 1e-15 apart) straddle an f32 rounding boundary they round one f32 ulp apart
+    (2^-23 relative at most); rtol gives 2 ulps of room. atol 1e-12: an element near zero (out
+    cancels) carries the float64 sums' absolute error, ~1e-16 of the magnitudes summed."""
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=2 * 2.0 ** -23, atol=1e-12, err_msg=f"{what} {name}")
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("variant", ["fp32", "bf16_paged"])
 def test_the_device_reference_serves_trials_at_serving_sizes(variant):
-    """Both are float64 math stored as f32: at most a rounding apart (2 f32 ulps of room: the sums
-    run in different orders)."""
     from kdtr.impl.builtin import reference_outputs
 
     op, inputs, params = small_case("verify_attn", variant, **SERVING)
-    got, want = reference_outputs(op, variant, inputs, params), op.reference(variant, inputs, params)
-    for name in op.outputs:
-        np.testing.assert_allclose(got[name], want[name], rtol=2 * 2.0 ** -23, atol=1e-12, err_msg=name)
+    got, on_device = reference_outputs(op, variant, inputs, params)
+    assert on_device
+    _agree_to_an_f32_rounding(got, op.reference(variant, inputs, params), variant)
+
+
+DEFAULT_CASES = [c for s in load_suites([REPO_ROOT / "specs"]) for c in s.cases if c.op == "verify_attn"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", DEFAULT_CASES, ids=[c.name for c in DEFAULT_CASES])
+def test_the_device_reference_matches_every_default_golden(case):
+    """Every default-suite bundle of verify_attn, both variants (what gen-refs writes: the numpy
+    reference on the generated inputs), is what the device reference gives on those inputs."""
+    from kdtr.impl.builtin import reference_outputs
+
+    op = get_op(case.op)
+    generated = op.generate(case)
+    got, on_device = reference_outputs(op, case.variant, generated.inputs, generated.params)
+    assert on_device
+    _agree_to_an_f32_rounding(got, op.reference(case.variant, generated.inputs, generated.params), case.name)
+
+
+def test_the_default_suites_hold_both_verify_attn_variants():
+    assert {c.variant for c in DEFAULT_CASES} == {"fp32", "bf16_paged"}

@@ -16,7 +16,7 @@ import torch
 
 from kdtr.capture import save_bundle
 from kdtr.config import REPO_ROOT
-from kdtr.verify import Options, verify_bundle
+from kdtr.verify import DEVICE_REFERENCE, GOLDEN, Options, VerifyRow, verify_bundle
 from tests.impl_cases import ACCEPT_SMALL, VERIFY_SMALL, small_case
 from tests.test_cli import goldens, invoke  # noqa: F401  (fixture)
 
@@ -146,3 +146,20 @@ def test_captured_outputs_are_that_implementations_row_against_the_reference(tmp
     assert next(o for o in captured.outputs if o.name == "accept_len").mismatches == int(np.prod(wrong["accept_len"].shape))
     result = invoke("verify", path, "--backend", "torch")
     assert result.exit_code == 1 and "(captured)" in result.output and "engine" in result.output
+
+
+def test_trials_record_which_reference_computed_their_expected_outputs(goldens, monkeypatch):  # noqa: F811
+    """On the CPU the numpy reference computes a trial's expected outputs, as before (the record
+    leaves the field out); where the float64 device reference does (a GPU), the row says so."""
+    from kdtr.impl import builtin
+
+    bundle = next((goldens / "verify_attn").glob("bf16_paged*.kdtr"))
+    golden, trial = verify_bundle(bundle, Options(backend="torch", trials=1))
+    assert golden.expected_from == trial.expected_from == GOLDEN and "expected_from" not in trial.to_plain()
+    numpy_reference = builtin.reference_outputs
+    monkeypatch.setattr(builtin, "reference_outputs", lambda *args: (numpy_reference(*args)[0], True))
+    golden, trial = verify_bundle(bundle, Options(backend="torch", trials=1))
+    assert golden.expected_from == GOLDEN and trial.passed and trial.expected_from == DEVICE_REFERENCE
+    assert VerifyRow.from_plain(trial.to_plain()).expected_from == DEVICE_REFERENCE
+    result = invoke("verify", bundle, "--backend", "torch", "--trials", "1")
+    assert result.exit_code == 0 and "float64 torch reference" in result.output, result.output

@@ -70,10 +70,11 @@ NUMPY = Implementation("numpy", EVERY_OP, _numpy_prepare, device="cpu",
 BUILTINS = {impl.name: impl for impl in (CUDA, TORCH, NUMPY)}
 
 
-def reference_outputs(op, variant: str, inputs, params) -> dict:
-    """Expected outputs for fresh-input trials and bench checks, as numpy arrays: the op's float64
-    device reference (`op.bench_reference`, torch on the GPU, independent of our kernels) when a GPU
-    is present and the op has one, else the numpy reference."""
+def reference_outputs(op, variant: str, inputs, params) -> tuple[dict, bool]:
+    """Expected outputs for fresh-input trials and bundles without a golden, as numpy arrays, and
+    whether they came from the device: the op's float64 device reference (`op.bench_reference`,
+    torch on the GPU, independent of our kernels; the numpy reference runs on the host and takes
+    minutes at serving sizes) when a GPU is present and the op has one, else the numpy reference."""
     from ..backends import torch_device, upload
     from ..dtypes import to_numpy
 
@@ -83,5 +84,5 @@ def reference_outputs(op, variant: str, inputs, params) -> dict:
         with torch.no_grad():
             got = op.bench_reference(variant, upload(inputs, "cuda"), params)
         if got is not None:
-            return {name: to_numpy(t) for name, t in got.items()}
-    return op.reference(variant, inputs, params)
+            return {name: to_numpy(t) for name, t in got.items()}, True
+    return op.reference(variant, inputs, params), False

@@ -13,7 +13,7 @@ import functools
 import numpy as np
 
 from ...dtypes import NUMPY_DTYPES
-from .._common import name_from, rng_for
+from .._common import fill_normal, name_from, rng_for
 from ..base import Baseline, Case, Cost, Generated, Gpu, Op, Param
 from ..tree_build import OP as TREE_BUILD
 from . import cuda, torch_impl
@@ -88,8 +88,8 @@ class VerifyAttn(Op):
                   "budget": budget, "prefix_mode": p["prefix_mode"]}
         scale = np.float32(p["scale"])
 
-        def normal(shape):
-            return rng.standard_normal(shape, dtype=np.float32) * scale
+        def normal(out):
+            return fill_normal(rng, out, scale)
 
         inputs = LAYOUTS[case.variant].pack(normal, rng, prefix_len, built["visibility"], heads)
         return Generated(inputs, params)

@@ -89,9 +89,9 @@ class Dense:
         rows = int(prefix_len.max()) + q_len
         kv = np.full((batch, rows, ROW), np.nan, np.float32)      # padding rows are NaN
         for b in range(batch):
-            kv[b, :prefix_len[b] + q_len] = normal((prefix_len[b] + q_len, ROW))
-        return {"q": normal((batch, q_len, heads, ROW)), "kv": kv, "prefix_len": prefix_len,
-                "visibility": visibility}
+            normal(kv[b, :prefix_len[b] + q_len])
+        q = normal(np.empty((batch, q_len, heads, ROW), np.float32))
+        return {"q": q, "kv": kv, "prefix_len": prefix_len, "visibility": visibility}
 
     def requests(self, inputs) -> Iterator[tuple[np.ndarray, np.ndarray, int, np.ndarray]]:
         q_len = inputs["q"].shape[1]
@@ -215,7 +215,7 @@ class Paged:
         used = int(prefix_len.sum()) + batch * q_len
         pool = used + max(1, used // 4)                               # unused slots are NaN
         slots = rng.permutation(pool).astype(np.int32)                # a fragmented pool
-        kv_buffer = normal((pool, ROW)).astype(bf16)
+        kv_buffer = normal(np.empty((pool, ROW), bf16))
         kv_buffer[slots[used:]] = np.nan
         kv_indptr = np.concatenate([[0], np.cumsum(prefix_len)]).astype(np.int32)
         masks = []
@@ -224,7 +224,7 @@ class Paged:
             mask[:, prefix_len[b]:] = visibility[b]
             masks.append(mask.ravel())
         mask_indptr = np.concatenate([[0], np.cumsum([m.size for m in masks])]).astype(np.int32)
-        return {"q": normal((batch * q_len, heads, ROW)).astype(bf16), "kv_buffer": kv_buffer,
+        return {"q": normal(np.empty((batch * q_len, heads, ROW), bf16)), "kv_buffer": kv_buffer,
                 "kv_indptr": kv_indptr, "kv_indices": slots[:kv_indptr[-1]].copy(),
                 "tree_slots": slots[kv_indptr[-1]:used].copy(),
                 "custom_mask": np.concatenate(masks), "mask_indptr": mask_indptr}
