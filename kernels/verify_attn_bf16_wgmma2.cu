@@ -16,7 +16,8 @@
 //                           mask_indptr i32 [B+1], B, Q, H, sm_scale_log2 (= sm_scale*log2 e),
 //                           n_splits, out bf16 [B*Q,H,512], lse f32 [B*Q,H], ws_o, ws_m, ws_l)
 //   n_splits == 1 writes out/lse; otherwise partials (attn_common.cuh) that
-//   verify_attn_bf16_wgmma2_merge (grid = B*Q*H, block = 128) finishes.
+//   verify_attn_bf16_wgmma2_merge (grid = B*Q*H, block = 128) finishes. The host picks n_splits
+//   (splits_for in kdtr/ops/verify_attn/cuda.py: a wave model for grids under one wave).
 //
 // Numerical contract: bf16 inputs, fp32 accumulation on tensor cores (wgmma m64nNk16 bf16); scores
 //   in the log2 domain: the row max m over the raw fp32 dot products, scaled once,
