@@ -6,11 +6,11 @@ import os
 import signal
 import zlib
 from collections import deque
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, as_completed, wait
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, ThreadPoolExecutor, as_completed, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from multiprocessing import active_children, get_context
-from typing import Callable, Iterator, Sequence, TypeVar
+from typing import Callable, Iterable, Iterator, Sequence, TypeVar
 
 from .errors import UsageError
 
@@ -157,3 +157,30 @@ def bounded_map(work: Callable[[T], object], items: Sequence[T], *, jobs: int,
         raise
     finally:
         pool.shutdown(wait=not running, cancel_futures=True)
+
+
+def threaded_map(work: Callable[[T], object], items: Iterable[T], *, window: int) -> Iterator[object]:
+    """`work(item)` for each item, results yielded in input order, up to `window` items' work at once
+    in threads (for work that releases the GIL, like numpy's random draws): never more than `window`
+    results alive, the one the caller holds included, where the caller drops each before asking for
+    the next. `window` 1 runs each item in turn in the calling thread, as `map` would. An exception
+    from `work` is raised here in its item's turn (the items before it were all yielded); on any exit
+    before the end the work not started is cancelled and the work running is waited for (a thread
+    cannot be stopped), so none goes on behind the caller's back."""
+    if window <= 1:
+        yield from map(work, items)
+        return
+    pending = iter(items)
+    queued: deque = deque()
+    pool = ThreadPoolExecutor(max_workers=window, thread_name_prefix="kdtr-threaded-map")
+    try:
+        while True:
+            for item in pending:
+                queued.append(pool.submit(work, item))
+                if len(queued) >= window:
+                    break
+            if not queued:
+                return
+            yield queued.popleft().result()     # no copy kept here: the caller's is the only one
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)

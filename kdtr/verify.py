@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -405,13 +406,40 @@ def verify_bundle(path: str | Path, options: Options) -> list[VerifyRow]:
                                stored_by=loaded.captured_by, case=case, file=file, expected_from=how)[0])
     case_params, seed = bundle.meta.get("case_params"), bundle.meta.get("seed")
     if options.trials and isinstance(case_params, dict) and isinstance(seed, int):
-        for trial in range(1, options.trials + 1):
-            fresh = Case(case, op.name, variant, trial_seed(seed, trial), dict(case_params))
-            generated = op.generate(fresh)
-            reference, on_device = reference_outputs(op, variant, generated.inputs, generated.params)
-            rows += rows_for(generated.inputs, reference, generated.params, case=case, file=file, trial=trial,
-                             seed=fresh.seed, expected_from=DEVICE_REFERENCE if on_device else GOLDEN)
+        fresh = [Case(case, op.name, variant, trial_seed(seed, trial), dict(case_params))
+                 for trial in range(1, options.trials + 1)]
+        window = trial_window(op, variant, case_params, len(fresh))
+        # The trials' inputs are drawn in threads, `window` trials ahead at most; each is run and
+        # compared here, in trial order, and dropped before the next is asked for (memory bound).
+        with contextlib.closing(parallel.threaded_map(op.generate, fresh, window=window)) as inputs_of:
+            for trial, (spec, generated) in enumerate(zip(fresh, inputs_of), start=1):
+                reference, on_device = reference_outputs(op, variant, generated.inputs, generated.params)
+                rows += rows_for(generated.inputs, reference, generated.params, case=case, file=file,
+                                 trial=trial, seed=spec.seed,
+                                 expected_from=DEVICE_REFERENCE if on_device else GOLDEN)
+                del generated, reference
     return rows
+
+
+def trial_window(op: Op, variant: str, case_params: Mapping[str, Any], trials: int) -> int:
+    """How many trials' fresh inputs verify generates at once (kdtr.parallel.threaded_map): one
+    per usable core, no more than the trials, and no more than the op's memory estimate for the
+    case fits in gen-refs' bound (refs.default_mem_limit: KDTREE_MEM_LIMIT, else half of
+    MemAvailable) beside the loaded bundle's own inputs (no estimate: small, cores only); 1 (each
+    in turn, in this thread, as before) where the estimate fails: the generator says why, in turn."""
+    from .refs import default_mem_limit
+
+    window = min(trials, parallel.cpu_count())
+    if window <= 1:
+        return 1
+    try:
+        estimate = op.estimate_bytes(variant, case_params)
+    except Exception:       # noqa: BLE001 - malformed case_params: generate says why, in turn
+        return 1
+    limit = default_mem_limit()
+    if estimate and limit is not None:
+        window = min(window, limit // estimate - 1)    # one estimate for the golden held meanwhile
+    return max(1, window)
 
 
 def verify_file(path: str | Path, options: Options) -> tuple[list[VerifyRow], str | None]:

@@ -139,3 +139,12 @@ def test_the_torch_backend_is_held_to_the_baseline_bound_and_kernels_to_the_cont
         assert not loosened(op, variant, torch_tols, Options(backend="torch"))
         assert loosened(op, variant, torch_tols, Options(backend="cuda")) == (torch_tols != op.tolerances(variant))
     assert op.baseline_tolerances("bf16_paged")["lse"].atol > op.tolerances("bf16_paged")["lse"].atol
+
+
+@given(st.lists(st.sampled_from([0.0, -0.0, 1.0, 2.5, 3.0, np.inf]) | st.floats(0, 10), max_size=60),
+       st.integers(1, 8))
+def test_largest_is_the_head_of_a_stable_sort(values, count):
+    """The worst elements of a chunk without sorting it: what the stable argsort picked, in its
+    order (ties to the lowest index), with many ties and infinities."""
+    score = np.array(values, np.float64)
+    assert compare.largest(score, count).tolist() == np.argsort(-score, kind="stable")[:count].tolist()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -152,3 +153,128 @@ def test_bounded_map_raises_a_workers_error_in_its_turn(tmp_path):
     assert next(results)[0] == 0
     with pytest.raises(ValueError, match="task 99 fails"):
         next(results)
+
+
+class _Live:
+    """Counts the work items started whose results are still alive (running, queued or held)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.live = self.most = 0
+        self.threads = set()
+
+    def work(self, barrier):
+        def run(item):
+            with self.lock:
+                self.live += 1
+                self.most = max(self.most, self.live)
+                self.threads.add(threading.current_thread().name)
+            if barrier is not None and item < barrier.parties:
+                barrier.wait(timeout=60)    # the first `parties` items meet: they run at once
+            if item == 99:
+                raise ValueError("item 99 fails")
+            return _Result(self, item)
+        return run
+
+
+class _Result:
+    def __init__(self, live, item):
+        self.live, self.item = live, item
+
+    def __del__(self):
+        with self.live.lock:
+            self.live.live -= 1
+
+
+def test_threaded_map_overlaps_in_order_within_its_window():
+    from kdtr.parallel import threaded_map
+
+    live = _Live()
+    got = []
+    for result in threaded_map(live.work(threading.Barrier(3)), range(10), window=3):
+        got.append(result.item)
+        del result                             # drop each before asking for the next
+    assert got == list(range(10))
+    assert live.most == 3 and live.live == 0   # three at once (the barrier), never more alive
+    assert threading.current_thread().name not in live.threads
+
+
+def test_threaded_map_of_window_one_runs_each_in_turn_here():
+    from kdtr.parallel import threaded_map
+
+    live = _Live()
+    assert [r.item for r in threaded_map(live.work(None), range(4), window=1)] == list(range(4))
+    assert live.threads == {threading.current_thread().name} and live.most <= 2
+
+
+@pytest.mark.parametrize("window", [1, 3])
+def test_threaded_map_raises_an_items_error_in_its_turn(window):
+    from kdtr.parallel import threaded_map
+
+    results = threaded_map(_Live().work(None), [0, 99, 1, 2], window=window)
+    assert next(results).item == 0
+    with pytest.raises(ValueError, match="item 99 fails"):
+        next(results)
+    with pytest.raises(StopIteration):
+        next(results)
+
+
+def _plain(rows):
+    return [{k: v for k, v in row.to_plain().items() if k != "seconds"} for row in rows]
+
+
+def test_trials_drawn_in_threads_give_the_rows_of_one_at_a_time(goldens, monkeypatch):  # noqa: F811
+    """verify --trials draws the trials' inputs `trial_window` at once: the same seeds, inputs and
+    rows, in trial order, as one trial at a time in this thread."""
+    from kdtr import verify
+    from kdtr.verify import Options, find_bundles, verify_bundle
+
+    drawn_in = []
+    real_map = verify.parallel.threaded_map
+
+    def recording_map(work, items, *, window):
+        def drawing(case):
+            drawn_in.append(threading.current_thread().name)
+            return work(case)
+        return real_map(drawing, items, window=window)
+
+    monkeypatch.setattr(verify.parallel, "threaded_map", recording_map)
+    options = Options(backend="numpy", trials=4)
+    for bundle in find_bundles([goldens]):
+        monkeypatch.setattr(verify, "trial_window", lambda *args: 1)
+        alone = verify_bundle(bundle, options)
+        assert set(drawn_in) == {threading.current_thread().name}
+        drawn_in.clear()
+        monkeypatch.setattr(verify, "trial_window", lambda *args: 3)
+        threaded = verify_bundle(bundle, options)
+        assert threading.current_thread().name not in drawn_in and len(drawn_in) == 4
+        drawn_in.clear()
+        assert [r.trial for r in threaded] == [0, 1, 2, 3, 4]
+        assert _plain(threaded) == _plain(alone), bundle
+
+
+def test_the_trial_window_takes_the_cores_and_the_gen_refs_memory_bound(monkeypatch):
+    from kdtr import verify
+    from kdtr.config import config
+    from kdtr.ops import get_op
+
+    op = get_op("verify_attn")
+    params = {"batch": 8, "heads": 16, "prefix": 8192, "budget": 16}
+    estimate = op.estimate_bytes("bf16_paged", params)
+    monkeypatch.setattr(verify.parallel, "cpu_count", lambda: 16)
+    try:
+        monkeypatch.setenv("KDTREE_MEM_LIMIT", str(100 * estimate))
+        config.cache_clear()
+        assert verify.trial_window(op, "bf16_paged", params, 5) == 5          # the trials
+        monkeypatch.setattr(verify.parallel, "cpu_count", lambda: 2)
+        assert verify.trial_window(op, "bf16_paged", params, 5) == 2          # the cores
+        monkeypatch.setattr(verify.parallel, "cpu_count", lambda: 16)
+        monkeypatch.setenv("KDTREE_MEM_LIMIT", str(4 * estimate))
+        config.cache_clear()
+        assert verify.trial_window(op, "bf16_paged", params, 5) == 3          # memory, beside the golden
+        monkeypatch.setenv("KDTREE_MEM_LIMIT", str(estimate))
+        config.cache_clear()
+        assert verify.trial_window(op, "bf16_paged", params, 5) == 1          # one at a time, as before
+        assert verify.trial_window(op, "bf16_paged", {"batch": 8}, 5) == 1    # no estimate: as before
+    finally:
+        config.cache_clear()
