@@ -15,11 +15,13 @@ PIECES_SPLIT, PIECES_BLOCK = 4, 144     # a `pieces` kernel's blocks per tile an
 
 @dataclass(frozen=True)
 class WaveCost:
-    """What one launch costs, in microseconds on the H200 at 1.98 GHz (bench records of
-    kernels/NOTES.md), as a function of the KV split count, for grids of fewer blocks than SMs: a
-    block's fixed part (Q load, pipeline fill, epilogue), one key tile of a row tile, the merge's
-    launch, and one split's partial row (2 KB of fp32 written, then read by the merge)."""
+    """What one launch costs, in microseconds on the H200 at 1.98 GHz (fitted to the split-count
+    A/B of kernels/NOTES.md), as a function of the KV split count, for grids of fewer blocks than
+    SMs: the launch, a block's fixed part (Q load, pipeline fill, epilogue), one key tile of a row
+    tile, the merge's launch, and one split's partial row (2 KB of fp32 written, then read by the
+    merge, mostly from the L2)."""
 
+    launch_us: float
     block_us: float
     tile_us: float
     merge_us: float
@@ -29,7 +31,7 @@ class WaveCost:
         """Waves of one block per SM (the kernels take one SM's shared memory), each as long as one
         block's split, plus the merge of `rows` rows' partials when the keys are split."""
         waves = math.ceil(ctas * splits / sms)
-        main = waves * (self.block_us + math.ceil(kv_tiles / splits) * self.tile_us)
+        main = self.launch_us + waves * (self.block_us + math.ceil(kv_tiles / splits) * self.tile_us)
         return main if splits == 1 else main + self.merge_us + rows * splits * self.partial_row_us
 
 
@@ -76,7 +78,7 @@ KERNELS = (
                serves="sm_90 (H100, H200: wgmma is sm_90a code), every shape",
                rows=64, keys=64, threads=256, smem=223768, arch_feature="a", split_min_tiles=2,
                rebalance=True, only_sm=90,
-               wave=WaveCost(block_us=4.0, tile_us=1.8, merge_us=1.0, partial_row_us=0.0016)),
+               wave=WaveCost(launch_us=4.0, block_us=5.0, tile_us=1.8, merge_us=1.0, partial_row_us=0.0005)),
     AttnKernel(op="verify_attn", variant="bf16_paged", name="bf16_mma", role="fallback",
                serves="GPUs other than sm_90 with 166,208 B of shared memory a block (sm_80, sm_100)",
                rows=64, keys=32, threads=256, smem=166144, min_sm=80),
@@ -87,7 +89,7 @@ WAVE_MARGIN = 0.03      # the wave model's choice: the fewest splits within 3% o
 WAVE_OVERRIDE = 0.10    # ... and it replaces the fill rule's only where it prices it 10% faster
 
 
-def splits_for(k: AttnKernel, ctas: int, kv_bound: int, sms: int, rows: int) -> int:
+def splits_for(k: AttnKernel, ctas: int, kv_len: int, sms: int, rows: int) -> int:
     """KV splits per (row tile, request). Fewer tiles than SMs: as many splits as fill the SMs (the
     fill rule), each split at least k.split_min_tiles key tiles; with k.wave, the fewest splits
     whose modeled time (WaveCost) is within WAVE_MARGIN of the best instead, where the model prices
@@ -95,15 +97,15 @@ def splits_for(k: AttnKernel, ctas: int, kv_bound: int, sms: int, rows: int) -> 
     medians: a smaller difference is not a prediction). One or more waves: with k.rebalance, split
     in two when that evens out a ragged last wave by more than 3%."""
     if ctas >= sms:
-        if k.rebalance and kv_bound >= 16 * k.keys:
+        if k.rebalance and kv_len >= 16 * k.keys:
             one, two = math.ceil(ctas / sms), math.ceil(2 * ctas / sms) / 2
             return 2 if two < 0.97 * one else 1
         return 1
-    most = max(1, math.ceil(kv_bound / (k.split_min_tiles * k.keys)))
+    most = max(1, math.ceil(kv_len / (k.split_min_tiles * k.keys)))
     fill = min(sms // ctas, most)
     if k.wave is None:
         return fill
-    kv_tiles = math.ceil(kv_bound / k.keys)
+    kv_tiles = math.ceil(kv_len / k.keys)
     times = [k.wave.time_us(ctas, rows, kv_tiles, s, sms) for s in range(1, most + 1)]
     best = min(times)
     modeled = next(s for s, t in enumerate(times, start=1) if t <= best * (1 + WAVE_MARGIN))
@@ -112,9 +114,11 @@ def splits_for(k: AttnKernel, ctas: int, kv_bound: int, sms: int, rows: int) -> 
 
 def grid(k: AttnKernel, inputs, sms: int) -> tuple[int, int, int, int, int]:
     """(B, Q, H, row tiles per request, KV splits) of the grid k is launched with on `sms` SMs."""
-    batch, q_len, heads, kv_bound = LAYOUTS[k.variant].dims(inputs)
+    layout = LAYOUTS[k.variant]
+    batch, q_len, heads, _ = layout.dims(inputs)
     tiles = math.ceil(q_len * heads / k.rows)
-    return batch, q_len, heads, tiles, splits_for(k, tiles * batch, kv_bound, sms, batch * q_len * heads)
+    return batch, q_len, heads, tiles, splits_for(k, tiles * batch, layout.request_keys(inputs), sms,
+                                                  batch * q_len * heads)
 
 
 def choose(variant, inputs, gpu: Gpu | None) -> str:

@@ -104,6 +104,10 @@ class Dense:
         batch, q_len, heads, _ = inputs["q"].shape
         return batch, q_len, heads, inputs["kv"].shape[1]
 
+    def request_keys(self, inputs) -> int:
+        """One request's keys as the split choice prices them, from shapes only: the padded bound."""
+        return inputs["kv"].shape[1]
+
     def longest_prefix(self, inputs) -> int:
         return int(inputs["prefix_len"].max())
 
@@ -245,6 +249,14 @@ class Paged:
         batch = inputs["kv_indptr"].shape[0] - 1
         q_len = inputs["tree_slots"].shape[0] // batch
         return batch, q_len, inputs["q"].shape[1], inputs["kv_indices"].shape[0] + q_len   # >= every P_b + Q
+
+    def request_keys(self, inputs) -> int:
+        """One request's keys as the split choice prices them, from shapes only (no device read, so
+        graph-capturable): the mean, ceil(sum P_b / B) + Q, exact when the prefixes are equal (the
+        bound of `dims` is B times that for a batch)."""
+        batch = inputs["kv_indptr"].shape[0] - 1
+        q_len = inputs["tree_slots"].shape[0] // batch
+        return -(-inputs["kv_indices"].shape[0] // batch) + q_len
 
     def longest_prefix(self, inputs) -> int:
         return int((inputs["kv_indptr"][1:] - inputs["kv_indptr"][:-1]).max())
