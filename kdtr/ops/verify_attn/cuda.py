@@ -151,6 +151,9 @@ def run_cuda(op, variant, inputs, params, outputs, kernel=None, splits=None, def
     defines = dict(defines or {})
     forced = defines.pop("SPLITS", None)              # a launch knob, not a compile-time define
     splits = int(forced) if forced is not None else auto_splits if splits is None else splits
+    if forced is not None and not 1 <= splits <= math.ceil(kv_bound / k.keys):
+        raise ValueError(f"SPLITS={forced}: this case takes 1 to {math.ceil(kv_bound / k.keys)} KV splits "
+                         f"(its key tiles of {k.keys})")
     arch = device_arch() + k.arch_feature if k.arch_feature else None
     main = get_kernel(k.source, k.entry, arch=arch, defines=defines)
     merger = get_kernel(k.source, k.merge, arch=arch, defines=defines) if splits > 1 else None
