@@ -150,7 +150,9 @@ def bench_cmd(
     define: List[str] = typer.Option([], "--define", help="KERNEL:KNOB=VALUE[,KNOB=VALUE]: also time KERNEL built "
                                      "with these compile-time defines, a row of its own, e.g. "
                                      "fp32_bf16x3[FX_NREG_S=232] (repeatable; with --kernel KERNEL, a knob A/B in "
-                                     "one run). Builds of one kernel must give the same bytes, or they fail."),
+                                     "one run). Builds of one kernel must give the same bytes, or they fail; a "
+                                     "launch knob (verify_attn: SPLITS=N, the KV split count) is read by the "
+                                     "launch, may round differently and is checked like another kernel."),
     time_budget: Optional[float] = typer.Option(None, "--time-budget", help="Seconds of samples per implementation: "
                                                 "a case's rounds stop after this x its implementations "
                                                 "\\[0.5; --quick 0.1]."),
