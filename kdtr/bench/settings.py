@@ -84,14 +84,13 @@ def kernel_builds(kernels: Iterable[str] = (), defines: Iterable[str] = ()) -> t
             raise UsageError(f"--define {text!r}: expected KERNEL:KNOB=VALUE[,KNOB=VALUE...] (a C identifier "
                              "and a plain value)")
         builds.append(KernelBuild(name, tuple((k, v) for k, _, v in pairs)))
-    known = {k: op.name for op in map(get_op, op_names()) for v in op.variants for k in op.cuda_kernels(v)}
-    unknown = list(dict.fromkeys(b.name for b in builds if b.name not in known))
+    registry = {k.name: k for op in map(get_op, op_names()) for k in op.kernels}
+    unknown = list(dict.fromkeys(b.name for b in builds if b.name not in registry))
     if unknown:
         raise UsageError(f"unknown kernel {', '.join(map(repr, unknown))}; known: "
-                         + ", ".join(f"{k} ({op})" for k, op in known.items()))
-    knobs = {k.name: k.launch_knobs for op in map(get_op, op_names()) for k in op.kernels}
+                         + ", ".join(f"{k.name} ({k.op})" for k in registry.values()))
     for i, build in enumerate(builds):
-        launch = tuple(k for k, _ in build.defines if k in knobs[build.name])
+        launch = tuple(k for k, _ in build.defines if k in registry[build.name].launch_knobs)
         bad = [f"{k}={v}" for k, v in build.defines if k in launch and not (v.isdigit() and int(v) >= 1)]
         if bad:
             raise UsageError(f"--define {build.label}: {', '.join(bad)}: a launch knob takes a positive integer")

@@ -129,8 +129,8 @@ class VerifyAttn(Op):
 
     def launch_grid(self, variant, inputs, params, kernel):
         """(row tiles, B, KV splits): the split count is the launch's shape-dependent choice."""
-        _, _, _, tiles, splits = cuda.grid(self.cuda_kernel(kernel, variant), inputs, Gpu.here().sms)
-        return tiles, LAYOUTS[variant].dims(inputs)[0], splits
+        batch, _, _, tiles, splits = cuda.grid(self.cuda_kernel(kernel, variant), inputs, Gpu.here().sms)
+        return tiles, batch, splits
 
     def run_cuda(self, variant, inputs, params, outputs, *, kernel=None, defines=None, splits=None):
         """`kernel` names an entry of `kernels` (default: kernel_choice); `defines` are extra

@@ -13,6 +13,9 @@ from .layouts import LATENT, LAYOUTS
 PIECES_SPLIT, PIECES_BLOCK = 4, 144     # a `pieces` kernel's blocks per tile and threads per block
 
 
+SPLITS_KNOB = "SPLITS"    # the launch knob (--define NAME:SPLITS=N) that forces the KV split count
+
+
 @dataclass(frozen=True)
 class WaveCost:
     """What one launch costs, in microseconds on the H200 at 1.98 GHz (fitted to the split-count
@@ -44,9 +47,8 @@ class AttnKernel(CudaKernel):
     <entry>_pieces (grid (PIECES_SPLIT x tiles, B) of PIECES_BLOCK threads). `min_fill`: the
     fraction of the SMs its grid must occupy for the launch to pick it. `dependent`: its pieces,
     main and merge kernels are launched as programmatic dependents of the grid before each.
-    `wave`: its measured costs; grids under one wave then take the split count the model times
-    fastest (else as many splits as fill the SMs). The launch knob SPLITS (`--define
-    NAME:SPLITS=N`) forces the split count."""
+    `wave`: its measured costs, which price the split count of grids under one wave (splits_for).
+    The launch knob SPLITS (`--define NAME:SPLITS=N`) forces the split count."""
 
     rows: int
     keys: int
@@ -56,7 +58,7 @@ class AttnKernel(CudaKernel):
     min_fill: float = 0.0
     dependent: bool = False
     wave: WaveCost | None = None
-    launch_knobs: tuple[str, ...] = ("SPLITS",)
+    launch_knobs: tuple[str, ...] = (SPLITS_KNOB,)
 
     @property
     def merge(self) -> str:
@@ -147,12 +149,13 @@ def run_cuda(op, variant, inputs, params, outputs, kernel=None, splits=None, def
     layout = LAYOUTS[variant]
     batch, q_len, heads, tiles, auto_splits = grid(k, inputs, multiprocessor_count())
     kv_bound = layout.dims(inputs)[3]
+    kv_tiles = math.ceil(kv_bound / k.keys)
     rows = batch * q_len * heads
     defines = dict(defines or {})
-    forced = defines.pop("SPLITS", None)              # a launch knob, not a compile-time define
+    forced = defines.pop(SPLITS_KNOB, None)           # a launch knob, not a compile-time define
     splits = int(forced) if forced is not None else auto_splits if splits is None else splits
-    if forced is not None and not 1 <= splits <= math.ceil(kv_bound / k.keys):
-        raise ValueError(f"SPLITS={forced}: this case takes 1 to {math.ceil(kv_bound / k.keys)} KV splits "
+    if forced is not None and not 1 <= splits <= kv_tiles:
+        raise ValueError(f"{SPLITS_KNOB}={forced}: this case takes 1 to {kv_tiles} KV splits "
                          f"(its key tiles of {k.keys})")
     arch = device_arch() + k.arch_feature if k.arch_feature else None
     main = get_kernel(k.source, k.entry, arch=arch, defines=defines)
@@ -170,7 +173,6 @@ def run_cuda(op, variant, inputs, params, outputs, kernel=None, splits=None, def
     if k.pieces:
         from ctypes import c_int
 
-        kv_tiles = math.ceil(kv_bound / k.keys)
         pieces = torch.empty(batch * (kv_tiles + tiles) * k.pieces, dtype=torch.uint8, device=device)
         get_kernel(k.source, k.entry + "_pieces", arch=arch).launch(
             (PIECES_SPLIT * (kv_tiles + tiles), batch), PIECES_BLOCK,
