@@ -376,8 +376,6 @@ def verify_bundle(path: str | Path, options: Options) -> list[VerifyRow]:
     variant (none: no rows). A bundle without a golden is compared with the reference computed here;
     captured outputs are a row of their own, the capturing implementation's, against it. Trials and
     bundles without a golden take the float64 device reference on a GPU (see reference_outputs)."""
-    from .impl.builtin import reference_outputs
-
     loaded = load_case(path)
     bundle, op, variant, params, case = loaded.bundle, loaded.op, loaded.variant, loaded.params, loaded.case
     impls = [impl for impl in options.implementations() if impl.serves(op.name, variant)]
@@ -385,6 +383,8 @@ def verify_bundle(path: str | Path, options: Options) -> list[VerifyRow]:
         return []
     inputs, expected, how = loaded.inputs, loaded.expected, GOLDEN
     if loaded.source != GOLDEN:
+        from .impl.builtin import reference_outputs
+
         expected, on_device = reference_outputs(op, variant, inputs, params)
         how = DEVICE_REFERENCE if on_device else REFERENCE
     tols = tolerances(op, variant, bundle.meta.get("tolerance"), options, file=path)
@@ -406,6 +406,8 @@ def verify_bundle(path: str | Path, options: Options) -> list[VerifyRow]:
                                stored_by=loaded.captured_by, case=case, file=file, expected_from=how)[0])
     case_params, seed = bundle.meta.get("case_params"), bundle.meta.get("seed")
     if options.trials and isinstance(case_params, dict) and isinstance(seed, int):
+        from .impl.builtin import reference_outputs
+
         fresh = [Case(case, op.name, variant, trial_seed(seed, trial), dict(case_params))
                  for trial in range(1, options.trials + 1)]
         window = trial_window(op, variant, case_params, len(fresh))
