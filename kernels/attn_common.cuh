@@ -30,6 +30,26 @@ __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); 
     const int kbeg = min((z) * chunk, (kvlen));                                                         \
     const int kend = min(kbeg + chunk, (kvlen));
 
+// The bf16_paged kernels' parameters, in the order of the host's launch (kernel_operands, then
+// kernel_tail, then the outputs and the split workspace); each kernel's header gives their shapes.
+#define ATTN_BF16_PAGED_PARAMS                                                                          \
+    const u16* __restrict__ q, const u16* __restrict__ kv_buffer, const int* __restrict__ kv_indptr,   \
+    const int* __restrict__ kv_indices, const int* __restrict__ tree_slots,                            \
+    const u8* __restrict__ custom_mask, const int* __restrict__ mask_indptr, int B, int Q, int H,      \
+    float sm_scale_log2, int n_splits, u16* __restrict__ out, float* __restrict__ lse,                \
+    float* __restrict__ ws_o, float* __restrict__ ws_m, float* __restrict__ ws_l
+
+// Declares what a bf16_paged block (row tile blockIdx.x of `rows` rows, request b = blockIdx.y, split
+// z = blockIdx.z) knows of its request: its rows, and its keys (P prefix keys, then the Q tree keys).
+#define ATTN_PAGED_REQUEST(rows)                                                                        \
+    const int b = blockIdx.y, z = blockIdx.z;                                                           \
+    const int rows_req = Q * H;                                                                         \
+    const int row0 = blockIdx.x * (rows);                                                               \
+    const int nrows = min((rows), rows_req - row0);                                                     \
+    const int ibase = kv_indptr[b];                                                                     \
+    const int P = kv_indptr[b + 1] - ibase;                                                             \
+    const int kvlen = P + Q;
+
 __device__ __forceinline__ u32 smem_addr(const void* p) {
     return (u32)__cvta_generic_to_shared(p);
 }

@@ -172,3 +172,29 @@ __device__ __forceinline__ void stage_request(const TreeSmem& s, const float* __
         if (ROOT_PATH) s.path[0] = 0;
     }
 }
+
+// The parameters of the kernels that keep candidates in a TreeSmem (warp, smem), in the host's order.
+#define TREE_BUILD_STAGED_PARAMS                                                                        \
+    const float* __restrict__ topk_logp, const int* __restrict__ topk_ids,                             \
+    const int* __restrict__ root_token, const int* __restrict__ start, int B, int L, int K, int budget, \
+    int staged, int* __restrict__ tokens, int* __restrict__ parents, int* __restrict__ depths,         \
+    int* __restrict__ positions, int* __restrict__ ranks, double* __restrict__ scores,                 \
+    u8* __restrict__ visibility, int* __restrict__ num_nodes
+
+// Their block's request (b = blockIdx.x; a block past B returns): its sizes, its TreeSmem carved from
+// smem_raw, and where its top-K table is read from (shared memory when staged, else global, row
+// stride ld). A macro: spelled out in place it compiles to the SASS the kernels were verified with.
+#define TREE_BUILD_STAGED_REQUEST()                                                                    \
+    const int b = blockIdx.x;                                                                           \
+    if (b >= B) return;                                                                                 \
+    const int Q = budget + 1;                                                                           \
+    const int Kc = K < Q ? K : Q;                                                                       \
+    const int stride = L + 1;                                                                           \
+    const int tid = threadIdx.x;                                                                        \
+    TreeSmem s;                                                                                         \
+    carve(smem_raw, L, Kc, Q, staged, s);                                                               \
+    const float* g_lp = topk_logp + (size_t)b * L * K;                                                  \
+    const int* g_ids = topk_ids + (size_t)b * L * K;                                                    \
+    const float* lp = staged ? s.lp : g_lp;                                                             \
+    const int* ids = staged ? s.ids : g_ids;                                                            \
+    const int ld = staged ? Kc : K;

@@ -31,27 +31,9 @@
 #include "tree_build_common.cuh"
 
 extern "C" __global__ void __launch_bounds__(TB_THREADS)
-tree_build_smem(const float* __restrict__ topk_logp, const int* __restrict__ topk_ids,
-                const int* __restrict__ root_token, const int* __restrict__ start,
-                int B, int L, int K, int budget, int staged,
-                int* __restrict__ tokens, int* __restrict__ parents, int* __restrict__ depths,
-                int* __restrict__ positions, int* __restrict__ ranks, double* __restrict__ scores,
-                u8* __restrict__ visibility, int* __restrict__ num_nodes) {
+tree_build_smem(TREE_BUILD_STAGED_PARAMS) {
     extern __shared__ __align__(16) char smem_raw[];
-    const int b = blockIdx.x;
-    if (b >= B) return;
-    const int Q = budget + 1;
-    const int Kc = K < Q ? K : Q;
-    const int stride = L + 1;
-    const int tid = threadIdx.x;
-    TreeSmem s;
-    carve(smem_raw, L, Kc, Q, staged, s);
-
-    const float* g_lp = topk_logp + (size_t)b * L * K;
-    const int* g_ids = topk_ids + (size_t)b * L * K;
-    const float* lp = staged ? s.lp : g_lp;
-    const int* ids = staged ? s.ids : g_ids;
-    const int ld = staged ? Kc : K;
+    TREE_BUILD_STAGED_REQUEST()
     stage_request<true>(s, g_lp, g_ids, root_token, b, L, K, Kc, staged);
     __shared__ int s_num_nodes;
     __syncthreads();

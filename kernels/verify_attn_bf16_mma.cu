@@ -50,13 +50,7 @@ __device__ __forceinline__ void cp_async4(void* dst, const void* src, bool valid
 }
 
 extern "C" __global__ void __launch_bounds__(FB_THREADS, 1)
-verify_attn_bf16_mma(const u16* __restrict__ q, const u16* __restrict__ kv_buffer,
-                     const int* __restrict__ kv_indptr, const int* __restrict__ kv_indices,
-                     const int* __restrict__ tree_slots, const u8* __restrict__ custom_mask,
-                     const int* __restrict__ mask_indptr, int B, int Q, int H,
-                     float sm_scale_log2, int n_splits,
-                     u16* __restrict__ out, float* __restrict__ lse,
-                     float* __restrict__ ws_o, float* __restrict__ ws_m, float* __restrict__ ws_l) {
+verify_attn_bf16_mma(ATTN_BF16_PAGED_PARAMS) {
     extern __shared__ __align__(16) u16 smem_h[];
     u16* sQ = smem_h;                                     // [64][584]
     u16* sK = sQ + FB_ROWS * FB_STR;                      // [2][32][584]
@@ -66,13 +60,7 @@ verify_attn_bf16_mma(const u16* __restrict__ q, const u16* __restrict__ kv_buffe
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int rg = warp & 3, half = warp >> 2;
     const int g = lane >> 2, t = lane & 3;
-    const int b = blockIdx.y, z = blockIdx.z;
-    const int rows_req = Q * H;
-    const int row0 = blockIdx.x * FB_ROWS;
-    const int nrows = min(FB_ROWS, rows_req - row0);
-    const int ibase = kv_indptr[b];
-    const int P = kv_indptr[b + 1] - ibase;
-    const int kvlen = P + Q;
+    ATTN_PAGED_REQUEST(FB_ROWS)
     const int mbase = mask_indptr[b];
     const int per_split = (kvlen + n_splits - 1) / n_splits;
     const int chunk = (per_split + FB_KEYS - 1) / FB_KEYS * FB_KEYS;

@@ -144,13 +144,7 @@ __device__ __forceinline__ void gather_rows(unsigned dst, const unsigned char* s
 }
 
 extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
-verify_attn_bf16_wgmma2(const u16* __restrict__ q, const u16* __restrict__ kv_buffer,
-                        const int* __restrict__ kv_indptr, const int* __restrict__ kv_indices,
-                        const int* __restrict__ tree_slots, const u8* __restrict__ custom_mask,
-                        const int* __restrict__ mask_indptr, int B, int Q, int H,
-                        float sm_scale_log2, int n_splits,
-                        u16* __restrict__ out, float* __restrict__ lse,
-                        float* __restrict__ ws_o, float* __restrict__ ws_m, float* __restrict__ ws_l) {
+verify_attn_bf16_wgmma2(ATTN_BF16_PAGED_PARAMS) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     const unsigned raw_addr = smem_addr(smem_raw);
@@ -173,13 +167,7 @@ verify_attn_bf16_wgmma2(const u16* __restrict__ q, const u16* __restrict__ kv_bu
     const int wg = tid >> 7, wt = tid & 127;
     const int lane = tid & 31, wq = (tid >> 5) & 3;       // warp within the warpgroup
     const int g = lane >> 2, t = lane & 3;
-    const int b = blockIdx.y, z = blockIdx.z;
-    const int rows_req = Q * H;
-    const int row0 = blockIdx.x * WG_ROWS;
-    const int nrows = min(WG_ROWS, rows_req - row0);
-    const int ibase = kv_indptr[b];
-    const int P = kv_indptr[b + 1] - ibase;
-    const int kvlen = P + Q;
+    ATTN_PAGED_REQUEST(WG_ROWS)
     const int per_split = (kvlen + n_splits - 1) / n_splits;
     const int chunk = (per_split + WG_KEYS - 1) / WG_KEYS * WG_KEYS;
     const int kbeg = z * chunk;
