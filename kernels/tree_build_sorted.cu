@@ -35,75 +35,50 @@
 // "beats first / beats second"; a lane needs the list one slot either side of its block, one
 // shfl_up and one shfl_down of 3 words). Successors are NOT assumed to score below their parent:
 // a child may land in slot 0.
-// The pop:
-//   * no load on the head's chain: every lane holds the head's three log-probs (own, next rank,
-//     child row) in registers. Each pop loads the three the next head would need if it is the
-//     child or the sibling (T[rowc + 1], T[rowc + W], T[off + 2]; the other three are already
-//     held), and the runner-up's three right after its broadcast, a whole pop before they can be
-//     needed; the next head's triple is then a select (child / sibling / runner-up);
-//   * no shuffle on the chain: the next pop's window (shfl_up / shfl_down) and the runner-up's
-//     broadcast are issued at the end of each pop and complete under the next pop's additions;
-//   * CHECKPOINTS instead of the rerun (sl_build): chunks of TB_CK pops (default 8). Before a
-//     chunk the loop state (SlState: slots, head and runner-up with their log-probs, alive, n) is
-//     copied in registers; the chunk runs the FAST pop (sl_pop<false>: plain compares only; its tie
-//     test, an exact == between a live successor and a slot the lane owns, the popped slot 0 left
-//     out, goes into a per-lane sticky flag: no vote, no barrier, no branch); then one __any_sync
-//     of the flags. A tie: __syncwarp, restore the checkpoint (the window re-shuffled from the
-//     slots) and replay the chunk with the EXACT pop (sl_pop<true>: after the plain merge an
-//     __any_sync of the window's tie test, and on a tie the merge redone with the rank-tuple walks
-//     on that warp-uniform branch). A tie costs <= TB_CK exact pops, not a second build. Claim
-//     (asserted on every chunk of every CPU model case, tests/test_tree_build_sorted_sim.py): a
-//     chunk started from an exact state that flagged no tie is exact, since up to its first tie it
-//     is the exact run and every compare the merge and the runner-up test make is between a
-//     successor and some lane's own slot. The replay rewrites the chunk's records; one it does
-//     not rewrite (the heap emptied earlier) lies past the final n and is never read. The last
-//     chunk is padded with dead pops (node > budget);
-//   * a FAST EPILOGUE, straight from the records: part 1, one thread per column i < Q writes the
-//     per-node outputs (record, one dependent ids load) and walks i's parent links (<= depth
-//     dependent loads) to build its ancestor-or-self mask in registers (nw <= TB_NPL + 1 words,
-//     selects, no local memory), stored to shared memory; one __syncthreads; part 2 writes the
-//     request's Q * Q visibility bytes as aligned 32-bit words (each from 4 mask-bit loads; (i, j)
-//     advanced per trip, no division in the loop), the unaligned head and the tail (< 4 bytes
-//     each) as byte stores, so that no store touches a neighbouring request's bytes (the numpy
-//     model of this index math: test_epilogue_visibility_every_byte_once). root_token[b] and
-//     start[b] are loaded before the staging (off the epilogue's chain); no TreeSmem, paths or
-//     build_paths;
-//   * a warp-uniform loop: `budget` trips (a kernel argument) and the warp test made a shuffle
+//   * The pop (sl_pop): every lane holds the head's three log-probs (own, next rank, child row).
+//     At the end of a pop the next head (runner-up or first) is chosen and its three log-probs are
+//     loaded from its own candidate, one LDS latency on the head's chain; the next pop's window
+//     (shfl_up / shfl_down) and the runner-up's broadcast are issued then too and complete under
+//     the next pop's additions. Liveness tests are integer tests of the high word (sl_live), not
+//     DSETPs; the node record is one 16-byte store by lane 0.
+//   * CHECKPOINTS (sl_build): chunks of TB_CK pops (default 8). Before a chunk the loop state
+//     (SlState) is copied in registers; the chunk runs the FAST pop (sl_pop<false>: plain compares;
+//     its tie test, an exact == between a live successor and a slot the lane owns, the popped slot
+//     0 left out, keeps the lane's first flagged pop: no vote, no barrier, no branch); then one
+//     __any_sync. On a tie the checkpoint is restored, the pops before the warp's first flagged one
+//     rerun fast, that one runs with the EXACT pop (sl_pop<true>: the merge redone with the
+//     rank-tuple walks, on a warp-uniform branch after a __syncwarp), and the next chunk starts
+//     after it. Claim (asserted on every chunk of every CPU model case,
+//     tests/test_tree_build_sorted_sim.py): up to a chunk's first tie its fast pops are the exact
+//     ones, since every compare the merge and the runner-up test make is between a successor and
+//     some lane's own slot. The rerun's records overwrite the abandoned ones; a record it does not
+//     rewrite lies past the final n, or is rewritten by the next chunk, before anything reads it.
+//   * A warp-uniform loop: `budget` trips (a kernel argument) and the warp test made a shuffle
 //     result, so the compiler needs no divergence guards (BRA.DIV) around the shuffles and the
-//     unrolled body (TB_UNROLL pops, default 2) is one basic block; a sticky `alive` ends the
-//     pops at the first -inf head (the heap is then empty): a dead pop writes no record, counts
-//     no node and walks the valid dummy candidate 0, so its table reads stay in the L + 2 rows;
-//   * the liveness tests are integer tests of the high word (sl_live), not DSETPs; the node
-//     record is one 16-byte store.
-//   * a lean pop: no prefetches; at the end of each pop the next head
-//     (s_wins ? runner-up : first) is chosen first and its three log-probs are then loaded from its
-//     own candidate (T[off], T[off + 1], T[(d + 1) * W]; hd, not the alive-gated hq: every
-//     candidate ever made reads inside the L + 2 rows). No runner-up triple in SlState and no
-//     selects among triples: 89 instructions a pop at TB_NPL 2 instead of 112;
-//   * a flagged chunk is REDONE FROM ITS FIRST FLAGGED POP: each lane keeps the first pop it
-//     flagged (min, no branch); on the vote, __reduce_min_sync gives the warp's first, the
-//     checkpoint is restored, the pops before it rerun fast (they flagged nothing, so they are
-//     exact), that pop runs exactly, and the next chunk starts after it: a tie costs the chunk's
-//     fast pops once more plus one exact pop, not TB_CK exact pops;
-//   * the staging steps (d, r) = divmod(e, W) per element instead of dividing;
-//   * the epilogue writes the masks, then one __syncthreads, then every global store (outputs,
-//     visibility words, the edge bytes): no barrier waits behind a global store, and num_nodes is
-//     stored by lane 0 as the loop ends.
+//     unrolled body (TB_UNROLL pops, default 2) is one basic block. A sticky `alive` ends the pops
+//     at the first -inf head (the heap is then empty): a dead pop (also the padding of the last
+//     chunk, node > budget) writes no record, counts no node and walks the valid dummy candidate 0,
+//     so its table reads stay in the L + 2 rows.
+//   * Staging: all warps convert the log-probs into T ((d, r) = divmod(e, W) stepped per element,
+//     the loads of a round all in flight), one __syncthreads; warps 1..7 then stage the token ids
+//     while warp 0 pops. root_token[b] and start[b] are loaded first, off the epilogue's chain.
+//   * EPILOGUE, straight from the records (no TreeSmem, paths or build_paths): one thread per
+//     column i < Q walks i's parent links (<= depth dependent loads) to build its ancestor-or-self
+//     mask in registers (nw <= TB_NPL + 1 words, selects, no local memory) and stores it to shared
+//     memory; one __syncthreads; then every global store, none behind a barrier: the per-node
+//     outputs (record, one dependent ids load), the request's Q * Q visibility bytes as aligned
+//     32-bit words (each from 4 mask-bit loads; (i, j) advanced per trip, no division in the loop),
+//     and the unaligned head and the tail (< 4 bytes each) as byte stores, so that no store touches
+//     a neighbouring request's bytes (the numpy model of this index math:
+//     test_epilogue_visibility_every_byte_once). num_nodes is stored by lane 0 as the loop ends.
 // Knobs (compile-time): TB_CK pops per checkpoint (a multiple of TB_UNROLL); TB_FORCE_EXACT=1
 // runs the exact pop only, no checkpoints (the GPU tests run it on every shape:
 // KDTREE_TEST_DEFINES="sorted:TB_FORCE_EXACT=1"); TB_PROFILE=1 is a timing diagnostic with
 // WRONG outputs: thread 0 of each block writes into scores[b][0..9] (as doubles, as many as Q
-// holds) the fields
-//   0 cyc_stage        clock64 cycles of the staging (to the first __syncthreads)
-//   1 cyc_fast_loop    cycles of the pop loop less those of the redos (field 2)
-//   2 cyc_replay       cycles inside the tie redos (restore, the fast rerun, one exact pop each)
-//   3 cyc_epilogue     cycles from the end of the loop (lane 0) to the end of the block
-//   4 cyc_total        cycles of the whole block
-//   5 ns_total         %globaltimer ns of the whole block
-//   6 pops             nodes built (n)
-//   7 restores         checkpoints restored (chunks redone)
-//   8 ns_loops         ns from after the staging to the end of the loop
-//   9 replayed         pops rerun by the redos (the fast ones and the exact one)
+// holds) clock64 cycles of 0 the staging (to the first __syncthreads), 1 the pop loop less the
+// redos, 2 the redos (restore, the fast rerun, one exact pop each), 3 the epilogue (from the loop's
+// end, lane 0), 4 the whole block; 5 %globaltimer ns of the whole block; 6 the pops (n); 7 the
+// checkpoints restored; 8 ns from after the staging to the end of the loop; 9 the pops rerun.
 // Race freedom (compute-sanitizer racecheck): lane 0 alone writes the node records; the fast pop
 // has no reader; the exact pop's only readers (the tie walks) run after a __syncwarp() on its
 // warp-uniform tie branch, and read only records of nodes before the current one, which the
@@ -329,20 +304,9 @@ struct SlProfile {
     int replayed;                                         // pops rerun by the redos
 };
 
-// The whole pop loop of warp 0, from the initial state (only the head (1,) in the list): writes the
-// node records rec[1..n] (lane 0) and returns n, the same in every lane. Called by the full warp.
-// Chunks of TB_CK pops (the last one padded with dead pops past `budget`): before each chunk the
-// state is saved (registers: SlState); the chunk runs the fast pop; then one __any_sync of the
-// lanes' tie flags: if any lane saw a tie, the checkpoint is restored, the pops before the warp's
-// first flagged one rerun fast, that one runs exactly, and the next chunk starts after it (the
-// rerun's records overwrite the abandoned ones; a record it does not rewrite lies past the final
-// n, or is rewritten by the next chunk, before anything reads it). Up to a chunk's first tie the
-// fast pops are the exact ones, and a chunk that flagged none is exact (every compare the merge
-// and the runner-up test make is between a successor and some lane's own slot);
-// tests/test_tree_build_sorted_sim.py asserts it on every chunk. TB_FORCE_EXACT: the exact pop
-// throughout, no checkpoints.
-// Warp-uniform counted loops (a kernel argument and compile-time counts): no BRA.DIV around the
-// shuffles, and the inner body (TB_UNROLL pops) is one basic block.
+// The whole pop loop of warp 0 (the header's CHECKPOINTS), from the initial state (only the head
+// (1,) in the list): writes the node records rec[1..n] (lane 0) and returns n, the same in every
+// lane. Called by the full warp. TB_FORCE_EXACT: the exact pop throughout, no checkpoints.
 __device__ __forceinline__ int sl_build(const double* __restrict__ T, int W, int budget, uint4* rec, int lane,
                                         SlProfile& prof) {
     const double NEG_INF = __longlong_as_double((long long)0xfff0000000000000ull);
