@@ -148,3 +148,34 @@ def test_largest_is_the_head_of_a_stable_sort(values, count):
     order (ties to the lowest index), with many ties and infinities."""
     score = np.array(values, np.float64)
     assert compare.largest(score, count).tolist() == np.argsort(-score, kind="stable")[:count].tolist()
+
+
+EQUAL_CASES = {
+    "u8": np.arange(300, dtype=np.int64).astype(np.uint8),
+    "i32 with -1 padding": np.where(np.arange(300) % 7 == 0, -1, np.arange(300)).astype(np.int32),
+    "f64 with -0.0": np.where(np.arange(300) % 5 == 0, -0.0, np.linspace(-3, 3, 300)),
+    "f64 with -inf": np.where(np.arange(300) % 9 == 0, -np.inf, np.linspace(-3, 3, 300)),
+    "f32 with NaN": np.where(np.arange(300) == 150, np.nan, np.linspace(0, 1, 300)).astype(np.float32),
+    "bf16": np.linspace(-2, 2, 300).astype(ml_dtypes.bfloat16),
+}
+
+
+@pytest.mark.parametrize("tolerance", [EXACT, LOOSE, Tolerance(atol=0.0, rtol=1e-3, l2=1e-4)], ids=str)
+@pytest.mark.parametrize("name", EQUAL_CASES)
+def test_the_equal_chunk_shortcut_reports_what_the_full_compare_does(monkeypatch, name, tolerance):
+    """Chunks of 64: some equal bit for bit (the shortcut), one with a changed element, the rest
+    as they fall; the record of the check is the full compare's, field for field."""
+    monkeypatch.setattr(compare, "CHUNK", 64)
+    expected = EQUAL_CASES[name]
+    for got in (expected.copy(), _one_changed(expected)):
+        fast = compare_output(name, got, expected, tolerance)
+        with monkeypatch.context() as slow:
+            slow.setattr(compare._Totals, "_add_equal", lambda self, lo, got, expected: False)
+            full = compare_output(name, got, expected, tolerance)
+        assert fast.to_plain() == full.to_plain()
+
+
+def _one_changed(expected: np.ndarray) -> np.ndarray:
+    got = expected.copy()
+    got[200] = expected[201]                 # a chunk of its own (128..191 and 192..255 around it)
+    return got
