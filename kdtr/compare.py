@@ -10,6 +10,7 @@ import numpy as np
 
 from .dtypes import FLOAT_DTYPES, kdtr_dtype
 from .ops.base import Tolerance
+from .parallel import cpu_count, threaded_map
 from .report import drop_defaults
 
 WORST_ELEMENTS = 5
@@ -70,6 +71,7 @@ def _num(value: float) -> float | str:
 
 
 CHUNK = 1 << 20                # elements compared at a time: memory stays bounded for any output
+COMPARE_THREADS = 8            # chunks compared at once (numpy frees the GIL): ~80 MB of temporaries each
 
 
 def compare_output(name: str, got: np.ndarray | None, expected: np.ndarray,
@@ -87,9 +89,16 @@ def compare_output(name: str, got: np.ndarray | None, expected: np.ndarray,
         return OutputCheck(name, False, f"dtype {got_dtype} != expected {exp_dtype}", tolerance)
     flat_got = np.ascontiguousarray(got).reshape(-1)
     flat_exp = np.ascontiguousarray(expected).reshape(-1)
+
+    def chunk(lo: int) -> _Totals:
+        part = _Totals()
+        part.add(lo, flat_got[lo:lo + CHUNK], flat_exp[lo:lo + CHUNK], tolerance)
+        return part
+
+    starts = range(0, flat_exp.size, CHUNK)
     totals = _Totals()
-    for lo in range(0, flat_exp.size, CHUNK):
-        totals.add(lo, flat_got[lo:lo + CHUNK], flat_exp[lo:lo + CHUNK], tolerance)
+    for part in threaded_map(chunk, starts, window=min(COMPARE_THREADS, cpu_count(), len(starts))):
+        totals.merge(part)                    # in chunk order: the sums are the sequential ones
     count = int(expected.size)
     rule = ("bitwise equality" if tolerance.exact
             else f"|x-r| <= {tolerance.atol:g} + {tolerance.rtol:g}·|r|")
@@ -207,6 +216,16 @@ class _Totals:
         self.ref_sq += float(np.square(e64).sum())
         self.candidates += [(-0.0, lo + i) for i in range(min(WORST_ELEMENTS, expected.size))]
         return True
+
+    def merge(self, part: "_Totals") -> None:
+        """Fold in the totals of the next chunk: what `add` on it would have left here."""
+        self.max_abs, self.max_rel = max(self.max_abs, part.max_abs), max(self.max_rel, part.max_rel)
+        self.err_sq += part.err_sq
+        self.ref_sq += part.ref_sq
+        self.mismatches += part.mismatches
+        self.nonfinite += part.nonfinite
+        self.share = max(self.share, part.share)
+        self.candidates += part.candidates
 
     def rel_l2(self) -> float:
         ref_norm, err_norm = np.sqrt(self.ref_sq), np.sqrt(self.err_sq)

@@ -179,3 +179,33 @@ def _one_changed(expected: np.ndarray) -> np.ndarray:
     got = expected.copy()
     got[200] = expected[201]                 # a chunk of its own (128..191 and 192..255 around it)
     return got
+
+
+def test_chunks_compared_in_threads_give_the_sequential_record(monkeypatch):
+    """Each chunk's totals folded in chunk order: the sums (rel_l2) keep their sequential bits, the
+    worst elements their order, whatever the threads' timing."""
+    monkeypatch.setattr(compare, "CHUNK", 1000)
+    rng = np.random.default_rng(3)
+    expected = rng.standard_normal(9_500).astype(np.float32)
+    got = expected * (1 + 1e-4 * rng.standard_normal(9_500)).astype(np.float32)
+    got[[17, 4_321, 9_499]] = [np.nan, 7.0, np.inf]
+    records = []
+    for threads in (1, 4):
+        monkeypatch.setattr(compare, "COMPARE_THREADS", threads)
+        monkeypatch.setattr(compare, "cpu_count", lambda: 4)
+        records.append(compare_output("x", got, expected, LOOSE).to_plain())
+    assert records[0] == records[1] and records[0]["mismatches"] == 3
+
+
+def test_memory_of_a_toleranced_compare_is_bounded_by_its_chunks_in_flight(monkeypatch):
+    monkeypatch.setattr(compare, "cpu_count", lambda: 2)
+    rng = np.random.default_rng(4)
+    expected = rng.standard_normal(8 * compare.CHUNK)                 # 64 MiB of float64
+    got = expected + 1e-9
+    tracemalloc.start()
+    try:
+        compare_output("f", got, expected, LOOSE)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * 128 * compare.CHUNK                # two chunks' float64 temporaries at most
