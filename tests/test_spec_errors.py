@@ -336,54 +336,43 @@ def test_malformed_suite(tmp_path, text, field, fragment):
     expect_error(write(tmp_path, text), line_of(text), field, fragment)
 
 
-def test_duplicate_mapping_key_names_both_lines(tmp_path):
-    text = """\
+DUPLICATES = {   # what is given twice: (suite, field, error fragment, how the first is named)
+    "mapping key": ("""\
         op: fake_attn
         seed: 1  # first
         cases: [{heads: 8}]
         seed: 2  # <-
-        """
-    err = expect_error(write(tmp_path, text), line_of(text), "seed", "duplicate key 'seed'")
-    assert f"first at line {line_of(text, '# first')}" in str(err)
-
-
-def test_duplicate_key_inside_a_case(tmp_path):
-    text = """\
+        """, "seed", "duplicate key 'seed'", "first at line"),
+    "key inside a case": ("""\
         op: fake_attn
         cases:
           - heads: 8  # first
             prefix: 0
             heads: 16  # <-
-        """
-    err = expect_error(write(tmp_path, text), line_of(text), "cases[0].heads", "duplicate key")
-    assert f"first at line {line_of(text, '# first')}" in str(err)
-
-
-def test_duplicate_case_names_name_both_lines(tmp_path):
-    text = """\
+        """, "cases[0].heads", "duplicate key", "first at line"),
+    "case name": ("""\
         op: fake_attn
         cases:
           - name: same  # first
             heads: 8
           - heads: 16
             name: same  # <-
-        """
-    err = expect_error(write(tmp_path, text), line_of(text), "cases[1].name",
-                       "duplicate case name 'same'")
-    assert f"first defined at line {line_of(text, '# first')}" in str(err)
-
-
-def test_explicit_case_colliding_with_sweep(tmp_path):
-    text = """\
+        """, "cases[1].name", "duplicate case name 'same'", "first defined at line"),
+    "explicit case and sweep": ("""\
         op: fake_attn
         cases:
           - heads: 8  # first
         sweep:  # <-
           heads: [16, 8]
-        """
-    err = expect_error(write(tmp_path, text), line_of(text), "sweep",
-                       "duplicate case name 'fp32_h8_p0_b1'")
-    assert f"first defined at line {line_of(text, '# first')}" in str(err)
+        """, "sweep", "duplicate case name 'fp32_h8_p0_b1'", "first defined at line"),
+}
+
+
+@pytest.mark.parametrize("what", DUPLICATES)
+def test_a_duplicate_names_both_lines(tmp_path, what):
+    text, field, fragment, first = DUPLICATES[what]
+    err = expect_error(write(tmp_path, text), line_of(text), field, fragment)
+    assert f"{first} {line_of(text, '# first')}" in str(err)
 
 
 def test_sweep_with_repeated_value_is_a_duplicate(tmp_path):
