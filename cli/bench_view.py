@@ -130,7 +130,7 @@ def _plain_lines(record, verbose: bool) -> None:
         speed = " ".join(f"vs_{k}={v:.2f}x" for k, v in r.speedups.items())
         status = f"skip ({r.skip})" if r.skip else ("ok" if r.check_passed else f"FAIL ({r.check})")
         kernel = f" kernel={picked}" if (picked := _kernel(r, with_grid=False)) else ""
-        if (grid := (r.extra or {}).get("grid")) and r.kernel is None and r.impl == "cuda":
+        if grid := _launch_grid(r):
             kernel += f" grid={'x'.join(map(str, grid))}"
         print(f"{r.impl} {r.op}/{r.variant} {r.case} {r.mode}{kernel} median={fmt_time(t.median if t else None)} "
               f"noise={'' if t is None else f'{100 * t.rel_ci:.1f}%'} tflops={_fig(r.tflops)} "
@@ -249,11 +249,14 @@ def _kernel(r, with_grid: bool = True) -> Optional[str]:
     runs), then the grid it launched (the launch's shape-dependent choices: row tiles, B, splits)."""
     if r.kernel is not None:
         return r.impl                  # its label: the name, and a knob build's defines
-    extra = r.extra or {}
-    if r.impl != "cuda" or "kernel" not in extra:
-        return None
-    grid = extra.get("grid") if with_grid else None
-    return f"{extra['kernel']} {'×'.join(map(str, grid))}" if grid else extra["kernel"]
+    picked = (r.extra or {}).get("kernel") if r.impl == "cuda" else None
+    grid = _launch_grid(r) if with_grid else None
+    return f"{picked} {'×'.join(map(str, grid))}" if picked and grid else picked
+
+
+def _launch_grid(r) -> Optional[list]:
+    """The grid our launch picked for its own kernel (GPU runs; a forced build's row has none)."""
+    return (r.extra or {}).get("grid") if r.kernel is None and r.impl == "cuda" else None
 
 
 def _footer(record, *, plain: bool, console: Console) -> None:

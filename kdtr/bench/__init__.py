@@ -65,5 +65,5 @@ __all__ = ["Z95", "Timing", "agree", "between_rounds", "median_ci", "relative_sp
            "default_record_path", "load_record", "merge_records", "merge_shards", "record_text",
            "samples_path", "settings_dict", "with_figures", "with_speedups", "write_record", "CompareRow",
            "Comparison", "compare_records", "exit_status", "judge", "BenchItem", "collect_items",
-           "estimated_cost", "items_for_kernels", "items_from_bundles", "items_from_suites", "selection_meta", "sanity_rows", "WorkerJob",
-           "check_outputs", "run_bench", "run_worker"]
+           "estimated_cost", "items_for_kernels", "items_from_bundles", "items_from_suites", "selection_meta",
+           "sanity_rows", "WorkerJob", "check_outputs", "run_bench", "run_worker"]

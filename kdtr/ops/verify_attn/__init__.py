@@ -135,7 +135,8 @@ class VerifyAttn(Op):
     def run_cuda(self, variant, inputs, params, outputs, *, kernel=None, defines=None, splits=None):
         """`kernel` names an entry of `kernels` (default: kernel_choice); `defines` are extra
         compile-time defines of the main kernel (its timing diagnostics; the launch knob SPLITS
-        forces the split count); `splits` overrides the split count. Splits come from shapes only (no device sync, so this can be graph-captured)."""
+        forces the split count); `splits` overrides the split count. Splits come from shapes only
+        (no device sync, so this can be graph-captured)."""
         cuda.run_cuda(self, variant, inputs, params, outputs, kernel, splits, defines)
 
     # -- reports --------------------------------------------------------------------------

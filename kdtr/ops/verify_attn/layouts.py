@@ -254,8 +254,7 @@ class Paged:
         """One request's keys as the split choice prices them, from shapes only (no device read, so
         graph-capturable): the mean, ceil(sum P_b / B) + Q, exact when the prefixes are equal (the
         bound of `dims` is B times that for a batch)."""
-        batch = inputs["kv_indptr"].shape[0] - 1
-        q_len = inputs["tree_slots"].shape[0] // batch
+        batch, q_len, _, _ = self.dims(inputs)
         return -(-inputs["kv_indices"].shape[0] // batch) + q_len
 
     def longest_prefix(self, inputs) -> int:
