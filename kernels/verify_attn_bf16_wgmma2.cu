@@ -33,12 +33,14 @@
 //      the K ring (its write-after-read is the stage refill's, which WG1 issues only after its own
 //      P·V_j completed) and the 8 KB P buffer and the P-free handshake are gone.
 //   2. alpha is double-buffered by tile parity (sAlpha[2][64]). WG1's read of alpha_j precedes, in its
-//      program order, its arrive on K-full for tile j + 1 (mbarrier), which WG0 waits on before it
+//      program order, its arrive on K-full for tile j + 2 (mbarrier), which WG0 waits on before it
 //      writes alpha_{j+2}: every cross-warpgroup hand-off of ordinary shared-memory data goes through
 //      an mbarrier (release arrive, acquire wait), which racecheck tracks.
-//   3. Order (the best one measured): WG0 waits for its own P·V_j right after issuing it, frees stage j & 1 (named barrier SF),
-//      then waits for tile j + 1; WG1, after its own P·V_j and SF, waits for tile j + 1 to land,
-//      publishes it, and only then issues tile j + 2's gather (one tile in flight while S runs).
+//   3. Order (the best one measured, results/ab-order.json): WG1 publishes tile j + 1 as soon as P_j
+//      is written, before its own P·V_j, so S_{j+1} waits only for WG0's half of P·V_j; WG0 waits
+//      for its P·V_j right after issuing it, frees stage j & 1 (named barrier SF), then waits for
+//      tile j + 1; WG1, after its own P·V_j and SF, issues tile j + 2's gather (one tile in flight
+//      while S runs).
 //   4. Row-fixed gather (gather_rows): each thread of WG1 owns 4 key rows and one 16-byte chunk
 //      column, loads its rows' slots from global one tile ahead, and refills a tile with 36 cp.async at
 //      immediate offsets from 4 row pointers (~50 SASS instructions per thread).
@@ -221,6 +223,10 @@ verify_attn_bf16_wgmma2(ATTN_BF16_PAGED_PARAMS) {
         for (int j = 0; j < T; ++j) {
             const int s = j & 1;
             mbar_wait(mb_pfull, j & 1);                   // P_j (stage s, block 8) and alpha_j written
+            if (j + 1 < T) {                              // tile j+1 to WG0 now: S_{j+1} need not wait
+                cp_async_wait<0>();                       // for this P.V_j (this thread's part landed)
+                publish(s ^ 1);
+            }
             rescale(o, sAlpha[s * 64 + r0], sAlpha[s * 64 + r1]);
             const u64 dP = desc_sw128(sbase + WG_OFF_K + s * WG_TILE + 8 * WG_BLOCK, 16, 1024);
             const u64 dV = desc_sw128(sbase + WG_OFF_K + s * WG_TILE + 4 * WG_BLOCK, WG_BLOCK, 1024);
@@ -233,18 +239,14 @@ verify_attn_bf16_wgmma2(ATTN_BF16_PAGED_PARAMS) {
             wgmma_commit();
             wgmma_wait<0>();                              // this warpgroup's P.V_j (and its read of P_j)
             fence_operands(o);
-            if (j + 1 < T) {                              // publish tile j+1, then refill stage s with j+2
-                if (j + 2 < T) bar_sync(s ? BAR_SF1 : BAR_SF0, 256);   // WG0's P.V_j completed
-                cp_async_wait<0>();                       // tile j+1 landed (this thread's part)
-                publish(s ^ 1);
-                if (j + 2 < T) {
-                    const int key2 = kbeg + (j + 2) * WG_KEYS;
+            if (j + 2 < T) {                              // refill stage s with tile j+2
+                bar_sync(s ? BAR_SF1 : BAR_SF0, 256);     // WG0's P.V_j completed
+                const int key2 = kbeg + (j + 2) * WG_KEYS;
 #if WG_DIAG != 3
-                    gather_rows(gdst + s * WG_TILE, gsrc, sl, kend - key2 - rg);
+                gather_rows(gdst + s * WG_TILE, gsrc, sl, kend - key2 - rg);
 #endif
-                    cp_async_commit();
-                    slots_of(key2 + WG_KEYS, sl);         // this thread's rows of tile j+3
-                }
+                cp_async_commit();
+                slots_of(key2 + WG_KEYS, sl);             // this thread's rows of tile j+3
             }
         }
         cp_async_wait<0>();
