@@ -87,7 +87,7 @@ def test_case_runner_cuda_path_on_a_fake_device(monkeypatch, op_name, case_param
     assert ours.repeat is not None and ours.repeat_agrees is not None and ours.setup_s >= 0
     # ours, the baselines and ours again were timed in the same rounds
     assert ours.repeat.rounds == ours.timing.rounds >= OPTS.min_rounds
-    assert ours.compute_unit == op.compute_unit(variant)
+    assert ours.compute_unit == op.compute_unit(variant, ours.extra.get("kernel"))
     assert ours.extra.get("kernel") == op.kernel_choice(variant, *item.load())   # None: one kernel
     assert [r.impl for r in rows] == ["cuda", *baselines]
     for r in rows[1:]:

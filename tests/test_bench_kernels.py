@@ -110,6 +110,7 @@ def test_another_kernel_may_round_differently_within_the_tolerances(monkeypatch)
     rows, _, _ = _run_builds(monkeypatch, builds, {"fp32_dmma": 0.004, "fp32_bf16x3": 0.002}, nudge=("fp32_bf16x3",))
     assert all(r.check_passed and r.timing is not None for r in rows)
     assert "differs bit for bit from fp32_dmma (another kernel): out (1 of " in rows[1].check
+    assert [r.compute_unit for r in rows] == ["fp32_fma", "bf16_mma_x6"]     # each its own kernel's ceiling
 
 
 def test_a_launch_knob_is_a_positive_integer_and_may_round_differently(monkeypatch):

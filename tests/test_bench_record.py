@@ -30,6 +30,9 @@ def test_figures_and_flags():
     assert fast.flagged and fast.pct_compute > 1
     fp32 = row("a", "cuda", 2.0, primary=True, compute_unit="fp32_fma")
     assert fp32.pct_compute == pytest.approx(500 / 55, rel=0.01) and fp32.flagged
+    # fp32 FLOPs done as six bf16 tensor-core products each: rated against a sixth of the bf16 line
+    pieces = row("a", "cuda", 2.0, primary=True, compute_unit="bf16_mma_x6")
+    assert pieces.pct_compute == pytest.approx(500 / (790 / 6), rel=0.01) and pieces.flagged
     no_ceiling = bench.with_figures(replace(r, tflops=None, pct_compute=None), None)
     assert no_ceiling.pct_compute is None and no_ceiling.tflops == pytest.approx(500, rel=0.01)
 

@@ -231,7 +231,7 @@ class _CaseRunner:
         return [with_figures(r, env.ceilings) for r in rows]
 
     def _row(self, impl: str, mode: str, primary: bool, **kw: Any) -> BenchRow:
-        return BenchRow(impl=impl, mode=mode, primary=primary, **self.base, **kw)
+        return BenchRow(impl=impl, mode=mode, primary=primary, **{**self.base, **kw})
 
     def _wanted(self, name: str, baseline) -> bool:
         if name == self.env.primary or (baseline.backend is not None and baseline.backend == self.env.primary):
@@ -306,11 +306,13 @@ class _CaseRunner:
         op, item, env = self.op, self.item, self.env
         impl = build.label if build else env.primary
         forced = dict(kernel=build.name, defines=dict(build.defines)) if build else {}
+        unit = op.compute_unit(item.variant, build.name if build else self.base["extra"].get("kernel"))
         self.progress(f"{item.name}: {impl} ({mode})")
         started = time.perf_counter()
 
         def untimed(**kw: Any) -> _Ours:
-            return _Ours(self._row(impl, mode, True, timing=None, **forced, **kw), None, lambda row: row, None, build)
+            return _Ours(self._row(impl, mode, True, timing=None, compute_unit=unit, **forced, **kw), None,
+                         lambda row: row, None, build)
 
         def make_call(inputs):
             from .. import backends
@@ -349,7 +351,7 @@ class _CaseRunner:
             env.cleanup()
             return untimed(check_passed=True, check=f"{note}; timing failed: {type(err).__name__}: {_first_line(err)}")
         row = self._row(impl, mode, True, timing=None, check_passed=True, check=note,
-                        setup_s=round(time.perf_counter() - started, 3), **forced)
+                        setup_s=round(time.perf_counter() - started, 3), compute_unit=unit, **forced)
 
         def after(row: BenchRow) -> BenchRow:
             """The timed calls wrote every set: still the checked bytes?"""

@@ -12,7 +12,8 @@ from ..errors import UsageError
 SLOW_CALL_MS = 10.0               # calls slower than this are calibrated from one run
 QUICK_CASES_PER_SUITE = 2         # --quick: the first cases of each suite (suites list small ones first)
 FLAG_LIMIT = 1.0                  # a figure above 100% of its ceiling is a measurement error
-COMPUTE_UNITS = ("bf16_mma", "fp32_fma")
+# bf16_mma_x6: bf16 tensor cores doing six piece products for each fp32 product (fp32_bf16x3)
+COMPUTE_UNITS = ("bf16_mma", "fp32_fma", "bf16_mma_x6")
 MODES = ("hot", "cold", "both")
 
 

@@ -163,6 +163,7 @@ class CudaKernel:
     `only_sm` bound the architectures whose instructions it uses. `launch_knobs`: the `--define`
     knobs its launch reads instead of the compiler (each a positive integer, e.g. a split count);
     they may change how results round, so bench checks such a build as it would another kernel.
+    `compute_unit`: the ceiling bench rates it against where not the variant's (bench.COMPUTE_UNITS).
     """
 
     op: str
@@ -176,6 +177,7 @@ class CudaKernel:
     min_sm: int = 0
     only_sm: int | None = None
     launch_knobs: tuple[str, ...] = ()
+    compute_unit: str = ""
 
     def __post_init__(self):
         if self.role not in ROLES:
@@ -316,9 +318,17 @@ class Op:
     def _torch_runner(self, variant: str, inputs: Mapping[str, Any], params: Mapping[str, Any]):
         return functools.partial(self.run_torch, variant, inputs, params)
 
-    def compute_unit(self, variant: str) -> str:
-        """The measured ceiling that bench rates this variant's FLOP/s against: "bf16_mma" (dense
-        bf16 tensor-core matrix products) or "fp32_fma" (FP32 without tensor cores)."""
+    def compute_unit(self, variant: str, kernel: str | None = None) -> str:
+        """The measured ceiling that bench rates this variant's FLOP/s against, run by our CUDA
+        `kernel` where named (its registry entry's compute_unit, where it has one): "bf16_mma" (dense
+        bf16 tensor-core matrix products), "fp32_fma" (FP32 without tensor cores) or "bf16_mma_x6"
+        (bf16 tensor cores at six products an FP32 product)."""
+        if kernel is not None and kernel in self.cuda_kernels(variant):
+            return self.cuda_kernel(kernel, variant).compute_unit or self.variant_compute_unit(variant)
+        return self.variant_compute_unit(variant)
+
+    def variant_compute_unit(self, variant: str) -> str:
+        """The variant's own unit (its math as the reference states it): "bf16_mma" by default."""
         return "bf16_mma"
 
     def bench_reference(self, variant: str, inputs: Mapping[str, Any],

@@ -159,7 +159,7 @@ class VerifyAttn(Op):
         return Cost(flops=float(visible_keys * FLOP_PER_KEY), bytes=float(moved))
 
     # -- bench ----------------------------------------------------------------------------
-    def compute_unit(self, variant):
+    def variant_compute_unit(self, variant):
         return LAYOUTS[variant].compute_unit
 
     def baselines(self, variant, inputs, params):
