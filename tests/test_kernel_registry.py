@@ -76,7 +76,7 @@ def tree(batch, depth, k):
 CHOICES = [
     ("verify_attn", "fp32", fp32(1, 16, 2048), {}, H200, "fp32_bf16x3"),     # 17 tiles x 7 splits = 119 blocks
     ("verify_attn", "fp32", fp32(1, 16, 2048), {}, B200, "fp32_bf16x3"),     # 17 x 8 = 136 of 148
-    ("verify_attn", "fp32", fp32(4, 16, 8192), {}, H200, "fp32_dmma"),       # 68 blocks, half the SMs
+    ("verify_attn", "fp32", fp32(4, 16, 8192), {}, H200, "fp32_bf16x3"),     # 68 tiles x 7 splits (wave model)
     ("verify_attn", "fp32", fp32(1, 16, 16), {}, H200, "fp32_dmma"),         # too few keys to split
     ("verify_attn", "bf16_paged", paged(8, 64, 8192, 33), {}, H200, "bf16_wgmma2"),
     ("verify_attn", "bf16_paged", paged(8, 64, 8192, 33), {}, B200, "bf16_mma"),   # no wgmma there

@@ -18,9 +18,9 @@ SPLITS_KNOB = "SPLITS"    # the launch knob (--define NAME:SPLITS=N) that forces
 
 @dataclass(frozen=True)
 class WaveCost:
-    """What one launch costs, in microseconds on the H200 at 1.98 GHz (fitted to the split-count
-    A/B of kernels/NOTES.md), as a function of the KV split count, for grids of fewer blocks than
-    SMs: the launch, a block's fixed part (Q load, pipeline fill, epilogue), one key tile of a row
+    """What one launch costs, in microseconds on the H200 at 1.98 GHz (fitted to each kernel's
+    split-count A/B, kernels/NOTES.md), as a function of the KV split count, for grids of fewer
+    blocks than SMs: the launch, a block's fixed part (Q load, pipeline fill, epilogue), one key tile of a row
     tile, the merge's launch, and one split's partial row (2 KB of fp32 written, then read by the
     merge, mostly from the L2)."""
 
@@ -68,13 +68,17 @@ class AttnKernel(CudaKernel):
 # In the order the launch tries them: the first that runs on the GPU (and fills its min_fill) serves.
 KERNELS = (
     AttnKernel(op="verify_attn", variant="fp32", name="fp32_bf16x3", role="default",
-               serves="sm_90 and newer (built for sm_90a / sm_100a) where its grid fills 3/4 of the SMs "
-                      "(B=1 H=16 Q=17 P=2048: 119 blocks)",
+               serves="sm_90 and newer (built for sm_90a / sm_100a) where its grid, split by its wave "
+                      "model, fills 3/4 of the SMs (B=4 H=16 Q=17 P=8192: 68 x 7 splits, 381 us "
+                      "against fp32_dmma's 585)",
                rows=16, keys=16, threads=512, smem=229576, arch_feature="a", pieces=55296, min_sm=90,
-               min_fill=0.75, dependent=True),
+               min_fill=0.75, dependent=True, compute_unit="bf16_mma_x6",
+               # non-negative least squares over 80 launches of results/ab-fp32-sweep.json (8 shapes
+               # x 10 split counts): a block's fixed part and the merge fit as 0, absorbed in the rest
+               wave=WaveCost(launch_us=7.6, block_us=0.0, tile_us=1.14, merge_us=0.0, partial_row_us=0.0024)),
     AttnKernel(op="verify_attn", variant="fp32", name="fp32_dmma", role="fallback",
-               serves="grids under 3/4 of the SMs (B=4 H=16 Q=17 P=8192 on an H200: 582 us against "
-                      "fp32_bf16x3's 683), on GPUs with 228,656 B of shared memory a block",
+               serves="grids that fp32_bf16x3 cannot spread over 3/4 of the SMs (too few keys to "
+                      "split: B=1 H=16 Q=17 P=16), on GPUs with 228,656 B of shared memory a block",
                rows=34, keys=16, threads=384, smem=228592, min_sm=80),
     AttnKernel(op="verify_attn", variant="bf16_paged", name="bf16_wgmma2", role="default",
                serves="sm_90 (H100, H200: wgmma is sm_90a code), every shape",
@@ -125,7 +129,8 @@ def grid(k: AttnKernel, inputs, sms: int) -> tuple[int, int, int, int, int]:
 
 def choose(variant, inputs, gpu: Gpu | None) -> str:
     """The first kernel of the variant in KERNELS that runs on `gpu` and whose grid fills its
-    min_fill of the SMs (H200: fp32_bf16x3 when it fills 3/4 of them, else fp32_dmma; bf16_wgmma2)."""
+    min_fill of the SMs (H200: fp32_bf16x3 when its split grid fills 3/4 of them, else fp32_dmma;
+    bf16_wgmma2)."""
     gpu = gpu or Gpu.here()
     for k in KERNELS:
         if k.variant != variant or not k.runs_on(gpu):
