@@ -94,6 +94,10 @@
 #ifndef WG2_SKIP_RESCALE
 #define WG2_SKIP_RESCALE 0    // 1: a warp skips O's rescale when all its alphas are 1 (untested here)
 #endif
+// 1: WG1 issues its P.V_j before it waits for tile j+1 to land and publishes it (A/B knob)
+#ifndef WG2_PV_FIRST
+#define WG2_PV_FIRST 1
+#endif
 // Timing diagnostics only (wrong results): 1 = one S wgmma per tile instead of 36, 2 = no P.V
 // wgmma, 3 = no K refills after the first two tiles.
 #ifndef WG_DIAG
@@ -223,10 +227,12 @@ verify_attn_bf16_wgmma2(ATTN_BF16_PAGED_PARAMS) {
         for (int j = 0; j < T; ++j) {
             const int s = j & 1;
             mbar_wait(mb_pfull, j & 1);                   // P_j (stage s, block 8) and alpha_j written
+#if !WG2_PV_FIRST
             if (j + 1 < T) {                              // tile j+1 to WG0 now: S_{j+1} need not wait
                 cp_async_wait<0>();                       // for this P.V_j (this thread's part landed)
                 publish(s ^ 1);
             }
+#endif
             rescale(o, sAlpha[s * 64 + r0], sAlpha[s * 64 + r1]);
             const u64 dP = desc_sw128(sbase + WG_OFF_K + s * WG_TILE + 8 * WG_BLOCK, 16, 1024);
             const u64 dV = desc_sw128(sbase + WG_OFF_K + s * WG_TILE + 4 * WG_BLOCK, WG_BLOCK, 1024);
@@ -237,6 +243,12 @@ verify_attn_bf16_wgmma2(ATTN_BF16_PAGED_PARAMS) {
             for (int ks = 0; ks < 4; ++ks) wgmma_ss_n256_t(o, dP + 2 * ks, dV + 128 * ks, 1);
 #endif
             wgmma_commit();
+#if WG2_PV_FIRST
+            if (j + 1 < T) {                              // tile j+1 to WG0 while this P.V_j runs
+                cp_async_wait<0>();
+                publish(s ^ 1);
+            }
+#endif
             wgmma_wait<0>();                              // this warpgroup's P.V_j (and its read of P_j)
             fence_operands(o);
             if (j + 2 < T) {                              // refill stage s with tile j+2
