@@ -33,19 +33,22 @@
 //      the K ring (its write-after-read is the stage refill's, which WG1 issues only after its own
 //      P·V_j completed) and the 8 KB P buffer and the P-free handshake are gone.
 //   2. alpha is double-buffered by tile parity (sAlpha[2][64]). WG1's read of alpha_j precedes, in its
-//      program order, its arrive on K-full for tile j + 2 (mbarrier), which WG0 waits on before it
-//      writes alpha_{j+2}: every cross-warpgroup hand-off of ordinary shared-memory data goes through
-//      an mbarrier (release arrive, acquire wait), which racecheck tracks.
-//   3. Order (the best one measured, results/ab-order.json): WG1 publishes tile j + 1 as soon as P_j
-//      is written, before its own P·V_j, so S_{j+1} waits only for WG0's half of P·V_j; WG0 waits
-//      for its P·V_j right after issuing it, frees stage j & 1 (named barrier SF), then waits for
-//      tile j + 1; WG1, after its own P·V_j and SF, issues tile j + 2's gather (one tile in flight
-//      while S runs).
+//      program order, its arrive on K-full for tile j + 1 (j + 2 with WG2_PV_FIRST 0), which WG0
+//      waits on before it writes alpha_{j+2}: every cross-warpgroup hand-off of ordinary
+//      shared-memory data goes through an mbarrier (release arrive, acquire wait), which racecheck
+//      tracks.
+//   3. Order (the best measured: results/ab-order.json, ab-pv-first.json): once P_j is written, WG1
+//      issues its P·V_j, then waits for its part of tile j + 1 to land and publishes it while P·V_j
+//      runs, so S_{j+1} waits neither for WG1's P·V_j nor, where the loads lag (few rows a
+//      request), does P·V_j wait for them; WG0 waits for its P·V_j right after issuing it, frees
+//      stage j & 1 (named barrier SF), then waits for tile j + 1; WG1, after its own P·V_j and SF,
+//      issues tile j + 2's gather (one tile in flight while S runs).
 //   4. Row-fixed gather (gather_rows): each thread of WG1 owns 4 key rows and one 16-byte chunk
 //      column, loads its rows' slots from global one tile ahead, and refills a tile with 36 cp.async at
 //      immediate offsets from 4 row pointers (~50 SASS instructions per thread).
 //
 // Knobs (compile-time; the op's launch sets none):
+//   WG2_PV_FIRST 0: WG1 publishes tile j + 1 before it issues its P·V_j (design 3's A/B).
 //   WG2_SKIP_RESCALE 1: a warp skips O's rescale when all its alphas are 1; not through the GPU tests
 //     or racecheck. Off by default.
 //   WG_DIAG (timing only, wrong results): 1 = one S wgmma per tile instead of 36, 2 = no P·V wgmma,
@@ -94,7 +97,8 @@
 #ifndef WG2_SKIP_RESCALE
 #define WG2_SKIP_RESCALE 0    // 1: a warp skips O's rescale when all its alphas are 1 (untested here)
 #endif
-// 1: WG1 issues its P.V_j before it waits for tile j+1 to land and publishes it (A/B knob)
+// 1: WG1 issues its P.V_j before it waits for tile j+1 to land and publishes it; 0: it publishes
+// tile j+1 first (the same results bit for bit; 1.00-1.10x slower, results/ab-pv-first.json)
 #ifndef WG2_PV_FIRST
 #define WG2_PV_FIRST 1
 #endif
