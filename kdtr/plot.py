@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .bench import BenchRecord
+from .bench import COMPUTE_UNITS, BenchRecord
 from .errors import UsageError
 
 MARKERS = "o^sDv<>pP*Xh"
@@ -64,7 +64,9 @@ def plot_record(record: BenchRecord, path: str | Path) -> Path:
 
         xs = np.geomspace(lo, hi, 200)
         bandwidth = ceilings.bandwidth_gbps / 1e3                            # TB/s
-        for unit, style in (("bf16_mma", "-"), ("fp32_fma", "--")):
+        used = {r.compute_unit for r in record.rows}
+        units = [u for u in COMPUTE_UNITS if u in ("bf16_mma", "fp32_fma") or u in used]
+        for unit, style in zip(units, ("-", "--", ":")):
             peak = ceilings.compute_tflops(unit)
             roof.plot(xs, np.minimum(peak, bandwidth * xs), style, color="black", linewidth=1.2,
                       label=f"{unit} {peak:,.0f} TFLOP/s, HBM {bandwidth:.2f} TB/s (measured)")

@@ -21,8 +21,9 @@
 //   has keys [z*chunk, min(kvlen, (z+1)*chunk)) (possibly empty: m = -inf, l = 0), walked in 16-key
 //   sub-tiles, each one tile of `pieces` (chunk is a multiple of 16, so sub-tiles are whole tiles).
 //   n_splits == 1 writes out/lse; otherwise the partials of attn_common.cuh and
-//   verify_attn_fp32_bf16x3_merge (grid = B*Q*H, block = 128). At B=1 H=16 Q=17 P=2048 the host
-//   picks 7 splits: 17 row tiles x 7 = 119 blocks of <= 304 keys (19 sub-tiles).
+//   verify_attn_fp32_bf16x3_merge (grid = B*Q*H, block = 128). The host picks n_splits by a wave
+//   model (splits_for in kdtr/ops/verify_attn/cuda.py): at B=1 H=16 Q=17 P=2048 7 splits, 17 row
+//   tiles x 7 = 119 blocks of <= 304 keys (19 sub-tiles); at B=4 P=8192 7 splits, 476 blocks.
 //   The host may launch all three kernels as programmatic dependents (each passes grid_dep_wait
 //   before its first global access and lets the next grid launch at once).
 //

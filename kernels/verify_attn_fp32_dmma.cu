@@ -1,7 +1,8 @@
 // verify_attn, variant fp32, kernel `fp32_dmma`: MLA absorbed tree-verify attention, contiguous layout (ops.md §2),
 // warp-specialised: 4 warps compute the scores on the FP64 tensor cores (exact products), 8 warps
 // run the softmax and P.V on the FP32 FMA units, handing 16-key sub-tiles over through mbarriers.
-// The launch picks it where fp32_bf16x3's grid would fill under 3/4 of the SMs (kernels/README.md).
+// The launch picks it where fp32_bf16x3's grid, split by its wave model, would fill under 3/4 of the
+// SMs: too few keys to split (kernels/README.md).
 // On the H200 the MMAs, the fp32 -> fp64 conversions and the FFMAs do not overlap (an SM runs them in
 // the sum of their times, kernels/NOTES.md), so its speed comes from the structure (no split-K reduction of
 // the scores through shared memory, two barriers a sub-tile instead of 19 a 64-key tile), not a
