@@ -78,7 +78,10 @@ def _header(record) -> list[str]:
     if c is not None:
         lines.append(f"ceilings measured in this run: HBM read {c.hbm_read_gbps:,.0f} GB/s, copy {c.hbm_copy_gbps:,.0f} "
                      f"GB/s (r+w), bf16 MMA {c.bf16_mma_tflops:,.0f} TFLOP/s, fp32 {c.fp32_fma_tflops:,.1f} TFLOP/s; "
-                     f"L2 {c.l2_bytes / 2 ** 20:.0f} MiB (flush buffer 2x)")
+                     f"L2 {c.l2_bytes / 2 ** 20:.0f} MiB (flush buffer 2x)"
+                     + ("; fp32 on bf16 tensor cores (six products an fp32 product) against a sixth of bf16 MMA, "
+                        f"{c.compute_tflops('bf16_mma_x6'):,.0f} TFLOP/s"
+                        if any(r.compute_unit == "bf16_mma_x6" for r in record.rows) else ""))
     return lines
 
 

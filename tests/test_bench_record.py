@@ -431,4 +431,7 @@ def test_committed_h200_records_still_load_and_render(tmp_path):
         result = invoke("report", path, "--csv", tmp_path / "r.csv")
         assert result.exit_code == 0, result.output
         assert "ceilings measured in this run" in result.output
+        # a record with fp32_bf16x3 rows says what their percentages are of
+        sixth = any(r.compute_unit == "bf16_mma_x6" for r in rec.rows)
+        assert ("against a sixth of bf16 MMA" in " ".join(result.output.split())) == sixth, path
         assert invoke("bench", "--compare", path, path, "--quiet").exit_code == 0
