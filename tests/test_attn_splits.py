@@ -1,5 +1,6 @@
-"""verify_attn's KV split choice for grids under one wave: bf16_wgmma2's wave model (WaveCost)
-against the fill rule it replaced (as many splits as fill the SMs), on the H200's 132 SMs."""
+"""verify_attn's KV split choice for grids under one wave: the wave models (WaveCost) of bf16_wgmma2
+and fp32_bf16x3 against the fill rule they replaced (as many splits as fill the SMs), and against
+the split counts measured on the H200's 132 SMs."""
 
 import math
 
@@ -95,3 +96,44 @@ def test_a_forced_split_count_past_the_key_tiles_fails_before_any_launch(monkeyp
     tiles = math.ceil((2 * 100 + 9) / 64)
     with pytest.raises(ValueError, match=f"SPLITS=99: this case takes 1 to {tiles} KV splits"):
         op.run_cuda("bf16_paged", gen.inputs, gen.params, {}, kernel="bf16_wgmma2", defines={"SPLITS": "99"})
+
+
+X3 = next(k for k in KERNELS if k.name == "fp32_bf16x3")
+
+
+def _fp32_sweep():
+    """Per case of results/ab-fp32-sweep.json: (ctas, kv_len, rows), {split count: median ms} of
+    fp32_bf16x3 and fp32_dmma's median. Its plain fp32_bf16x3 row ran the fill rule (the code before
+    the wave model), each SPLITS=N row N splits."""
+    import re
+
+    from kdtr import bench
+    from kdtr.config import REPO_ROOT
+
+    record = bench.load_record(REPO_ROOT / "results" / "ab-fp32-sweep.json")
+    cases = {}
+    for r in record.rows:
+        p = r.params
+        q_len = p["budget"] + 1
+        dims = (p["batch"] * math.ceil(q_len * p["heads"] / X3.rows), p["prefix"] + q_len,
+                p["batch"] * q_len * p["heads"])
+        times, dmma = cases.setdefault(r.case, (dims, {}, []))[1:]
+        if r.kernel == "fp32_dmma":
+            dmma.append(r.timing.median)
+            continue
+        forced = re.search(r"SPLITS=(\d+)", r.impl)
+        fill = min(H200.sms // dims[0], math.ceil(dims[1] / (X3.split_min_tiles * X3.keys)))
+        times[int(forced.group(1)) if forced else fill] = r.timing.median
+    return cases
+
+
+def test_fp32_bf16x3s_wave_model_picks_within_3_percent_of_the_measured_best():
+    """The model's split count, on each of the 8 swept shapes, is one the sweep timed, and within 3%
+    of the fastest count it timed; there fp32_bf16x3 is faster than fp32_dmma."""
+    cases = _fp32_sweep()
+    assert len(cases) == 8
+    for name, ((ctas, kv_len, rows), times, dmma) in cases.items():
+        chosen = splits_for(X3, ctas, kv_len, H200.sms, rows)
+        assert chosen in times, (name, chosen, sorted(times))
+        assert times[chosen] <= 1.03 * min(times.values()), (name, chosen, times)
+        assert times[chosen] < dmma[0], name
