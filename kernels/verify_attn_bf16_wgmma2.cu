@@ -83,6 +83,7 @@
 #define WG_OFF_ALPHA (3 * WG_TILE)            // [2][64] f32
 #define WG_OFF_L (WG_OFF_ALPHA + 512)
 #define WG_OFF_M (WG_OFF_L + 256)
+#define WG_OFF_SDONE (WG_OFF_M + 256)         // WG2_ORDER 2's mbarrier, in the 512 B otherwise unused
 #define WG_OFF_MBAR (WG_OFF_M + 256 + 512)    // KFULL[2], PFULL; 512 B unused before it (header)
 #define WG_USED (WG_OFF_MBAR + 24)            // 222,744 B
 #define WG2_SMEM_BYTES (WG_USED + 1024)       // + alignment slack for the 1024 B swizzle atoms
@@ -91,6 +92,13 @@
 // Compile-time knobs (see the header). The op's launch sets none.
 #ifndef WG2_SKIP_RESCALE
 #define WG2_SKIP_RESCALE 0    // 1: a warp skips O's rescale when all its alphas are 1 (untested here)
+#endif
+// Hand-off order (same results bit for bit): 0 = WG1 publishes tile j+1 after its own P.V_j (S_{j+1}
+// waits for both halves of P.V_j); 1 = WG1 publishes tile j+1 as soon as P_j is written; 2 = as 1,
+// and WG1 issues its P.V_j only once S_{j+1} completed (MB_SDONE), so that it runs on the tensor
+// cores during WG0's softmax of tile j+1; 3 = as 2, once S_{j+1} was issued (queued behind it).
+#ifndef WG2_ORDER
+#define WG2_ORDER 0
 #endif
 // Timing diagnostics only (wrong results): 1 = one S wgmma per tile instead of 36, 2 = no P.V
 // wgmma, 3 = no K refills after the first two tiles.
@@ -156,10 +164,14 @@ verify_attn_bf16_wgmma2(ATTN_BF16_PAGED_PARAMS) {
     float* sM = (float*)(smem + WG_OFF_M);
     const unsigned mb_kfull = sbase + WG_OFF_MBAR;        // + 8 * stage
     const unsigned mb_pfull = sbase + WG_OFF_MBAR + 16;
+    const unsigned mb_sdone = sbase + WG_OFF_SDONE;       // WG2_ORDER 2: phase j <-> S_{j+1} completed
     if (threadIdx.x == 0) {
         mbar_init(mb_kfull, 128);                         // WG1
         mbar_init(mb_kfull + 8, 128);
         mbar_init(mb_pfull, 128);
+#if WG2_ORDER >= 2
+        mbar_init(mb_sdone, 128);                         // WG0
+#endif
     }
     __syncthreads();                                      // the barriers exist before any arrive
 
@@ -221,6 +233,15 @@ verify_attn_bf16_wgmma2(ATTN_BF16_PAGED_PARAMS) {
         for (int j = 0; j < T; ++j) {
             const int s = j & 1;
             mbar_wait(mb_pfull, j & 1);                   // P_j (stage s, block 8) and alpha_j written
+#if WG2_ORDER >= 1
+            if (j + 1 < T) {                              // tile j+1 to WG0 now, not after P.V_j
+                cp_async_wait<0>();
+                publish(s ^ 1);
+            }
+#endif
+#if WG2_ORDER >= 2
+            if (j + 1 < T) mbar_wait(mb_sdone, j & 1);    // S_{j+1} completed (3: issued)
+#endif
             rescale(o, sAlpha[s * 64 + r0], sAlpha[s * 64 + r1]);
             const u64 dP = desc_sw128(sbase + WG_OFF_K + s * WG_TILE + 8 * WG_BLOCK, 16, 1024);
             const u64 dV = desc_sw128(sbase + WG_OFF_K + s * WG_TILE + 4 * WG_BLOCK, WG_BLOCK, 1024);
@@ -235,8 +256,10 @@ verify_attn_bf16_wgmma2(ATTN_BF16_PAGED_PARAMS) {
             fence_operands(o);
             if (j + 1 < T) {                              // publish tile j+1, then refill stage s with j+2
                 if (j + 2 < T) bar_sync(s ? BAR_SF1 : BAR_SF0, 256);   // WG0's P.V_j completed
+#if WG2_ORDER == 0
                 cp_async_wait<0>();                       // tile j+1 landed (this thread's part)
                 publish(s ^ 1);
+#endif
                 if (j + 2 < T) {
                     const int key2 = kbeg + (j + 2) * WG_KEYS;
 #if WG_DIAG != 3
@@ -300,6 +323,9 @@ verify_attn_bf16_wgmma2(ATTN_BF16_PAGED_PARAMS) {
             wgmma_wait<0>();                              // S_j
             fence_operands(sacc);
             fence_operands(o);
+#if WG2_ORDER == 2
+            if (j > 0) mbar_arrive(mb_sdone);             // WG1 may issue its P.V_{j-1}
+#endif
 
             if (tail) {
 #pragma unroll
@@ -374,6 +400,9 @@ verify_attn_bf16_wgmma2(ATTN_BF16_PAGED_PARAMS) {
                 if (j + 2 < T) bar_arrive(s ? BAR_SF1 : BAR_SF0, 256);
                 mbar_wait(mb_kfull + 8 * (s ^ 1), ((j + 1) >> 1) & 1);   // tile j+1 landed
                 issue_s(s ^ 1);
+#if WG2_ORDER == 3
+                mbar_arrive(mb_sdone);                    // WG1 may queue its P.V_j behind S_{j+1}
+#endif
             }
         }
         wgmma_wait<0>();
