@@ -1,0 +1,57 @@
+#!/usr/bin/env python3
+"""Our kernel's launch on one suite case, a few times, for a profiler to capture (the ncu figures of
+results/profiles.json):
+
+    ncu --kernel-name regex:verify_attn --launch-count 3 --metrics ... \\
+        python3 scripts/launch-case.py specs/bench/verify_attn.yaml b64_h16_q65_p32768
+
+Run from the repo root with PYTHONPATH=. on a GPU machine. Prints the kernel and grid the launch
+picked. Exit 2 on bad usage, a case name that matches no case or several, or no GPU."""
+
+import argparse
+import sys
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("suite", help="a YAML suite")
+    parser.add_argument("case", help="the name of one of its cases (or a glob matching one)")
+    parser.add_argument("--times", type=int, default=4, help="launches (default 4)")
+    args = parser.parse_args()
+
+    from kdtr.errors import KdtreeError
+    from kdtr.ops import get_op
+    from kdtr.spec import load_suite, select
+
+    try:
+        cases = select(load_suite(args.suite).cases, args.case)
+    except KdtreeError as err:
+        print(f"launch-case: {err}", file=sys.stderr)
+        return 2
+    if len(cases) != 1:
+        print(f"launch-case: {args.suite}: {args.case!r} matches {len(cases)} cases, not one", file=sys.stderr)
+        return 2
+    import torch
+
+    if not torch.cuda.is_available():
+        print("launch-case: no CUDA GPU (torch.cuda.is_available() is False)", file=sys.stderr)
+        return 2
+    from kdtr import backends
+
+    [case] = cases
+    op = get_op(case.op)
+    gen = op.generate(case)
+    kernel = op.kernel_choice(case.variant, gen.inputs, gen.params)
+    with torch.no_grad():
+        call, _ = backends.prepare("cuda", op, case.variant, gen.inputs, backends.upload(gen.inputs, "cuda"),
+                                   gen.params, "cuda")
+        for _ in range(args.times):
+            call()
+        torch.cuda.synchronize()
+    print("ran", case.name, kernel, op.launch_grid(case.variant, gen.inputs, gen.params, kernel))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

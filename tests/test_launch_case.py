@@ -1,0 +1,40 @@
+"""scripts/launch-case.py (the profilers' target): one line and exit 2 for a bad case or no GPU."""
+
+import subprocess
+import sys
+
+import pytest
+
+from kdtr.config import REPO_ROOT
+
+SCRIPT = REPO_ROOT / "scripts" / "launch-case.py"
+
+
+def run(*args):
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, cwd=REPO_ROOT,
+                          env={"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin"}, timeout=120)
+
+
+@pytest.mark.parametrize("case", ["b*", "nothing_*"])
+def test_a_case_name_must_match_one_case(case):
+    from kdtr.spec import load_suite, select
+
+    matches = len(select(load_suite(REPO_ROOT / "specs/bench/verify_attn.yaml").cases, case))
+    assert matches != 1
+    done = run("specs/bench/verify_attn.yaml", case)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert f"matches {matches} cases, not one" in done.stderr
+
+
+def test_a_missing_suite_is_one_line():
+    done = run("no-such-suite.yaml", "x")
+    assert done.returncode == 2 and "no-such-suite.yaml" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_without_a_gpu_it_says_so():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: the script would launch")
+    done = run("specs/bench/verify_attn.yaml", "b64_h16_q65_p32768")
+    assert done.returncode == 2 and done.stderr == "launch-case: no CUDA GPU (torch.cuda.is_available() is False)\n"
