@@ -213,6 +213,13 @@ verify_attn_bf16_wgmma2(ATTN_BF16_PAGED_PARAMS) {
             fence_proxy_async();
             mbar_arrive(mb_kfull + 8 * stage);
         };
+        // tile j + 1 to WG0, once this thread's part of it landed (its cp.async group is the last)
+        auto publish_next = [&](int j) {
+            if (j + 1 < T) {
+                cp_async_wait<0>();
+                publish((j & 1) ^ 1);
+            }
+        };
         // prologue: Q, tiles 0 and 1, this thread's slots of tile 2
         int sl[4];                                        // this thread's rows of Q, then of the next tile
 #pragma unroll
@@ -232,10 +239,7 @@ verify_attn_bf16_wgmma2(ATTN_BF16_PAGED_PARAMS) {
             const int s = j & 1;
             mbar_wait(mb_pfull, j & 1);                   // P_j (stage s, block 8) and alpha_j written
 #if !WG2_PV_FIRST
-            if (j + 1 < T) {                              // tile j+1 to WG0 now: S_{j+1} need not wait
-                cp_async_wait<0>();                       // for this P.V_j (this thread's part landed)
-                publish(s ^ 1);
-            }
+            publish_next(j);                              // S_{j+1} need not wait for this P.V_j
 #endif
             rescale(o, sAlpha[s * 64 + r0], sAlpha[s * 64 + r1]);
             const u64 dP = desc_sw128(sbase + WG_OFF_K + s * WG_TILE + 8 * WG_BLOCK, 16, 1024);
@@ -248,10 +252,7 @@ verify_attn_bf16_wgmma2(ATTN_BF16_PAGED_PARAMS) {
 #endif
             wgmma_commit();
 #if WG2_PV_FIRST
-            if (j + 1 < T) {                              // tile j+1 to WG0 while this P.V_j runs
-                cp_async_wait<0>();
-                publish(s ^ 1);
-            }
+            publish_next(j);                              // while this P.V_j runs
 #endif
             wgmma_wait<0>();                              // this warpgroup's P.V_j (and its read of P_j)
             fence_operands(o);
