@@ -30,9 +30,8 @@ class Ceilings:
     def compute_tflops(self, unit: str) -> float:
         if unit not in COMPUTE_UNITS:
             raise KdtreeError(f"unknown compute unit {unit!r}; expected one of {', '.join(COMPUTE_UNITS)}")
-        if unit == "bf16_mma_x6":
-            return self.bf16_mma_tflops / 6
-        return self.bf16_mma_tflops if unit == "bf16_mma" else self.fp32_fma_tflops
+        return {"bf16_mma": self.bf16_mma_tflops, "fp32_fma": self.fp32_fma_tflops,
+                "bf16_mma_x6": self.bf16_mma_tflops / 6}[unit]
 
     @staticmethod
     def from_plain(d: Mapping[str, Any]) -> "Ceilings":

@@ -323,9 +323,8 @@ class Op:
         `kernel` where named (its registry entry's compute_unit, where it has one): "bf16_mma" (dense
         bf16 tensor-core matrix products), "fp32_fma" (FP32 without tensor cores) or "bf16_mma_x6"
         (bf16 tensor cores at six products an FP32 product)."""
-        if kernel is not None and kernel in self.cuda_kernels(variant):
-            return self.cuda_kernel(kernel, variant).compute_unit or self.variant_compute_unit(variant)
-        return self.variant_compute_unit(variant)
+        own = self.cuda_kernel(kernel, variant).compute_unit if kernel is not None else ""
+        return own or self.variant_compute_unit(variant)
 
     def variant_compute_unit(self, variant: str) -> str:
         """The variant's own unit (its math as the reference states it): "bf16_mma" by default."""

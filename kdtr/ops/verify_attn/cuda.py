@@ -20,9 +20,9 @@ SPLITS_KNOB = "SPLITS"    # the launch knob (--define NAME:SPLITS=N) that forces
 class WaveCost:
     """What one launch costs, in microseconds on the H200 at 1.98 GHz (fitted to each kernel's
     split-count A/B, kernels/NOTES.md), as a function of the KV split count, for grids of fewer
-    blocks than SMs: the launch, a block's fixed part (Q load, pipeline fill, epilogue), one key tile of a row
-    tile, the merge's launch, and one split's partial row (2 KB of fp32 written, then read by the
-    merge, mostly from the L2)."""
+    blocks than SMs: the launch, a block's fixed part (Q load, pipeline fill, epilogue), one key
+    tile of a row tile, the merge's launch, and one split's partial row (2 KB of fp32 written, then
+    read by the merge, mostly from the L2)."""
 
     launch_us: float
     block_us: float
