@@ -18,8 +18,8 @@ def shape(batch, heads, q_len, prefix):
     return batch * math.ceil(q_len * heads / WGMMA2.rows), prefix + q_len, batch * q_len * heads
 
 
-def fill_rule(ctas, kv_bound):
-    return min(H200.sms // ctas, math.ceil(kv_bound / (WGMMA2.split_min_tiles * WGMMA2.keys)))
+def fill_rule(ctas, kv_bound, k=WGMMA2):
+    return min(H200.sms // ctas, math.ceil(kv_bound / (k.split_min_tiles * k.keys)))
 
 
 # Shapes where the fill rule's choice measured well on the H200 (the model must keep it; at
@@ -122,8 +122,7 @@ def _fp32_sweep():
             dmma.append(r.timing.median)
             continue
         forced = re.search(r"SPLITS=(\d+)", r.impl)
-        fill = min(H200.sms // dims[0], math.ceil(dims[1] / (X3.split_min_tiles * X3.keys)))
-        times[int(forced.group(1)) if forced else fill] = r.timing.median
+        times[int(forced.group(1)) if forced else fill_rule(*dims[:2], X3)] = r.timing.median
     return cases
 
 
