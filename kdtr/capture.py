@@ -6,7 +6,7 @@ bundle that `kdtree verify` runs with nothing but the file.
                 {"q": q, "kv_buffer": pool, ...}, params={"sm_scale": layer.scaling})
 
 Tensors may be torch tensors on any device or numpy arrays. Names, dtypes and shapes are checked
-against the op (ops.md) before anything is written; the write is atomic (kdtr.format.write_bundle).
+against the op (docs/ops/<op>.md) before anything is written; the write is atomic (kdtr.format.write_bundle).
 Without `outputs` the bundle carries inputs only and `meta.expected = "reference"`: verify computes
 the expected outputs with the reference (`kdtr.impl.builtin.reference_outputs`). With `outputs`
 (all of the op's, as the capturing implementation produced them) they are stored and

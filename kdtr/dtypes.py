@@ -35,7 +35,7 @@ class _Dtypes(Mapping):
         return len(self._plain)
 
 
-# name -> numpy dtype (little-endian); order is the one kdtr-format.md lists; None: bf16, lazily
+# name -> numpy dtype (little-endian); order is the one docs/format.md lists; None: bf16, lazily
 NUMPY_DTYPES: Mapping[str, np.dtype] = _Dtypes({
     "f64": np.dtype("<f8"),
     "f32": np.dtype("<f4"),

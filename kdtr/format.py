@@ -1,4 +1,4 @@
-"""KDTR v1 read/write: the golden bundle container of the design folder's kdtr-format.md.
+"""KDTR v1 read/write: the golden bundle container of docs/format.md.
 
 The reader trusts nothing in the file: every header value is checked against the real file size
 with Python integers before anything sized by it is allocated, and every tensor's crc32 (and every

@@ -10,7 +10,7 @@ through it. A call allocates its outputs (and split-KV workspace) from torch's a
 launches on torch's current stream with no host synchronisation, so it can be captured in a CUDA
 graph. Warm up once outside the capture: the first call per shape class compiles the kernel
 (NVRTC, cubin cache) and loads its module, which a capturing stream does not allow.
-Inputs and outputs are ops.md's (names, dtypes, shapes); inputs must be contiguous CUDA tensors.
+Inputs and outputs are docs/ops/'s (names, dtypes, shapes); inputs must be contiguous CUDA tensors.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def _bf16_paged(q, kv_buffer, kv_indptr, kv_indices, tree_slots, custom_mask, ma
 def verify_attn_bf16_paged(q: Tensor, kv_buffer: Tensor, kv_indptr: Tensor, kv_indices: Tensor,
                            tree_slots: Tensor, custom_mask: Tensor, mask_indptr: Tensor,
                            sm_scale: float) -> tuple[Tensor, Tensor]:
-    """(out bf16 [B·Q, H, 512], lse f32 [B·Q, H]) of ops.md's verify_attn/bf16_paged."""
+    """(out bf16 [B·Q, H, 512], lse f32 [B·Q, H]) of docs/ops/verify_attn.md's bf16_paged."""
     inputs = _bf16_paged(q, kv_buffer, kv_indptr, kv_indices, tree_slots, custom_mask, mask_indptr)
     return _launch("verify_attn", "bf16_paged", inputs, {"sm_scale": sm_scale})
 
@@ -70,7 +70,7 @@ def _(q, kv_buffer, kv_indptr, kv_indices, tree_slots, custom_mask, mask_indptr,
 @torch.library.custom_op("kdtree::verify_attn_fp32", mutates_args=(), device_types="cuda")
 def verify_attn_fp32(q: Tensor, kv: Tensor, prefix_len: Tensor, visibility: Tensor,
                      sm_scale: float) -> tuple[Tensor, Tensor]:
-    """(out f32 [B, Q, H, 512], lse f32 [B, Q, H]) of ops.md's verify_attn/fp32."""
+    """(out f32 [B, Q, H, 512], lse f32 [B, Q, H]) of docs/ops/verify_attn.md's fp32."""
     inputs = {"q": q, "kv": kv, "prefix_len": prefix_len, "visibility": visibility}
     return _launch("verify_attn", "fp32", inputs, {"sm_scale": sm_scale})
 
@@ -86,7 +86,7 @@ def _(q, kv, prefix_len, visibility, sm_scale):
 @torch.library.custom_op("kdtree::tree_build", mutates_args=(), device_types="cuda")
 def tree_build(topk_logp: Tensor, topk_ids: Tensor, root_token: Tensor, start: Tensor,
                budget: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """(tokens, parents, depths, positions, ranks, scores, visibility, num_nodes) of ops.md's
+    """(tokens, parents, depths, positions, ranks, scores, visibility, num_nodes) of docs/ops/tree_build.md's
     tree_build with Q = budget + 1."""
     inputs = {"topk_logp": topk_logp, "topk_ids": topk_ids, "root_token": root_token, "start": start}
     return _launch("tree_build", "default", inputs, {"budget": budget})
@@ -100,7 +100,7 @@ def _(topk_logp, topk_ids, root_token, start, budget):
 
 @torch.library.custom_op("kdtree::tree_accept", mutates_args=(), device_types="cuda")
 def tree_accept(tokens: Tensor, parents: Tensor, target_ids: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """(accept_len [B], accept_nodes [B, Q], accept_tokens [B, Q], bonus [B]) of ops.md's tree_accept."""
+    """(accept_len [B], accept_nodes [B, Q], accept_tokens [B, Q], bonus [B]) of docs/ops/tree_accept.md."""
     inputs = {"tokens": tokens, "parents": parents, "target_ids": target_ids}
     return _launch("tree_accept", "default", inputs, {})
 

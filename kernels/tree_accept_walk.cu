@@ -1,4 +1,4 @@
-// tree_accept: the greedy walk down a draft tree with the target's predictions (ops.md §3).
+// tree_accept: the greedy walk down a draft tree with the target's predictions (docs/ops/tree_accept.md).
 //
 // Launch: grid = ceil(B / WPB), block = (32, WPB): one warp per request, WPB warps per block;
 //   dynamic shared memory = WPB * Q * 4 * TA_SMEM_WORDS bytes per warp: tokens and the accepted

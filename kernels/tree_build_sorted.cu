@@ -1,4 +1,4 @@
-// tree_build, kernel `sorted`: best-first DDTree draft tree, candidates kept sorted in one warp (ops.md §1).
+// tree_build, kernel `sorted`: best-first DDTree draft tree, candidates kept sorted in one warp (docs/ops/tree_build.md).
 //
 // Launch: grid = B (one block per request), block = TB_THREADS (256; warp 0 pops, warps 1..7
 //   stage the token ids meanwhile), dynamic shared memory =

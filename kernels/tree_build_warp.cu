@@ -1,4 +1,4 @@
-// tree_build, kernel `warp`: best-first DDTree draft tree from per-depth top-K log-probs (ops.md §1).
+// tree_build, kernel `warp`: best-first DDTree draft tree from per-depth top-K log-probs (docs/ops/tree_build.md).
 //
 // Launch: grid = B (one block per request), block = TB_THREADS (256), dynamic shared memory =
 //   what carve() below lays out (the host computes the same sum; Kc = min(K, Q), the columns that

@@ -1,5 +1,5 @@
 // verify_attn, variant bf16_paged, kernel `bf16_mma`: SGLang's target-verify layout, page size 1
-// (ops.md §2), on mma.sync: the launch picks it on GPUs other than sm_90 (there verify_attn_bf16_wgmma2.cu
+// (docs/ops/verify_attn.md), on mma.sync: the launch picks it on GPUs other than sm_90 (there verify_attn_bf16_wgmma2.cu
 // runs; kernels/README.md).
 //
 // Launch (main): grid = (ceil(Q*H / 64), B, n_splits), block = 256 (8 warps), dynamic shared

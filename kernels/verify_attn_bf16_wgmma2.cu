@@ -1,4 +1,4 @@
-// verify_attn, variant bf16_paged, kernel `bf16_wgmma2`: Hopper warpgroup MMAs (FlashMLA-style; ops.md §2).
+// verify_attn, variant bf16_paged, kernel `bf16_wgmma2`: Hopper warpgroup MMAs (FlashMLA-style; docs/ops/verify_attn.md).
 // Target: sm_90a only (wgmma). Built for any other arch (sm_90, sm_120) it is an empty stub that the
 // host never launches there: the host picks it only on an sm_90 device, compiled for sm_90a (the
 // portable mma.sync kernel, verify_attn_bf16_mma.cu, serves other GPUs).

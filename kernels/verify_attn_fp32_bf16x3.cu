@@ -1,4 +1,4 @@
-// verify_attn, variant fp32, kernel `fp32_bf16x3`: MLA absorbed tree-verify attention, contiguous layout (ops.md §2),
+// verify_attn, variant fp32, kernel `fp32_bf16x3`: MLA absorbed tree-verify attention, contiguous layout (docs/ops/verify_attn.md),
 // on the bf16 tensor cores without losing a bit of the fp32 inputs. Every fp32 operand x is split
 // exactly into three bf16 pieces, x = x0 + x1 + x2 (x0 = bf16_rn(x), x1 = bf16_rn(x - x0), x2 = x - x0
 // - x1; 8 + 8 + 8 significand bits hold fp32's 24), and a product a * b becomes the six piece
@@ -64,7 +64,7 @@
 //   cores. out = O / l, lse = m + logf(l). Prefix keys are always visible, tree key j iff
 //   visibility[b, i, j - prefix_len]; kv rows at or past prefix_len[b] + Q (NaN padding) and q rows
 //   past the request's Q*H are never read (their pieces are zeros) and masked keys get p = 0 exactly.
-//   Target: relative L2 <= 1e-6 against float64 (ops.md fp32 tolerances).
+//   Target: relative L2 <= 1e-6 against float64 (docs/ops/verify_attn.md, tolerances).
 //
 // Knobs: FX_DIAG (timing only, wrong results) = 1 no score MMAs, 2 no P.V MMAs, 3 only the first
 //   loads, 4 the launches alone; FX_NREG_O / _S / _SM (all three together) the setmaxnreg split.

@@ -1,4 +1,4 @@
-// verify_attn, variant fp32, kernel `fp32_dmma`: MLA absorbed tree-verify attention, contiguous layout (ops.md §2),
+// verify_attn, variant fp32, kernel `fp32_dmma`: MLA absorbed tree-verify attention, contiguous layout (docs/ops/verify_attn.md),
 // warp-specialised: 4 warps compute the scores on the FP64 tensor cores (exact products), 8 warps
 // run the softmax and P.V on the FP32 FMA units, handing 16-key sub-tiles over through mbarriers.
 // The launch picks it where fp32_bf16x3's grid, split by its wave model, would fill under 3/4 of the

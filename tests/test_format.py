@@ -1,5 +1,5 @@
 """KDTR v1 (kdtr/format.py): round trips, an independent writer built from the spec, and one test
-per rejection rule of kdtr-format.md. The REJECTIONS table is reused by tests/test_kdtr_h.py."""
+per rejection rule of docs/format.md. The REJECTIONS table is reused by tests/test_kdtr_h.py."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from kdtr.format import (MAJOR, MAX_HEADER_LEN, MAX_INT_DIGITS, MAX_JSON_DEPTH, 
                          Bundle, TensorEntry, bundle_bytes, read_bundle, write_bundle)
 
 # ------------------------------------------------------------------ an independent spec writer
-# Written from kdtr-format.md with struct.pack; it deliberately makes other valid choices than
+# Written from docs/format.md with struct.pack; it deliberately makes other valid choices than
 # kdtr.format's writer (spaced JSON, zero-size tensors at offset 0, optional extra zero gaps).
 
 

@@ -98,7 +98,7 @@ def test_sgl_kernel_arguments_reproduce_the_reference(seed):
 
 
 def test_sgl_kernel_links_children_in_node_order():
-    """Example B of ops.md: parents [-1,0,1,0,2,1,5]."""
+    """Example B of docs/ops/tree_build.md: parents [-1,0,1,0,2,1,5]."""
     parents = torch.tensor([[-1, 0, 1, 0, 2, 1, 5]], dtype=torch.int32)
     next_token, next_sibling = sgl_kernel.first_child_next_sibling(parents)
     assert next_token.tolist() == [[1, 2, 4, -1, -1, 6, -1]]
@@ -106,7 +106,7 @@ def test_sgl_kernel_links_children_in_node_order():
 
 
 def test_sgl_kernel_root_alone():
-    """Q = 1: τ = 1, bonus = target_ids[:, 0] (ops.md)."""
+    """Q = 1: τ = 1, bonus = target_ids[:, 0] (docs/ops/tree_accept.md)."""
     tokens = torch.tensor([[42], [7]], dtype=torch.int32)
     inputs = {"tokens": tokens, "parents": torch.full((2, 1), -1, dtype=torch.int32),
               "target_ids": torch.tensor([[5], [9]], dtype=torch.int32)}

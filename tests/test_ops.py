@@ -1,4 +1,4 @@
-"""References against ops.md's worked examples, properties, independent oracles and the torch twins."""
+"""References against docs/ops/'s worked examples, properties, independent oracles and the torch twins."""
 
 from __future__ import annotations
 
@@ -25,14 +25,14 @@ def build(**kwargs):
     return generated, TREE_BUILD.reference("default", generated.inputs, generated.params)
 
 
-# -- tree_build: ops.md worked examples (expected values copied from the design, not from our code)
+# -- tree_build: docs/ops/tree_build.md worked examples (expected values copied from the page, not from our code)
 def test_worked_example_a():
     _, out = build(budget=4, depth=3, vocab=5, inline={"logits": [[10, 9, 8, 7, 6]] * 3,
                                                         "root_token": [7], "start": [0]})
     assert out["tokens"][0].tolist() == [7, 0, 0, 0, 1]
     assert out["depths"][0, 1:].tolist() == [1, 2, 3, 1]
     assert out["parents"][0].tolist() == [-1, 0, 1, 2, 0]
-    # ops.md prints these to 6 decimals (and -0.903830 is twice the rounded -0.451915): 2e-6
+    # docs/ops/tree_build.md prints these to 6 decimals (and -0.903830 is twice the rounded -0.451915): 2e-6
     np.testing.assert_allclose(out["scores"][0, 1:], [-0.451915, -0.903830, -1.355744, -1.451915], atol=2e-6)
 
 

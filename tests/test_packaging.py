@@ -14,7 +14,7 @@ import pytest
 
 from kdtr.config import REPO_ROOT
 
-SHIPPED = ("pyproject.toml", "README.md", "kdtr", "cli", "kernels", "specs")
+SHIPPED = ("pyproject.toml", "README.md", "kdtr", "cli", "kernels", "specs", "docs")
 
 
 CLEAN = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "KDTREE_KERNELS_DIR")}
@@ -66,10 +66,10 @@ def installed(tmp_path_factory):
 
 @pytest.mark.slow
 def test_the_installed_wheel_runs_from_an_empty_folder(installed):
-    """Proves: the wheel carries the kernels and the default suites, the console script points at
-    the installed `kdtree_cli`, and doctor, build, gen-refs and verify (torch) run from a folder
-    with no checkout in sight, reading the kernels and suites from the package data; the wheel
-    holds no top-level `cli` package. Does not prove: that pip resolves the dependencies (they are
+    """Proves: the wheel carries the kernels, the default suites and every docs/ page, the console
+    script points at the installed `kdtree_cli`, and doctor, build, gen-refs and verify (torch) run
+    from a folder with no checkout in sight, reading the kernels and suites from the package data;
+    the wheel holds no top-level `cli` package. Does not prove: that pip resolves the dependencies (they are
     borrowed from the test's own environment), the cuda backend, or an install on another OS."""
     venv, site, wheel, env, empty = installed
     names = run(venv / "bin" / "python", "-c", "import zipfile, sys; print('\\n'.join(zipfile.ZipFile(sys.argv[1]).namelist()))",
@@ -77,6 +77,8 @@ def test_the_installed_wheel_runs_from_an_empty_folder(installed):
     assert {n.split("/")[0] for n in names} == {"kdtr", "kdtree_cli", wheel.name.split("-py3")[0] + ".dist-info"}
     assert "kdtr/_kernels/verify_attn_fp32_bf16x3.cu" in names and "kdtr/_specs/tree_build.yaml" in names
     assert "kdtr/_specs/bench/verify_attn.yaml" in names
+    pages = {f"kdtr/_docs/{p.relative_to(REPO_ROOT / 'docs').as_posix()}" for p in (REPO_ROOT / "docs").rglob("*.md")}
+    assert "kdtr/_docs/ops/verify_attn.md" in pages and pages <= set(names)     # the contracts the code cites
 
     where = run(venv / "bin" / "python", "-c", "import kdtr, kdtree_cli; print(kdtr.__file__, kdtree_cli.__file__)",
                 cwd=empty, env=env)

@@ -81,7 +81,7 @@ def edit(path: Path, old: str, new: str) -> None:
 
 def test_comments_docstrings_and_blank_lines_do_not_change_a_hash(ops):
     before = hashes()
-    edit(ops / "a.py", "# plus one", "# adds one, see ops.md")
+    edit(ops / "a.py", "# plus one", "# adds one, see docs/ops/")
     edit(ops / "a.py", '"""A\'s reference."""', '"""A\'s reference, exact."""\n\n')
     edit(ops / "a.py", '"""Op A."""', "# header comment\n")
     edit(ops / "c" / "_impl.py", "class C(A):", "# C is A with a generator\nclass C(A):")

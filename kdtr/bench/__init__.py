@@ -1,6 +1,6 @@
 """The timing engine behind `kdtree bench`: honest device timings, ceilings and baselines in one run.
 
-How a figure is made (perf.md, "Measuring"):
+How a figure is made (docs/measuring.md, "One figure"):
 
 - Our kernel (`op.run_cuda` into preallocated, poisoned outputs) is captured into a CUDA graph of k
   calls and timed with CUDA events around each replay; a sample is replay time / k, with k chosen so a

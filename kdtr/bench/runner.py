@@ -371,7 +371,7 @@ class _CaseRunner:
 
     def _implementation(self, impl, mode: str) -> tuple[BenchRow, Sampler | None]:
         """Another implementation (--impl) as a baseline: its prepare untimed, its call timed (a host
-        clock where it runs on the CPU), its outputs held to ops.md's contract and the op's own
+        clock where it runs on the CPU), its outputs held to docs/ops/'s contract and the op's own
         tolerances; its versions() in the row's extra."""
         from ..impl.base import check_outputs as contract, device_for
 

@@ -1,4 +1,4 @@
-"""The implementation contract: `fn(inputs, params) -> outputs` with ops.md's names, torch tensors.
+"""The implementation contract: `fn(inputs, params) -> outputs` with docs/ops/'s names, torch tensors.
 
 An `Implementation` is a name, the (op, variant) pairs it serves (each with the outputs it returns:
 all of the op's, or a declared subset such as a peer without `lse`), and `prepare`, which does the

@@ -1,6 +1,6 @@
 /* kdtr.h: header-only reader of KDTR v1 golden bundles for native harnesses.
  *
- * C99, also compiles as C++17; needs nothing but libc. The format is kdtr-format.md; this reader
+ * C99, also compiles as C++17; needs nothing but libc. The format is docs/format.md; this reader
  * makes the same checks as kdtr/format.py (Python) so that both accept and refuse the same files:
  *
  *   kdtr_file f;

@@ -20,7 +20,7 @@ EXACT = "exact"
 class Tolerance:
     """Pass iff |x - r| <= atol + rtol * |r| elementwise; `exact` means bitwise equality.
 
-    `l2` (optional, kdtree's extension of ops.md) also bounds ||x - r|| / ||r|| over the whole
+    `l2` (optional, kdtree's extension of docs/ops/) also bounds ||x - r|| / ||r|| over the whole
     output: elementwise bounds must leave room for cancellation near zero, the norm does not.
     """
 
@@ -234,7 +234,7 @@ class Op:
 
     def reference(self, variant: str, inputs: Mapping[str, np.ndarray],
                   params: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        """The exact numpy reference, per ops.md; outputs in their stored dtypes."""
+        """The exact numpy reference, per docs/ops/<op>.md; outputs in their stored dtypes."""
         raise NotImplementedError
 
     def tolerances(self, variant: str) -> dict[str, Tolerance]:

@@ -1,4 +1,4 @@
-"""tree_accept: the greedy walk down a draft tree with the target's predictions (ops.md §3)."""
+"""tree_accept: the greedy walk down a draft tree with the target's predictions (docs/ops/tree_accept.md)."""
 
 from __future__ import annotations
 
@@ -84,7 +84,7 @@ class TreeAccept(Op):
         node = np.arange(tokens.shape[1])[None, :]
         if np.any(parents[:, 0] != -1) or np.any((parents >= node) | (parents < -1)):
             raise ValueError("parents must be -1 at the root and satisfy -1 <= parents[i] < i")
-        # the walk's child is unique only because siblings carry distinct tokens (ops.md §3)
+        # the walk's child is unique only because siblings carry distinct tokens (docs/ops/tree_accept.md)
         if _first_shared_sibling_token(tokens, parents) is not None:
             raise ValueError("two children of one node carry the same token (siblings must be distinct)")
 

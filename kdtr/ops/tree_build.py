@@ -1,4 +1,4 @@
-"""tree_build: the best-first DDTree draft tree from per-depth top-K log-probs (ops.md §1).
+"""tree_build: the best-first DDTree draft tree from per-depth top-K log-probs (docs/ops/tree_build.md).
 
 The reference is the DDTree paper's Algorithm 1 with a lazy heap: fp64 path scores in a fixed
 operation order, exact ties broken by the lexicographically smaller rank tuple.

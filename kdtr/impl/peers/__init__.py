@@ -2,7 +2,7 @@
 
 One module per peer; each builds its `IMPL` (an Implementation that declares the op/variant it serves
 and the outputs it returns) without importing the peer: the import happens in the probe, on first
-use. A peer module is two parts: pure conversions between ops.md's tensors and the peer's arguments
+use. A peer module is two parts: pure conversions between docs/ops/'s tensors and the peer's arguments
 and outputs (tested on the CPU against a reference model of the peer's documented semantics), and
 the call itself (tested on the GPU).
 """

@@ -27,7 +27,7 @@ BACKEND = "fa2"
 # -- (a) conversions ---------------------------------------------------------------------------------
 
 def to_flashinfer(inputs: Mapping[str, Any], params: Mapping[str, Any]) -> tuple[dict, dict]:
-    """(plan keyword arguments, run arguments) for ops.md's bf16_paged inputs (torch tensors)."""
+    """(plan keyword arguments, run arguments) for docs/ops/verify_attn.md's bf16_paged inputs (torch tensors)."""
     import torch
 
     q, pool = inputs["q"], inputs["kv_buffer"]

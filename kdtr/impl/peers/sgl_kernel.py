@@ -56,7 +56,7 @@ def first_child_next_sibling(parents):
 
 
 def to_sgl(inputs: Mapping[str, Any]) -> dict[str, Any]:
-    """verify_tree_greedy's arguments (by its parameter names) for ops.md's tree_accept inputs."""
+    """verify_tree_greedy's arguments (by its parameter names) for docs/ops/tree_accept.md's inputs."""
     import torch
 
     tokens = inputs["tokens"]
@@ -76,7 +76,7 @@ def to_sgl(inputs: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def from_sgl(arguments: Mapping[str, Any], tokens) -> dict[str, Any]:
-    """ops.md's tree_accept outputs from what verify_tree_greedy wrote."""
+    """docs/ops/tree_accept.md's outputs from what verify_tree_greedy wrote."""
     import torch
 
     batch, q = tokens.shape

@@ -1,5 +1,5 @@
 """`sglang_triton`: SGLang's unmodified Triton target-verify kernel, `extend_attention_fwd`, for
-verify_attn/bf16_paged (ops.md's bf16_paged layout is SGLang's page-size-1 token pool).
+verify_attn/bf16_paged (docs/ops/verify_attn.md's bf16_paged layout is SGLang's page-size-1 token pool).
 
 The arguments are built the way SGLang's Triton attention backend builds them for an MLA model in
 target-verify (forward mode TARGET_VERIFY): qo_indptr = arange(0, (B+1)·Q, Q) (int32), kv_indptr over
@@ -42,7 +42,7 @@ KERNEL = "extend_attention_fwd"
 # -- (a) conversions ---------------------------------------------------------------------------------
 
 def to_sglang(inputs: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:
-    """extend_attention_fwd's keyword arguments for ops.md's bf16_paged inputs (torch tensors), plus
+    """extend_attention_fwd's keyword arguments for docs/ops/verify_attn.md's bf16_paged inputs (torch tensors), plus
     the optional ones (`k_scale`, `v_scale`, `lse_extend`) that `bind` keeps where the installed
     signature has them. `o_extend` (and `lse_extend`) are fresh buffers the kernel writes."""
     import torch

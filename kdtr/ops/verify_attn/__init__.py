@@ -1,4 +1,4 @@
-"""verify_attn: MLA absorbed tree-verify attention over prefix + tree with the tree's mask (ops.md §2).
+"""verify_attn: MLA absorbed tree-verify attention over prefix + tree with the tree's mask (docs/ops/verify_attn.md).
 
 Two layouts share one math: `fp32` (contiguous [B, S, 576] KV, exact FP32) and `bf16_paged`
 (SGLang's page-size-1 token pool); `layouts` holds what differs between them. The reference works

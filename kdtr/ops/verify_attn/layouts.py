@@ -1,4 +1,4 @@
-"""The two layouts verify_attn's variants store the same math in (ops.md §2), one object each.
+"""The two layouts verify_attn's variants store the same math in (docs/ops/verify_attn.md), one object each.
 
 A layout knows its tensors: names and dtypes, the index checks, how generated requests are packed,
 the per-request view the numpy reference reads, the one dense gather every torch path uses (the

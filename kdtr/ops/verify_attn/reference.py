@@ -46,7 +46,7 @@ def reference(variant, inputs, params) -> dict[str, np.ndarray]:
         out, lse = attend_reference(q, keys, prefix_len, visibility, float(params["sm_scale"]))
         outs.append(out)
         lses.append(lse)
-    # expected outputs at reference precision, stored as f32 for both variants (ops.md §2)
+    # expected outputs at reference precision, stored as f32 for both variants (docs/ops/verify_attn.md)
     return {"out": layout.flat(np.stack(outs)).astype(np.float32),
             "lse": layout.flat(np.stack(lses)).astype(np.float32)}
 
