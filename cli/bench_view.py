@@ -171,7 +171,7 @@ def _table(record, verbose: bool) -> Table:
             table.add_row(f"[bold]{op}/{variant}[/]", *[""] * (len(table.columns) - 1))
         first = next((o for o in rows if o.kernel is not None), None)
         for r in rows if verbose else [r for r in rows if r.primary]:
-            t = r.timing
+            t = r.headline                  # the slower of interleaved and back to back
             best = _best_baseline(r, rows)
             cells = [f"  {case}" + (f" ({mode})" if modes else "") if r.primary else f"    {r.impl}",
                      _kernel(r) or (r.impl if r.primary else ""),
@@ -197,7 +197,7 @@ def _wide_table(record, verbose: bool) -> Table:
                          no_wrap=name == "case")
     for (op, variant, case, mode), rows in _groups(record).items():
         for r in rows if verbose else [r for r in rows if r.primary]:
-            t = r.timing
+            t = r.headline
             cells = [f"{op}/{variant} {case}" if r.primary or not verbose else f"  {case}", _config(r.config),
                      r.impl, _kernel(r) or "", _how(t), fmt_time(t.median if t else None),
                      f"{100 * t.rel_ci:.1f}%" if t else "", _fig(r.tflops), _fig(r.gbps, 0), _pct(r.pct_compute),
@@ -294,6 +294,10 @@ def _footer(record, *, plain: bool, console: Console) -> None:
     for r in record.rows:
         if r.primary and r.timing is not None:
             stops[r.timing.stop_reason] = stops.get(r.timing.stop_reason, 0) + 1
+    from kdtr.bench.notes import timing_notes
+
+    for line in timing_notes(record):
+        emit(line)
     if stops:
         emit("rounds stopped: " + ", ".join(f"{n} {why}" for why, n in sorted(stops.items(), key=lambda kv: -kv[1]))
              + " (converged: every noise under the target; budget: the time budget ran out)")
