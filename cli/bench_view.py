@@ -128,8 +128,10 @@ def _plain_lines(record, verbose: bool) -> None:
         print(f"sanity {r.case} {r.impl} {_how(t)} median={fmt_time(t.median if t else None)} "
               f"again={fmt_time(r.repeat.median if r.repeat else None)} agree={r.repeat_agrees} "
               f"pct_bw={'' if r.pct_bandwidth is None else f'{100 * r.pct_bandwidth:.0f}%'}")
+    from kdtr.bench.notes import row_telemetry
+
     for r in record.rows if verbose else [r for r in record.rows if r.primary]:
-        t = r.timing
+        t = r.headline                       # the slower of interleaved and back to back
         speed = " ".join(f"vs_{k}={v:.2f}x" for k, v in r.speedups.items())
         status = f"skip ({r.skip})" if r.skip else ("ok" if r.check_passed else f"FAIL ({r.check})")
         kernel = f" kernel={picked}" if (picked := _kernel(r, with_grid=False)) else ""
@@ -137,7 +139,9 @@ def _plain_lines(record, verbose: bool) -> None:
             kernel += f" grid={'x'.join(map(str, grid))}"
         print(f"{r.impl} {r.op}/{r.variant} {r.case} {r.mode}{kernel} median={fmt_time(t.median if t else None)} "
               f"noise={'' if t is None else f'{100 * t.rel_ci:.1f}%'} tflops={_fig(r.tflops)} "
-              f"gbps={_fig(r.gbps, 0)} {speed} {status}".rstrip())
+              f"gbps={_fig(r.gbps, 0)} {speed} {status}".rstrip()
+              + (f" interleaved={fmt_time(r.timing.median)} alone={fmt_time(r.alone.median)}" if r.alone else "")
+              + (f" {tel}" if (tel := row_telemetry(r.timing)) else ""))
 
 
 def _groups(record) -> dict:

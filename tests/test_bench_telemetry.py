@@ -210,3 +210,23 @@ def test_cli_lock_clocks_without_a_gpu_exits_2_with_one_line(suites):
     assert len(lines) == 1 and "Traceback" not in done.stderr
 
 
+
+
+def test_report_shows_clocks_throttling_and_both_figures(tmp_path):
+    """`kdtree report -q` names, per row, both figures and the telemetry of the rounds."""
+    from tests.test_cli import invoke
+
+    clock, gpu = FakeClock(), ThrottledGpu()
+    [t] = bench.interleave([gpu.sampler(clock, 2.0)], OPTS, clock=clock, telemetry=gpu.read)
+    rec = record()
+    rows = list(rec.rows)
+    rows[0] = replace(rows[0], timing=t, alone=timing(2.5, noise=0.0))
+    rec = replace(rec, rows=tuple(rows), meta={**rec.meta, "telemetry": {"source": "nvml", "driver": "580"}})
+    path = tmp_path / "r.json"
+    bench.write_record(path, rec)
+    result = invoke("report", path, "-q")
+    assert result.exit_code == 0, result.output
+    line = next(x for x in result.output.splitlines() if x.startswith("cuda ") and " a " in x)
+    assert "median=2.500 ms" in line and "interleaved=2.000 ms alone=2.500 ms" in line
+    assert f"sm=1755-1980MHz power=690-690W throttled={t.throttled_samples}" in line
+    assert "telemetry (NVML, driver 580)" in result.output

@@ -54,3 +54,13 @@ def method_line(rows: Sequence) -> str | None:
 
 def timing_notes(record) -> list[str]:
     return [line for line in (telemetry_line(record), back_to_back_line(record.rows), method_line(record.rows)) if line]
+
+
+def row_telemetry(timing) -> str:
+    """One timing's telemetry in a few words ("" without any): clock and power ranges, throttled samples."""
+    if timing is None or not timing.telemetry:
+        return ""
+    sm = [c for t in timing.telemetry for c in t.get("sm_mhz", ())]
+    power = [p for t in timing.telemetry for p in t.get("power_w", ())]
+    return (f"sm={min(sm)}-{max(sm)}MHz power={min(power):.0f}-{max(power):.0f}W "
+            f"throttled={timing.throttled_samples}")
