@@ -125,3 +125,17 @@ def test_flashmla_meets_the_op_tolerance_and_parity_with_ours(slots):
                     reference=reference, inputs=inputs, params=params)
     assert report.output("out").nonfinite == 0
     print(report.to_json(), resolve("flashmla").versions())
+
+
+def test_the_timed_call_is_flashmla_alone(model_module, monkeypatch):
+    """The layout change of lse (a copy) runs when the outputs are read, not inside the call."""
+    op, inputs, params = small_case("verify_attn", "bf16_paged", 6, slots="pages64", **CHAIN)
+    call = flashmla.IMPL.prepare(op, "bf16_paged", upload(inputs, "cpu"), params)
+    converted = []
+    real = flashmla.from_flashmla
+    monkeypatch.setattr(flashmla, "from_flashmla", lambda out, lse: converted.append(1) or real(out, lse))
+    got = call()
+    assert converted == [] and sorted(got) == ["lse", "out"]
+    assert got["lse"].shape == (inputs["q"].shape[0], inputs["q"].shape[1]) and converted == [1]
+    got["out"]
+    assert converted == [1]                                            # converted once

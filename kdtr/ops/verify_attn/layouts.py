@@ -86,7 +86,7 @@ class Dense:
         return q_len, inputs["visibility"]
 
     def pack(self, normal, rng, prefix_len, visibility, heads, slots="tokens") -> dict[str, np.ndarray]:
-        """`slots` is the paged layout's (check_slots keeps it at its default here)."""
+        """`slots` is the paged layout's (VerifyAttn.check_params keeps it at its default here)."""
         batch, q_len = visibility.shape[:2]
         rows = int(prefix_len.max()) + q_len
         kv = np.full((batch, rows, ROW), np.nan, np.float32)      # padding rows are NaN
