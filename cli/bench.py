@@ -161,6 +161,11 @@ def bench_cmd(
     repeat: bool = flag("--repeat", help="Time our kernel a second time in the same interleaved "
                                                        "rounds; report whether the two medians agree within the noise."),
     no_sanity: bool = flag("--no-sanity", help="Skip the empty-kernel and copy sanity cases."),
+    no_back_to_back: bool = flag("--no-back-to-back", help="Skip timing each implementation again alone after "
+                                 "the interleaved rounds (the table quotes the slower of the two figures)."),
+    lock_clocks: bool = flag("--lock-clocks", help="Lock the SM clock at the GPU's base (TDP) clock for the run "
+                             "(NVML; reset afterwards, also on Ctrl-C); refused with one line where the driver "
+                             "does not allow it."),
     time_limit: Optional[float] = typer.Option(None, "--time-limit", help="Seconds for the whole run, checked before "
                                                                          "each case and baseline: later ones are listed as "
                                                                          "not run / skipped (exit still 0 if all ran passed)."),
@@ -217,7 +222,7 @@ def bench_cmd(
     settings = bench.BenchSettings(backend=backend, mode=mode, timing=timing, impls=impls,
                                    baselines=() if no_baselines else (tuple(baseline) if baseline else None),
                                    quick=quick, repeat=repeat, sanity=not no_sanity, time_limit_s=time_limit,
-                                   kernels=builds)
+                                   kernels=builds, back_to_back=not no_back_to_back, lock_clocks=lock_clocks)
     targets = [p for p in (json_path if json_path and json_path != "-" else None,
                            bench.default_record_path() if save else None) if p]
     if save:

@@ -128,8 +128,10 @@ def _plain_lines(record, verbose: bool) -> None:
         print(f"sanity {r.case} {r.impl} {_how(t)} median={fmt_time(t.median if t else None)} "
               f"again={fmt_time(r.repeat.median if r.repeat else None)} agree={r.repeat_agrees} "
               f"pct_bw={'' if r.pct_bandwidth is None else f'{100 * r.pct_bandwidth:.0f}%'}")
+    from kdtr.bench.notes import row_telemetry
+
     for r in record.rows if verbose else [r for r in record.rows if r.primary]:
-        t = r.timing
+        t = r.headline                       # the slower of interleaved and back to back
         speed = " ".join(f"vs_{k}={v:.2f}x" for k, v in r.speedups.items())
         status = f"skip ({r.skip})" if r.skip else ("ok" if r.check_passed else f"FAIL ({r.check})")
         kernel = f" kernel={picked}" if (picked := _kernel(r, with_grid=False)) else ""
@@ -137,7 +139,9 @@ def _plain_lines(record, verbose: bool) -> None:
             kernel += f" grid={'x'.join(map(str, grid))}"
         print(f"{r.impl} {r.op}/{r.variant} {r.case} {r.mode}{kernel} median={fmt_time(t.median if t else None)} "
               f"noise={'' if t is None else f'{100 * t.rel_ci:.1f}%'} tflops={_fig(r.tflops)} "
-              f"gbps={_fig(r.gbps, 0)} {speed} {status}".rstrip())
+              f"gbps={_fig(r.gbps, 0)} {speed} {status}".rstrip()
+              + (f" interleaved={fmt_time(r.timing.median)} alone={fmt_time(r.alone.median)}" if r.alone else "")
+              + (f" {tel}" if (tel := row_telemetry(r.timing)) else ""))
 
 
 def _groups(record) -> dict:
@@ -171,7 +175,7 @@ def _table(record, verbose: bool) -> Table:
             table.add_row(f"[bold]{op}/{variant}[/]", *[""] * (len(table.columns) - 1))
         first = next((o for o in rows if o.kernel is not None), None)
         for r in rows if verbose else [r for r in rows if r.primary]:
-            t = r.timing
+            t = r.headline                  # the slower of interleaved and back to back
             best = _best_baseline(r, rows)
             cells = [f"  {case}" + (f" ({mode})" if modes else "") if r.primary else f"    {r.impl}",
                      _kernel(r) or (r.impl if r.primary else ""),
@@ -197,7 +201,7 @@ def _wide_table(record, verbose: bool) -> Table:
                          no_wrap=name == "case")
     for (op, variant, case, mode), rows in _groups(record).items():
         for r in rows if verbose else [r for r in rows if r.primary]:
-            t = r.timing
+            t = r.headline
             cells = [f"{op}/{variant} {case}" if r.primary or not verbose else f"  {case}", _config(r.config),
                      r.impl, _kernel(r) or "", _how(t), fmt_time(t.median if t else None),
                      f"{100 * t.rel_ci:.1f}%" if t else "", _fig(r.tflops), _fig(r.gbps, 0), _pct(r.pct_compute),
@@ -294,6 +298,10 @@ def _footer(record, *, plain: bool, console: Console) -> None:
     for r in record.rows:
         if r.primary and r.timing is not None:
             stops[r.timing.stop_reason] = stops.get(r.timing.stop_reason, 0) + 1
+    from kdtr.bench.notes import timing_notes
+
+    for line in timing_notes(record):
+        emit(line)
     if stops:
         emit("rounds stopped: " + ", ".join(f"{n} {why}" for why, n in sorted(stops.items(), key=lambda kv: -kv[1]))
              + " (converged: every noise under the target; budget: the time budget ran out)")

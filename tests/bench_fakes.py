@@ -159,4 +159,5 @@ def _fake_gpu_env(monkeypatch, l2_bytes=4096, modes=("cold",), fake=None):
     env.timer = bench.DeviceTimer(l2_bytes)
     env.host_timer = bench.HostTimer()
     env.ceilings = CEILINGS
+    env.watch = None
     return env

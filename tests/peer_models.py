@@ -118,3 +118,39 @@ def paged_prefill(plan, q, paged_kv_cache):
         out[q0:q1] = o.to(q.dtype)
         lse[q0:q1] = (l_nat / torch.log(torch.tensor(2.0, dtype=torch.float64))).float()
     return out, lse
+
+
+def get_mla_metadata(cache_seqlens, num_q_tokens_per_head_k, num_heads_k):
+    """FlashMLA's get_mla_metadata (its pre-2025 interface): (tile_scheduler_metadata, num_splits),
+    opaque to the caller and handed back to flash_mla_with_kvcache unchanged."""
+    assert cache_seqlens.dtype == torch.int32 and num_heads_k == 1
+    return ("tile_scheduler_metadata", num_q_tokens_per_head_k), ("num_splits", cache_seqlens.numel())
+
+
+def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v, tile_scheduler_metadata,
+                           num_splits, softmax_scale=None, causal=False, use_legacy=False):
+    """FlashMLA's dense decode (flash_mla_interface.py's docstring, tests/ref.py): q [b, s_q, h_q, d],
+    k_cache [num_blocks, page_block_size, 1, d], block_table [b, max_blocks] int32, cache_seqlens [b]
+    int32. Request i's keys are its first cache_seqlens[i] tokens, token t at row t % page_block_size
+    of block block_table[i, t // page_block_size]; values are their first head_dim_v columns. With
+    causal, query j sees keys below cache_seqlens[i] − s_q + j + 1 (tril(diagonal = s_k − s_q)).
+    Returns out [b, s_q, h_q, head_dim_v] in q's dtype and lse [b, h_q, s_q] float32, natural log."""
+    b, s_q, h_q, d = q.shape
+    page = k_cache.shape[1]
+    assert q.is_contiguous() and k_cache.shape[2] == 1 and k_cache.shape[3] == d and head_dim_v == 512
+    assert block_table.dtype == torch.int32 and cache_seqlens.dtype == torch.int32 and block_table.shape[0] == b
+    assert tile_scheduler_metadata[1] == s_q * h_q and num_splits[1] == b, "metadata made for another shape"
+    scale = softmax_scale if softmax_scale is not None else d ** -0.5
+    out = torch.empty((b, s_q, h_q, head_dim_v), dtype=q.dtype)
+    lse = torch.empty((b, h_q, s_q), dtype=torch.float32)
+    for i in range(b):
+        s_k = int(cache_seqlens[i])
+        pages = block_table[i, :-(-s_k // page)].long()
+        keys = k_cache[pages, :, 0].reshape(-1, d)[:s_k]
+        allowed = torch.ones((s_q, s_k), dtype=torch.bool)
+        if causal:
+            allowed = allowed.tril(diagonal=s_k - s_q)
+        o, l_nat = _attend(q[i], keys, keys[:, :head_dim_v], allowed, scale)
+        out[i] = o.to(q.dtype)
+        lse[i] = l_nat.T.float()
+    return out, lse

@@ -90,8 +90,11 @@ def test_case_runner_cuda_path_on_a_fake_device(monkeypatch, op_name, case_param
     assert ours.compute_unit == op.compute_unit(variant, ours.extra.get("kernel"))
     assert ours.extra.get("kernel") == op.kernel_choice(variant, *item.load())   # None: one kernel
     assert [r.impl for r in rows] == ["cuda", *baselines]
-    for r in rows[1:]:
-        assert r.check_passed and r.timing.method == "eager" and r.timing.rounds == ours.timing.rounds, r.check
+    for r in rows[1:]:       # baselines are captured like ours (one method for all: docs/timing.md)
+        assert r.check_passed and r.timing.method == "graph" and r.timing.rounds == ours.timing.rounds, r.check
+    for r in rows:           # and each timed again alone, after the rounds
+        assert r.alone is not None and r.alone.rounds >= OPTS.min_rounds and r.alone.method == r.timing.method
+    assert any(s.endswith("back to back (cold)") for s in seen), seen
     assert any("inputs" in s for s in seen)
     assert any(s.endswith(f"rounds (cold): cuda, {', '.join(baselines)}, cuda again") for s in seen), seen
 

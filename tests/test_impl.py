@@ -22,7 +22,8 @@ def write(tmp_path, body, name="mine.py"):
 
 
 def test_builtins_resolve_and_serve_every_op():
-    assert set(builtin_names()) == {"cuda", "torch", "numpy", "sglang_triton", "sgl_kernel", "flashinfer_fa2"}
+    assert set(builtin_names()) == {"cuda", "torch", "numpy", "sglang_triton", "sgl_kernel", "flashinfer_fa2",
+                                   "flashmla"}
     for name in ("cuda", "torch", "numpy"):
         impl = resolve(name)
         assert impl.serves("verify_attn", "fp32") and impl.serves("tree_build", "default")

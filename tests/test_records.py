@@ -39,12 +39,12 @@ def test_a_default_suite_record_with_20_trials_stays_under_1_mb(tmp_path):
     suites = load_suites([REPO_ROOT / "specs"])
     list(gen_refs([(s, c) for s in suites for c in s.cases], tmp_path / "goldens"))
     files = find_bundles([tmp_path / "goldens"])
-    assert len(files) == 49
+    assert len(files) == 54
     rows = []
     for file in files:
         (row,) = verify_bundle(file, Options(backend="torch"))
         rows += [row] + [dataclasses.replace(row, trial=t, seed=2**31 - t) for t in range(1, TRIALS + 1)]
-    assert len(rows) == 49 * 21
+    assert len(rows) == 54 * 21
     out = tmp_path / "verify.json"
     report.write_json(out, verify_record(rows, [], suite=suite_digest(files)))
     assert out.stat().st_size < MAX_RECORD_BYTES, out.stat().st_size

@@ -55,6 +55,12 @@ class BenchRow:
     setup_s: float | None = None         # wall seconds of its check, compile, capture and calibration
     kernel: str | None = None            # a kernel forced by name (--kernel, --define); impl is its label
     defines: dict[str, str] = field(default_factory=dict)   # the compile-time defines of a knob build
+    alone: Timing | None = None          # back to back: the same calls timed alone, after the rounds
+
+    @property
+    def headline(self) -> Timing | None:
+        """The figure a table quotes: the slower of the interleaved and the back-to-back timing."""
+        return slower(self.timing, self.alone)
 
     @property
     def key(self) -> tuple:
@@ -65,7 +71,7 @@ class BenchRow:
     @staticmethod
     def from_plain(d: Mapping[str, Any]) -> "BenchRow":
         values = _fields(BenchRow, d)
-        for name in ("timing", "repeat"):
+        for name in ("timing", "repeat", "alone"):
             values[name] = Timing.from_plain(d[name]) if d.get(name) else None
         for name in ("flops", "bytes", "tflops", "gbps", "pct_compute", "pct_bandwidth", "setup_s"):
             if values.get(name) is not None:
@@ -136,7 +142,7 @@ def _timing_slots(data: Mapping[str, Any]) -> Iterator[tuple[str, dict]]:
         yield f"ceilings.{name}", timing
     for group in ("sanity", "rows"):
         for i, row in enumerate(data.get(group) or ()):
-            for slot in ("timing", "repeat"):
+            for slot in ("timing", "repeat", "alone"):
                 if row.get(slot):
                     yield f"{group}.{i}.{slot}", row[slot]
 
@@ -182,11 +188,19 @@ def _restore_samples(data: dict, path: Path) -> None:
                          "(a sidecar of another run?)", file=sidecar)
 
 
+def slower(timing: Timing | None, alone: Timing | None) -> Timing | None:
+    """The timing with the larger median (the interleaved one where there is no other)."""
+    if timing is None or alone is None:
+        return timing
+    return alone if alone.median > timing.median else timing
+
+
 def with_figures(row: BenchRow, ceilings: Ceilings | None) -> BenchRow:
-    """Achieved TFLOP/s and GB/s from the cost model, as fractions of the ceilings; flagged > 100%."""
-    if row.timing is None or row.timing.median <= 0:
+    """Achieved TFLOP/s and GB/s from the cost model (at the headline figure, the slower of the
+    interleaved and back-to-back timings), as fractions of the ceilings; flagged > 100%."""
+    if row.timing is None or row.headline.median <= 0:
         return row
-    seconds = row.timing.median * 1e-3
+    seconds = row.headline.median * 1e-3
     tflops = row.flops / seconds / 1e12 if row.flops > 0 else None
     gbps = row.bytes / seconds / 1e9 if row.bytes > 0 else None
     pct_compute = pct_bandwidth = None
@@ -202,19 +216,26 @@ def with_figures(row: BenchRow, ceilings: Ceilings | None) -> BenchRow:
 
 def with_speedups(rows: Sequence[BenchRow]) -> list[BenchRow]:
     """Speedups of each primary row over the baselines of the same case and mode (both timed, both
-    checked): baseline median / primary median. Where several kernels were forced by name, each
-    one's speedup over the first of them (the reference point) joins its speedups the same way."""
+    checked, both by one method): baseline headline / primary headline (`BenchRow.headline`). A
+    baseline timed by another method than ours (eager beside a graph replay: its launch path counted
+    against it) gets no speedup; its row's method says why. Where several kernels were forced by
+    name, each one's speedup over the first of them (the reference point) joins its speedups the
+    same way."""
     def usable(r: BenchRow) -> bool:
         return r.timing is not None and bool(r.check_passed) and r.timing.median > 0
+
+    def ratio(other: BenchRow, row: BenchRow) -> float:
+        return other.headline.median / row.headline.median
 
     out = []
     for row in rows:
         if row.primary and usable(row):
             group = [o for o in rows if o.case == row.case and o.mode == row.mode and usable(o)]
-            speedups = {o.impl: o.timing.median / row.timing.median for o in group if not o.primary}
+            speedups = {o.impl: ratio(o, row) for o in group
+                        if not o.primary and o.timing.method == row.timing.method}
             forced = [o for o in rows if o.case == row.case and o.mode == row.mode and o.kernel is not None]
             if len(forced) > 1 and forced[0] is not row and usable(forced[0]):
-                speedups[forced[0].impl] = forced[0].timing.median / row.timing.median
+                speedups[forced[0].impl] = ratio(forced[0], row)
             row = replace(row, speedups=speedups)
         out.append(row)
     return out

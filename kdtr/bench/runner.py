@@ -17,9 +17,10 @@ from .ceilings import Ceilings, gpu_clocks, measure_ceilings
 from .record import (TIME_LIMIT_SKIP, BenchRecord, BenchRow, _jsonable, bench_meta, settings_dict, with_figures,
                      with_speedups)
 from .sanity import sanity_rows
-from .schedule import Sampler, interleave
+from .schedule import Sampler, back_to_back, interleave
 from .settings import MODES, BenchSettings, KernelBuild, Progress
 from .stats import Timing, agree
+from .telemetry import watching
 from .timers import DEFAULT_L2_BYTES, DeviceTimer, HostTimer, _first_line, rotation_sets
 
 
@@ -59,6 +60,7 @@ class _Env:
         self.primary = backend
         self.device = "cuda" if self.gpu else "cpu"
         self.ceilings: Ceilings | None = None
+        self.watch = None                 # telemetry's read (telemetry.watching), set for the run
         if self.gpu:
             import torch
 
@@ -261,11 +263,18 @@ class _CaseRunner:
         samplers = [entries[i][1] for i in slots] + [ours[i].sampler for i in again]
         names = ", ".join([entries[i][0].impl for i in slots] + [f"{ours[i].row.impl} again" for i in again])
         self.progress(f"{self.item.name}: rounds ({mode}): {names}")
-        results = interleave(samplers, self.settings.timing, deadline=self.deadline,
+        results = interleave(samplers, self.settings.timing, deadline=self.deadline, telemetry=self.env.watch,
                              progress=lambda r: self.progress(f"{self.item.name}: round {r} ({mode})"))
+        alone = [None] * len(slots)
+        if self.settings.back_to_back and len(slots) > 1:
+            self.progress(f"{self.item.name}: back to back ({mode})")
+            alone = back_to_back(samplers[:len(slots)], self.settings.timing, deadline=self.deadline,
+                                 telemetry=self.env.watch)
         rows = [row for row, _ in entries]
-        for slot, result in zip(slots, results):
+        for slot, result, single in zip(slots, results, alone):
             rows[slot] = self._timed(rows[slot], result)
+            if isinstance(single, Timing) and rows[slot].timing is not None:
+                rows[slot] = replace(rows[slot], alone=single)
         repeats = dict(zip(again, results[len(slots):]))
         for i, o in enumerate(ours):
             if o.sampler is None or rows[i].timing is None:
@@ -346,7 +355,7 @@ class _CaseRunner:
                 calls.append(extra_call)
                 sets.append(extra_outputs)
         try:
-            sampler = self._prepare(calls, mode, graph=impl != "torch", timer=env.timer if env.gpu else env.host_timer)
+            sampler = self._prepare(calls, mode, graph=True, timer=env.timer if env.gpu else env.host_timer)
         except Exception as err:  # noqa: BLE001
             env.cleanup()
             return untimed(check_passed=True, check=f"{note}; timing failed: {type(err).__name__}: {_first_line(err)}")
@@ -436,7 +445,7 @@ class _CaseRunner:
             return self._row(name, row_mode, False, timing=None, check_passed=False, check=note), None
         try:
             timer = env.host_timer if baseline.clock == "host" else env.timer
-            sampler = self._prepare([call], mode, graph=False, timer=timer)
+            sampler = self._prepare([call], mode, graph=True, timer=timer)     # eager where capture fails
         except Exception as err:  # noqa: BLE001
             env.cleanup()
             if _is_oom(err):
@@ -481,7 +490,8 @@ def run_bench(items: Sequence[BenchItem], settings: BenchSettings = BenchSetting
 
     import torch
 
-    with torch.no_grad():
+    with torch.no_grad(), watching(env.gpu, settings.lock_clocks) as watch:
+        env.watch, meta["telemetry"] = watch.read, watch.info
         if env.gpu:
             report("ceilings", done, total)
             try:

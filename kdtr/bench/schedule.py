@@ -11,6 +11,7 @@ import numpy as np
 
 from .settings import TimingOptions
 from .stats import Timing, summarize
+from .telemetry import Reading, kept_turns, turn_record
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,8 @@ def balanced_turns(m: int) -> list[int]:
 
 def interleave(samplers: Sequence[Sampler], options: TimingOptions, *,
                clock: Callable[[], float] = time.perf_counter, deadline: float | None = None,
-               progress: Callable[[int], None] | None = None) -> list[Timing | Exception]:
+               progress: Callable[[int], None] | None = None,
+               telemetry: Callable[[], Reading] | None = None) -> list[Timing | Exception]:
     """Time several implementations in interleaved turns: the turns follow cycles of
     `balanced_turns`, so clock, power and thermal drift hits all of them alike and every one runs
     right after every other equally often; a turn is a batch of samples (about budget_s / rounds, at
@@ -65,7 +67,9 @@ def interleave(samplers: Sequence[Sampler], options: TimingOptions, *,
     ("max_samples"); or max_rounds ("max_rounds"); or `deadline` (on `clock`) has passed
     ("time_limit"). The stop reason is every timing's.
 
-    A sampler that raises drops out of the rounds; its slot returns the exception."""
+    A sampler that raises drops out of the rounds; its slot returns the exception. `telemetry`
+    (telemetry.Nvml.read) brackets every turn with two readings; the samples of a throttled turn
+    are left out of its figure and counted (telemetry.kept_turns)."""
     m = len(samplers)
     results: list[Timing | Exception | None] = [None] * m
     if m == 0:
@@ -74,6 +78,7 @@ def interleave(samplers: Sequence[Sampler], options: TimingOptions, *,
     cap = max(1, options.max_samples // options.rounds)
     batch = [max(1, min(cap, int(turn_s / s.per_sample_s + 1e-9) if s.per_sample_s > 0 else cap)) for s in samplers]
     rounds: list[list[list[float]]] = [[] for _ in samplers]
+    turns: list[list[dict]] = [[] for _ in samplers]
     live = list(range(m))
     cycle = balanced_turns(m)
 
@@ -89,10 +94,13 @@ def interleave(samplers: Sequence[Sampler], options: TimingOptions, *,
 
     def timing(i: int, reason: str) -> Timing:
         s = samplers[i]
-        pooled = [v for turn in rounds[i] for v in turn]
+        kept, dropped, why = kept_turns(rounds[i], turns[i])
+        pooled = [v for k in kept for v in rounds[i][k]]
         return summarize(pooled, stop_reason=reason, mode=s.mode, method=s.method,
-                         calls_per_sample=s.calls_per_sample, note=s.note, resolution_ms=s.resolution_ms,
-                         noise_floor=options.noise_floor, round_medians=[float(np.median(t)) for t in rounds[i]])
+                         calls_per_sample=s.calls_per_sample, note="; ".join(n for n in (s.note, why) if n),
+                         resolution_ms=s.resolution_ms, noise_floor=options.noise_floor,
+                         round_medians=[float(np.median(rounds[i][k])) for k in kept],
+                         throttled_samples=dropped, telemetry=turns[i])
 
     start = clock()
     r = 0
@@ -103,9 +111,12 @@ def interleave(samplers: Sequence[Sampler], options: TimingOptions, *,
             for i in cycle:
                 if i not in live:
                     continue
+                before = telemetry() if telemetry is not None else None
                 got = take(i, batch[i])
                 if got is not None:
                     rounds[i].append(got)
+                    if before is not None:
+                        turns[i].append(turn_record(len(got), before, telemetry()))
             r += 1
             if progress is not None:
                 progress(r)
@@ -150,3 +161,17 @@ def _warm(calls: Sequence[Callable[[], Any]], seconds: float, sync: Callable[[],
             call()
         sync()
         rounds += 1
+
+
+def back_to_back(samplers: Sequence[Sampler], options: TimingOptions, *,
+                 clock: Callable[[], float] = time.perf_counter, deadline: float | None = None,
+                 telemetry: Callable[[], Reading] | None = None) -> list[Timing | Exception]:
+    """Each implementation again, alone: its own rounds with nothing between its samples but itself
+    (call after call, as a server runs it), one after another. Beside the interleaved figure it
+    shows what a neighbour did to a figure: on the H200 our kernel ran 7-11% faster interleaved
+    with SGLang's than alone (results/seeds-*.json, docs/timing.md)."""
+    out: list[Timing | Exception] = []
+    for sampler in samplers:
+        [result] = interleave([sampler], options, clock=clock, deadline=deadline, telemetry=telemetry)
+        out.append(result)
+    return out

@@ -120,6 +120,10 @@ class BenchSettings:
     # Other implementations (kdtr.impl specs: --impl), each timed as a row of its own in the cases
     # whose op and variant it serves, checked against the reference with the op's tolerances first.
     impls: tuple[str, ...] = ()
+    # After the interleaved rounds, every implementation again alone, call after call: the table
+    # quotes the slower of the two figures (docs/timing.md).
+    back_to_back: bool = True
+    lock_clocks: bool = False             # the SM clock locked at its base (TDP) clock during the run
 
 
 Progress = Callable[[str, int, int], None]        # (what is running, cases done, cases in all)

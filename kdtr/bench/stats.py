@@ -85,12 +85,15 @@ class Timing:
     round_medians: tuple[float, ...] = ()
     rel_ci_samples: float | None = None   # the median's order-statistic CI over all samples / median
     rel_ci_rounds: float | None = None    # Student-t CI of the rounds' medians / median (None: < 2 rounds)
+    throttled_samples: int = 0            # samples of throttled turns left out of the figure (telemetry.py)
+    telemetry: tuple[dict, ...] = ()      # per turn, in order: its samples, clocks, power, throttle reasons
 
     @staticmethod
     def from_plain(d: Mapping[str, Any]) -> "Timing":
         values = _fields(Timing, d)
         values["samples_ms"] = tuple(_num(x) for x in d.get("samples_ms", ()))
         values["round_medians"] = tuple(_num(x) for x in d.get("round_medians", ()))
+        values["telemetry"] = tuple(dict(t) for t in d.get("telemetry") or ())
         for k in ("median", "p10", "p90", "rel_std", "rel_ci", "rel_ci_samples", "rel_ci_rounds"):
             if values.get(k) is not None:
                 values[k] = _num(values[k])
@@ -99,7 +102,8 @@ class Timing:
 
 def summarize(samples: Sequence[float], *, stop_reason: str, mode: str, method: str,
               calls_per_sample: int = 1, note: str = "", resolution_ms: float = 0.0,
-              noise_floor: float = 0.0, round_medians: Sequence[float] = ()) -> Timing:
+              noise_floor: float = 0.0, round_medians: Sequence[float] = (), throttled_samples: int = 0,
+              telemetry: Sequence[dict] = ()) -> Timing:
     """The summary of per-call samples (all rounds pooled). The reported noise is the larger of the
     pooled median's order-statistic CI and the between-rounds CI (`between_rounds`), never below the
     timer's resolution (`resolution_ms` per sample of `calls_per_sample` calls) nor `noise_floor`."""
@@ -117,7 +121,7 @@ def summarize(samples: Sequence[float], *, stop_reason: str, mode: str, method: 
         noise = max(noise, resolution_ms / (calls_per_sample * median))
     return Timing(tuple(float(v) for v in values), median, p10, p90, rel_std, noise, int(values.size),
                   stop_reason, mode, method, calls_per_sample, note, len(round_medians),
-                  tuple(float(v) for v in round_medians), within, rounds)
+                  tuple(float(v) for v in round_medians), within, rounds, throttled_samples, tuple(telemetry))
 
 
 def agree(a: Timing, b: Timing) -> bool:

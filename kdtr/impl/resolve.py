@@ -1,7 +1,8 @@
 """From a spec string to an Implementation (one-line UsageError for anything that does not resolve).
 
 Specs, tried in this order:
-- a built-in name: `cuda`, `torch`, `numpy`, or a peer (`sglang_triton`, `sgl_kernel`, `flashinfer_fa2`);
+- a built-in name: `cuda`, `torch`, `numpy`, or a peer (`sglang_triton`, `sgl_kernel`, `flashinfer_fa2`,
+  `flashmla`);
 - the name of an entry point in the `kdtree.implementations` group of an installed package. Its
   object is an Implementation (it declares what it serves itself), or a callable `fn(inputs, params)`
   that declares `kdtree_serves`: "OP[/VARIANT]" or a sequence of them (no variant: every variant),

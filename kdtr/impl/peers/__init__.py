@@ -15,6 +15,7 @@ PEER_MODULES = {
     "sglang_triton": "kdtr.impl.peers.sglang_triton",
     "sgl_kernel": "kdtr.impl.peers.sgl_kernel",
     "flashinfer_fa2": "kdtr.impl.peers.flashinfer_fa2",
+    "flashmla": "kdtr.impl.peers.flashmla",
 }
 
 

@@ -18,6 +18,7 @@ from ..base import Baseline, Case, Cost, Generated, Gpu, Op, Param
 from ..tree_build import OP as TREE_BUILD
 from . import cuda, torch_impl
 from .layouts import LATENT, LAYOUTS, ROPE, ROW, check_scale
+from .paging import SLOT_LAYOUTS, TREE_SHAPES, chain_visibility
 from .reference import REFERENCE_CHUNK, attend_reference, dense_reference, reference
 from .torch_impl import attend_torch_bf16
 
@@ -38,6 +39,12 @@ class VerifyAttn(Op):
         Param("prefix_mode", str, "same", choices=("same", "mixed"),
               doc="same: every request has `prefix`; mixed: request 0 has it, others draw from [0, prefix]"),
         Param("budget", int, 8, 0, 4096, doc="tree nodes besides the root; Q = budget + 1"),
+        Param("tree", str, "best", choices=TREE_SHAPES,
+              doc="best: best-first trees of tree_build's reference on a random drafter; chain: node i's "
+                  "parent is i - 1 (MTP / EAGLE topk-1 drafts: a causal mask; depth, sharpness unused)"),
+        Param("slots", str, "tokens", choices=SLOT_LAYOUTS,
+              doc="bf16_paged pool: tokens: every key in a random slot; pages64: each request's keys in "
+                  "64-token pages in random page order (a paged engine's pool)"),
         Param("depth", int, 6, 1, 64, doc="draft depth of the drafter the trees come from"),
         Param("sharpness", float, 1.0, 0.0, 1e6, doc="drafter logit scale (chains vs bushes)"),
         Param("sm_scale", float, KIMI_K2_SCALE, 0.0, 1e3,
@@ -52,9 +59,14 @@ class VerifyAttn(Op):
 
     def case_name(self, variant, params):
         name = name_from(params, [("batch", "b"), ("heads", "h"), ("prefix", "p"), ("budget", "n")],
-                         [("prefix_mode", ""), ("depth", "l"), ("sharpness", "s"), ("sm_scale", "sc"),
+                         [("prefix_mode", ""), ("tree", ""), ("slots", ""), ("depth", "l"), ("sharpness", "s"), ("sm_scale", "sc"),
                           ("scale", "x")], self._defaults)
         return f"{variant}_{name}"
+
+    def check_params(self, variant, params):
+        if params.get("slots", "tokens") != "tokens" and LAYOUTS[variant].out_dtype == "f32":
+            raise ValueError(f"slots {params['slots']!r} is a pool layout: only bf16_paged has a pool "
+                             f"({variant} keeps each request's keys contiguous)")
 
     def input_specs(self, variant):
         return dict(LAYOUTS[variant].input_specs)
@@ -78,9 +90,13 @@ class VerifyAttn(Op):
         p = case.params
         batch, heads, budget = p["batch"], p["heads"], p["budget"]
         rng = rng_for(case.seed, 2)
-        built = self.trees(case)
-        if not np.all(built["num_nodes"] == budget):          # K = budget makes every tree full
-            raise AssertionError("tree_build produced a tree smaller than its budget")
+        if p["tree"] == "chain":
+            visibility = chain_visibility(batch, budget + 1)
+        else:
+            built = self.trees(case)
+            if not np.all(built["num_nodes"] == budget):          # K = budget makes every tree full
+                raise AssertionError("tree_build produced a tree smaller than its budget")
+            visibility = built["visibility"]
         prefix_len = np.full(batch, p["prefix"], np.int32)
         if p["prefix_mode"] == "mixed" and batch > 1:
             prefix_len[1:] = rng.integers(0, p["prefix"] + 1, size=batch - 1)
@@ -91,7 +107,7 @@ class VerifyAttn(Op):
         def normal(out):
             return fill_normal(rng, out, scale)
 
-        inputs = LAYOUTS[case.variant].pack(normal, rng, prefix_len, built["visibility"], heads)
+        inputs = LAYOUTS[case.variant].pack(normal, rng, prefix_len, visibility, heads, p["slots"])
         return Generated(inputs, params)
 
     def estimate_bytes(self, variant, params):
@@ -99,7 +115,7 @@ class VerifyAttn(Op):
         of one request's keys, its score blocks and its float64 outputs."""
         batch, heads, prefix, q_len = params["batch"], params["heads"], params["prefix"], params["budget"] + 1
         keys = prefix + q_len
-        inputs, draw = LAYOUTS[variant].input_bytes(batch, heads, keys, q_len)
+        inputs, draw = LAYOUTS[variant].input_bytes(batch, heads, keys, q_len, params.get("slots", "tokens"))
         block = max(min(q_len * heads * keys, REFERENCE_CHUNK), heads * keys)   # attend_reference's
         reference = 8 * keys * ROW + 2 * keys * ROW + q_len * keys + 3 * 8 * block \
             + 2 * 8 * batch * q_len * heads * (LATENT + 1)

@@ -15,6 +15,7 @@ import numpy as np
 
 from ...dtypes import NUMPY_DTYPES
 from ..base import Tolerance
+from .paging import pool_rows, request_slots
 
 LATENT, ROPE = 512, 64
 ROW = LATENT + ROPE                          # one 576-wide latent KV row per token
@@ -64,7 +65,7 @@ class Dense:
         "lse": tolerances["lse"],
     }
 
-    def input_bytes(self, batch, heads, keys, q_len) -> tuple[int, int]:
+    def input_bytes(self, batch, heads, keys, q_len, slots="tokens") -> tuple[int, int]:
         """Host bytes of a case's generated inputs, and of the generator's float32 draw of its KV."""
         return 4 * (batch * keys * ROW + batch * q_len * heads * ROW) + batch * q_len * q_len, 4 * keys * ROW
 
@@ -84,7 +85,8 @@ class Dense:
                              f"got {list(inputs['visibility'].shape)}")
         return q_len, inputs["visibility"]
 
-    def pack(self, normal, rng, prefix_len, visibility, heads) -> dict[str, np.ndarray]:
+    def pack(self, normal, rng, prefix_len, visibility, heads, slots="tokens") -> dict[str, np.ndarray]:
+        """`slots` is the paged layout's (VerifyAttn.check_params keeps it at its default here)."""
         batch, q_len = visibility.shape[:2]
         rows = int(prefix_len.max()) + q_len
         kv = np.full((batch, rows, ROW), np.nan, np.float32)      # padding rows are NaN
@@ -181,10 +183,10 @@ class Paged:
         "lse": Tolerance(atol=1e-4, rtol=1e-6),
     }
 
-    def input_bytes(self, batch, heads, keys, q_len) -> tuple[int, int]:
-        """Host bytes of a case's generated inputs (the pool holds a quarter of unused slots), and
-        of the generator's float32 draw of the pool."""
-        pool = batch * keys + max(1, batch * keys // 4)
+    def input_bytes(self, batch, heads, keys, q_len, slots="tokens") -> tuple[int, int]:
+        """Host bytes of a case's generated inputs (the pool holds a quarter of unused slots or
+        pages), and of the generator's float32 draw of the pool."""
+        pool = pool_rows(np.full(batch, keys), slots)
         return 2 * (pool + batch * q_len * heads) * ROW + 4 * pool + 2 * batch * q_len * keys, 4 * pool * ROW
 
     def check(self, inputs) -> tuple[int, np.ndarray]:
@@ -213,14 +215,15 @@ class Paged:
                              "len(custom_mask)")
         return q_len, np.stack([m for *_, m in self.requests(inputs)])
 
-    def pack(self, normal, rng, prefix_len, visibility, heads) -> dict[str, np.ndarray]:
+    def pack(self, normal, rng, prefix_len, visibility, heads, slots="tokens") -> dict[str, np.ndarray]:
+        """`slots`: how the keys sit in the pool (paging.request_slots); unused slots are NaN."""
         batch, q_len = visibility.shape[:2]
         bf16 = NUMPY_DTYPES["bf16"]
-        used = int(prefix_len.sum()) + batch * q_len
-        pool = used + max(1, used // 4)                               # unused slots are NaN
-        slots = rng.permutation(pool).astype(np.int32)                # a fragmented pool
+        kv_indices, tree_slots, pool = request_slots(rng, prefix_len, q_len, slots)
         kv_buffer = normal(np.empty((pool, ROW), bf16))
-        kv_buffer[slots[used:]] = np.nan
+        unused = np.ones(pool, bool)
+        unused[kv_indices] = unused[tree_slots] = False
+        kv_buffer[unused] = np.nan
         kv_indptr = np.concatenate([[0], np.cumsum(prefix_len)]).astype(np.int32)
         masks = []
         for b in range(batch):
@@ -229,8 +232,7 @@ class Paged:
             masks.append(mask.ravel())
         mask_indptr = np.concatenate([[0], np.cumsum([m.size for m in masks])]).astype(np.int32)
         return {"q": normal(np.empty((batch * q_len, heads, ROW), bf16)), "kv_buffer": kv_buffer,
-                "kv_indptr": kv_indptr, "kv_indices": slots[:kv_indptr[-1]].copy(),
-                "tree_slots": slots[kv_indptr[-1]:used].copy(),
+                "kv_indptr": kv_indptr, "kv_indices": kv_indices, "tree_slots": tree_slots,
                 "custom_mask": np.concatenate(masks), "mask_indptr": mask_indptr}
 
     def requests(self, inputs) -> Iterator[tuple[np.ndarray, np.ndarray, int, np.ndarray]]:
