@@ -11,8 +11,8 @@ from typing import List, Optional
 import typer
 from kdtr.errors import UsageError
 
-from .app import (EXIT_FAILED, EXIT_OK, DevicesOpt, JsonOut, ShardOpt, app, check_writable, default_specs_dir,
-                  flag, guarded)
+from .app import (EXIT_FAILED, EXIT_OK, BalanceFromOpt, DevicesOpt, JsonOut, ShardCountOpt, ShardOpt, app,
+                  check_writable, default_specs_dir, flag, guarded, shard_spec)
 from .app import gpu_count as _gpu_count
 
 BENCH_HELP = (
@@ -43,12 +43,11 @@ def _default_specs() -> list[Path]:
     return [default_specs_dir() / "bench"]
 
 
-def _items(paths: list[Path], pattern: Optional[str], quick: bool, shard: Optional[str]):
+def _items(paths: list[Path], pattern: Optional[str], quick: bool, spec):
     """The cases of this shard, and the meta that lets `report --merge` check shards join."""
     from kdtr import bench, parallel
 
     selected = bench.collect_items(paths, pattern, quick)
-    spec = parallel.Shard.parse(shard) if shard else None
     items = parallel.shard_items(selected, _key, spec)
     if not items:
         raise UsageError(f"no case matches -k {pattern!r}" if pattern else "no cases to bench")
@@ -125,6 +124,8 @@ def bench_cmd(
                                                   "\\[default: specs/bench/]; with --compare, one NEW.json record."),
     pattern: Optional[str] = typer.Option(None, "-k", help="Only cases whose name contains PATTERN (or matches a * ? glob)."),
     shard: Optional[str] = ShardOpt,
+    shard_count: Optional[int] = ShardCountOpt,
+    balance_from: Optional[Path] = BalanceFromOpt,
     devices: Optional[str] = DevicesOpt,
     quick: bool = flag("--quick", help="Smoke run for CI: the first 2 cases of each suite, a "
                                                      "0.1 s budget, 5% target, no compiler baselines."),
@@ -196,6 +197,7 @@ def bench_cmd(
     if any(p.suffix == ".json" for p in paths):
         raise UsageError("a .json argument is only read with --compare OLD.json NEW.json")
 
+    this_shard = shard_spec(shard, shard_count, balance_from)
     timing = bench.QUICK_TIMING if quick else bench.TimingOptions()
     if time_budget is not None:
         timing = replace(timing, budget_s=time_budget)
@@ -225,7 +227,7 @@ def bench_cmd(
     if csv_path:
         check_writable(csv_path, "--csv")
     with json_out.tables():
-        record = _run(paths, pattern, quick, shard, devices, settings, targets, quiet)
+        record = _run(paths, pattern, quick, this_shard, devices, settings, targets, quiet)
         if not json_out.to_stdout:
             from .bench_view import bench_view
 
