@@ -152,12 +152,16 @@ def portable_argv(argv: Iterable[str]) -> list[str]:
 
 
 def record_meta(command: str) -> dict[str, Any]:
+    """Provenance of every record; `gpu` names the GPU its numbers come from (kdtr/gpus.py)."""
     import numpy
 
+    from .gpus import gpu_meta
+
+    device = device_info()
     return {"format": RECORD_FORMAT, "kdtree": __version__, "command": command,
             "argv": portable_argv(sys.argv), "python": platform.python_version(), "numpy": numpy.__version__,
             "host": platform.node(), **git_state(), "sources_sha256": source_digest(),
-            "device": device_info()}
+            "device": device, "gpu": gpu_meta(device)}
 
 
 def write_json(path: str | Path, record: Any) -> None:
@@ -168,9 +172,17 @@ def write_json(path: str | Path, record: Any) -> None:
 def check_shards(metas: Sequence[Mapping[str, Any]], labels: Sequence[str] | None = None) -> list[str]:
     """Why these records' shards do not join into one whole run (empty: they do). Each meta carries
     `shard` ("I/N"; a run without --shard is "1/1") and `suite_sha256` (the selection before
-    sharding): a record of another suite or selection, a shard twice or a shard missing is a problem."""
+    sharding): a record of another suite or selection or GPU model, a shard twice or a shard missing
+    is a problem."""
+    from .gpus import record_gpu
+
     labels = list(labels) if labels is not None else [f"record {i + 1}" for i in range(len(metas))]
     problems, seen, count, suite = [], {}, None, None
+    gpus = [record_gpu(meta) for meta in metas]
+    for label, gpu in zip(labels[1:], gpus[1:]):
+        if (gpu.model, gpu.arch) != (gpus[0].model, gpus[0].arch):
+            problems.append(f"{label}: ran on {gpu.label}, not {labels[0]}'s {gpus[0].label} (shards of one run "
+                            "share one GPU model; put GPUs side by side with --compare-gpus)")
     for label, meta in zip(labels, metas):
         shard, digest = meta.get("shard"), meta.get("suite_sha256")
         parsed = _parse_shard(shard)
