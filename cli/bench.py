@@ -287,18 +287,35 @@ def report_cmd(
     plot: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG: roofline (achieved TFLOP/s against "
                                                              "intensity, measured ceilings) and latency against prefix."),
     csv_path: Optional[Path] = typer.Option(None, "--csv", help="Write one CSV line per row here."),
+    compare_gpus: bool = flag("--compare-gpus", help="Bench records of different GPUs side by side: the cases all "
+                              "share (matched on case name, implementation, mode and every parameter), each "
+                              "one's time, TFLOP/s or GB/s and % of its own GPU's ceilings measured in its own "
+                              "run, and the speed ratio to the first record. A record timed on the host CPU "
+                              "(no GPU, no ceilings) is refused (exit 2)."),
+    html: Optional[Path] = typer.Option(None, "--html", help="Write one self-contained HTML page (inline CSS and "
+                                        "SVG, no network) of these verify and bench records: tables, roofline, "
+                                        "latency against prefix, peers, the GPU comparison of several bench "
+                                        "records, and each record's provenance."),
     verbose: bool = flag("-v", "--verbose", help="Show every baseline's own row."),
     wide: bool = flag("--wide", help="Every column (config, timer, TFLOP/s and GB/s, each baseline)."),
     quiet: bool = flag("--quiet", "-q", help="One plain line per case."),
 ):
-    """Show a bench record's table again; plot it (matplotlib), write its CSV, or merge shards' records."""
+    """Show a bench record's table again; plot it (matplotlib), write its CSV, merge shards' records,
+    compare GPUs or write an HTML report."""
     from kdtr import bench
     from kdtr.atomic import atomic_write
 
     if merge:
         _merge(record_paths, merge)
+    check_writable(html, "--html")
+    if compare_gpus:
+        _compare_gpus(record_paths)
+    if html:
+        _html(record_paths, html)
+    if compare_gpus or html:
+        return
     if len(record_paths) != 1:
-        raise UsageError("give one record (or several with --merge OUT.json)")
+        raise UsageError("give one record (or several with --merge OUT.json, --compare-gpus or --html)")
     record = bench.load_record(record_paths[0])
     from .bench_view import bench_view
 
@@ -312,6 +329,24 @@ def report_cmd(
         from . import render
 
         render.err.print(f"plot: {plot}", markup=False, highlight=False)
+
+
+def _compare_gpus(paths: List[Path]) -> None:
+    from kdtr import bench, report
+    from kdtr.gpu_compare import compare_gpus
+
+    from .gpu_view import gpu_comparison_view
+
+    gpu_comparison_view(compare_gpus([bench.load_record(p) for p in paths], [report.portable(p) for p in paths]))
+
+
+def _html(paths: List[Path], out: Path) -> None:
+    from kdtr.html_report import write_html_report
+
+    from . import render
+
+    write_html_report(paths, out)
+    render.err.print(f"html: {out}", markup=False, highlight=False)
 
 
 def _merge(paths: List[Path], out: Path) -> None:
