@@ -35,7 +35,7 @@ td.num{text-align:right;font-variant-numeric:tabular-nums}
 .chart .frame{fill:none;stroke:#999}.chart .grid{stroke:#e4e4e4}
 ul.legend{list-style:none;padding:0;margin:2px 0;font-size:11px;max-width:560px;columns:2}
 .swatch{display:inline-block;width:10px;height:10px;margin-right:4px;border-radius:5px}
-.swatch.roof{background:#000;height:2px;border-radius:0;vertical-align:middle}
+.swatch.roof{width:18px;height:0;border-top:2px solid #000;border-radius:0;vertical-align:middle}
 .swatch.ring{border:2px solid #d62728;width:7px;height:7px}
 dl.prov{display:grid;grid-template-columns:max-content auto;gap:1px 12px;font-size:12px;margin:4px 0}
 dl.prov dt{color:#666}dl.prov dd{margin:0;font-family:ui-monospace,monospace;word-break:break-all}
@@ -196,9 +196,9 @@ def bench_section(record: LoadedRecord) -> str:
         check = ("skip" if ours.skip else "" if ours.check_passed is None else
                  '<span class="pass">ok</span>' if ours.check_passed else '<span class="fail">FAIL</span>')
         by_impl = {r.impl: r for r in rows if not r.primary}
-        cells.append([_e(f"{ours.op}/{ours.variant}"), _e(ours.case), _e(" ".join(f"{k}={v}" for k, v in ours.config.items())),
-                      _e(ours.mode), _e(time), _bound(ours), check,
-                      *[_peer_cell(by_impl.get(p), ours) for p in peers]])
+        cells.append([_e(f"{ours.op}/{ours.variant}"), _e(ours.case), _e(ours.mode), _e(time), _bound(ours), check,
+                      *[_peer_cell(by_impl.get(p), ours) for p in peers],
+                      _e(" ".join(f"{k}={v}" for k, v in ours.config.items()))])
     gpu = record_gpu(bench.meta, bench.ceilings)
     note = (f"{_e(gpu.label)}; ceilings measured in this run: {_ceilings_text(gpu.ceilings)}" if not gpu.host
             else "CPU run (no GPU): the torch backend timed on the host with perf_counter, a smoke test of the tool, "
@@ -206,8 +206,8 @@ def bench_section(record: LoadedRecord) -> str:
     return (f"<h2>bench: {_e(record.label)}</h2><p class=\"note\">{note}. Time = median ± its 95% CI; the "
             "rate is the one nearer its ceiling, with its share. Peers are timed in the same interleaved "
             "rounds on the same inputs.</p>"
-            + _table(["op", "case", "config", "mode", f"{bench.primary} (ours)", "rate (% ceiling)", "check",
-                      *[f"{p} (ours ×faster)" for p in peers]], cells) + _charts(bench))
+            + _table(["op", "case", "mode", f"{bench.primary} (ours)", "rate (% ceiling)", "check",
+                      *[f"{p} (ours ×faster)" for p in peers], "config"], cells) + _charts(bench))
 
 
 def _ceilings_text(ceilings: dict | None) -> str:

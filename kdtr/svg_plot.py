@@ -112,7 +112,8 @@ def legend(series: Sequence[Series]) -> str:
     items = []
     for one in series:
         if one.style == "roof":
-            swatch = '<span class="swatch roof"></span>'
+            line = "dotted" if one.dash.startswith("2") else ("dashed" if one.dash else "solid")
+            swatch = f'<span class="swatch roof" style="border-top-style:{line}"></span>'
         elif one.style == "ring":
             swatch = '<span class="swatch ring"></span>'
         else:
