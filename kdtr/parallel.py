@@ -26,6 +26,7 @@ class Shard:
     index: int
     count: int
     costs: Mapping[str, float] | None = field(default=None, compare=False, repr=False)
+    split: str = ""         # with costs: a digest of them, so a merge can tell shards of one split
 
     @staticmethod
     def parse(text: str) -> "Shard":
@@ -39,8 +40,11 @@ class Shard:
 
     @staticmethod
     def label(shard: "Shard | None") -> str:
-        """The shard as a record names it, "I/N"; a run without --shard is "1/1"."""
-        return f"{shard.index}/{shard.count}" if shard is not None else "1/1"
+        """The shard as a record names it, "I/N" ("I/N@DIGEST" when split by case times); a run
+        without --shard is "1/1"."""
+        if shard is None:
+            return "1/1"
+        return f"{shard.index}/{shard.count}" + (f"@{shard.split}" if shard.split else "")
 
     def owns(self, key: str) -> bool:
         """crc32 of the key: stable across machines, Python versions and suite order."""

@@ -190,10 +190,13 @@ def check_shards(metas: Sequence[Mapping[str, Any]], labels: Sequence[str] | Non
             problems.append(f"{label}: no shard or suite digest in its meta (re-run it with this kdtree)")
             continue
         if suite is None:
-            suite, count, first = digest, parsed[1], label
+            suite, count, split, first = digest, parsed[1], parsed[2], label
         if digest != suite:
             problems.append(f"{label}: suite {digest[:12]} is not {first}'s {suite[:12]} "
                             "(a shard of another suite, selection or golden set)")
+        elif parsed[2] != split:
+            problems.append(f"{label}: shard {shard} was split {_split_text(parsed[2])}, {first}'s "
+                            f"{_split_text(split)} (every shard needs the same --balance-from record)")
         elif parsed[1] != count:
             problems.append(f"{label}: shard {shard} is not one of {count} like {first}'s")
         elif parsed[0] in seen:
@@ -207,12 +210,18 @@ def check_shards(metas: Sequence[Mapping[str, Any]], labels: Sequence[str] | Non
     return problems
 
 
-def _parse_shard(text: Any) -> tuple[int, int] | None:
+def _parse_shard(text: Any) -> tuple[int, int, str] | None:
+    """"I/N" (the name-hash split) or "I/N@DIGEST" (--balance-from, DIGEST naming its case times)."""
+    numbers, _, split = str(text).partition("@")
     try:
-        index, count = (int(part) for part in str(text).split("/"))
+        index, count = (int(part) for part in numbers.split("/"))
     except ValueError:
         return None
-    return (index, count) if 1 <= index <= count else None
+    return (index, count, split) if 1 <= index <= count else None
+
+
+def _split_text(split: str) -> str:
+    return f"by the case times {split}" if split else "by name hash"
 
 
 def junit_xml(record: Any) -> str:

@@ -3,6 +3,7 @@ optional `--balance-from` record that splits by measured case times instead of t
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Mapping
@@ -68,7 +69,9 @@ def resolve_shard(text: str | None, shard_count: int | None = None,
         shard = Shard.parse(text)
     if balance_from is None:
         return shard
-    return Shard(shard.index, shard.count, costs=case_seconds(balance_from))
+    costs = case_seconds(balance_from)
+    canonical = json.dumps(sorted(costs.items()), separators=(",", ":")).encode()
+    return Shard(shard.index, shard.count, costs=costs, split=hashlib.sha256(canonical).hexdigest()[:12])
 
 
 def case_seconds(path: str | Path) -> Mapping[str, float]:

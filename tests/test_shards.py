@@ -149,14 +149,22 @@ def test_a_bad_balance_record_is_refused(tmp_path, content, fault):
         resolve_shard("1/2", None, path)
 
 
-def test_verify_balanced_from_an_earlier_record_covers_the_goldens(goldens, tmp_path):  # noqa: F811
+def test_verify_balanced_from_an_earlier_record_covers_the_goldens_and_merges(goldens, tmp_path):  # noqa: F811
     earlier = tmp_path / "earlier.json"
     assert kdtree("verify", goldens, "--backend", "numpy", "-q", "--json", earlier).returncode == 0
-    covered = []
+    covered, records = [], []
     for index in (1, 2):
         record = tmp_path / f"b{index}.json"
         run = kdtree("verify", goldens, "--backend", "numpy", "-q", "--shard", f"{index}/2",
                      "--balance-from", earlier, "--json", record)
         assert run.returncode == 0, run.stderr
         covered += [f"{row['op']}/{row['case']}" for row in json.loads(record.read_text())["rows"]]
+        records.append(record)
     assert sorted(covered) == bundle_names(goldens)
+    assert json.loads(records[0].read_text())["meta"]["shard"].startswith("1/2@")
+    assert kdtree("report", *records, "--merge", tmp_path / "merged.json").returncode == 0
+    hashed = tmp_path / "hashed.json"           # shard 2/2 of the name-hash split: another split
+    kdtree("verify", goldens, "--backend", "numpy", "-q", "--shard", "2/2", "--json", hashed)
+    mixed = kdtree("report", records[0], hashed, "--merge", tmp_path / "mixed.json")
+    assert mixed.returncode == 2 and "by name hash" in mixed.stderr and "--balance-from" in mixed.stderr
+    assert not (tmp_path / "mixed.json").exists()
