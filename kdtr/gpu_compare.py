@@ -55,7 +55,7 @@ def _checked(records: Sequence[BenchRecord], labels: Sequence[str]) -> tuple[Gpu
     gpus = []
     for record, label in zip(records, labels):
         gpu = record_gpu(record.meta, record.ceilings)
-        if gpu.host or record.primary == "torch" or any(r.mode == "host" for r in record.rows):
+        if gpu.host or not record.settings.get("gpu", True) or any(r.mode == "host" for r in record.rows):
             raise UsageError(f"{label}: timed on the host CPU (perf_counter, no ceilings); --compare-gpus "
                              "compares GPU records only")
         if not gpu.ceilings:

@@ -249,7 +249,7 @@ def _roofline_series(bench: BenchRecord) -> list[Series]:
     for unit, dash in zip(units, ("", "6 3", "2 3")):
         peak = ceilings.compute_tflops(unit)
         knee = min(max(peak / bandwidth, low), high)
-        points = ((low, bandwidth * low), (knee, min(peak, bandwidth * knee)), (high, min(peak, bandwidth * high)))
+        points = tuple((x, min(peak, bandwidth * x)) for x in (low, knee, high))
         series.append(Series(f"{unit} {peak:,.0f} TFLOP/s, HBM {bandwidth:.2f} TB/s (measured)", points,
                              "roof", dash=dash))
     return series

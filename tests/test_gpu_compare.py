@@ -45,12 +45,15 @@ def other_gpu(data: dict) -> dict:
 
 
 def host_run(data: dict) -> dict:
+    """An older-format CPU record: no meta.gpu, no device, no ceilings, host-timed rows."""
     data = copy.deepcopy(data)
     data.pop("samples_file", None)
     data["meta"]["device"] = {"gpu": None}
     data["meta"].pop("gpu", None)
     data["ceilings"] = None
-    data["settings"]["primary"] = "torch"
+    data["settings"].update(primary="torch", gpu=False)
+    for row in data["rows"]:
+        row["mode"] = "host"
     return data
 
 
@@ -113,7 +116,12 @@ def test_compare_gpus_on_the_command_line(tmp_path):
     assert run.returncode == 0, run.stderr
     assert "NVIDIA H200 (sm_90, 132 SMs, 1980 MHz)" in run.stdout and "NVIDIA B200 (sm_100" in run.stdout
     assert "2.00×" in run.stdout and "cases compared" in run.stdout
-    host = write(tmp_path / "cpu.json", host_run(h200()))
+    host = tmp_path / "cpu.json"          # a real bench run here, on the CPU: meta.gpu says "host"
+    bench = kdtree("bench", REPO_ROOT / "specs" / "bench" / "tree_accept.yaml", "--quick", "--no-sanity",
+                   "--no-baselines", "-k", "b1_n8_l15", "--json", host, "-q")
+    assert bench.returncode == 0, bench.stderr
+    assert json.loads(host.read_text())["meta"]["gpu"] == {"model": "host", "arch": None, "sms": None,
+                                                           "clock_sm_max": None, "clock_mem": None, "ceilings": None}
     refused = kdtree("report", H200, host, "--compare-gpus")
     assert refused.returncode == 2 and refused.stdout == ""
     assert len(refused.stderr.strip().splitlines()) == 1 and "timed on the host CPU" in refused.stderr
