@@ -280,15 +280,16 @@ def _run(paths, pattern, quick, shard, devices, settings, targets, quiet):
 @guarded
 def report_cmd(
     record_paths: List[Path] = typer.Argument(..., metavar="RECORD.json...",
-                                              help="Records written by `kdtree bench --json` (or, with --merge, "
-                                                   "by `kdtree verify --json`)."),
+                                              help="Records written by `kdtree bench --json` (or, with --merge "
+                                                   "or --html, by `kdtree verify --json`)."),
     merge: Optional[Path] = typer.Option(None, "--merge", help="Join the records (e.g. of --shard jobs) into "
                                                                "this one file; exit 1 if a merged case failed."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG: roofline (achieved TFLOP/s against "
                                                              "intensity, measured ceilings) and latency against prefix."),
     csv_path: Optional[Path] = typer.Option(None, "--csv", help="Write one CSV line per row here."),
-    compare_gpus: bool = flag("--compare-gpus", help="Bench records of different GPUs side by side: the cases all "
-                              "share (matched on case name, implementation, mode and every parameter), each "
+    compare_gpus: bool = flag("--compare-gpus", help="Bench records of different GPUs side by side: the cases the "
+                              "first shares with another (matched on case name, implementation, mode and every "
+                              "parameter), each "
                               "one's time, TFLOP/s or GB/s and % of its own GPU's ceilings measured in its own "
                               "run, and the speed ratio to the first record. A record timed on the host CPU "
                               "(no GPU, no ceilings) is refused (exit 2)."),

@@ -267,8 +267,9 @@ def gpu_section(records: Sequence[LoadedRecord]) -> str:
     except UsageError as err:
         return f'<h2>GPUs side by side</h2><p class="note">not compared: {_e(err)}</p>'
     header = ["op", "case", "impl", "mode"]
-    for index, gpu in enumerate(comparison.gpus, 1):
-        header += [f"[{index}] time", f"[{index}] rate", f"[{index}] % own ceiling"] + ([f"[{index}] speed"] if index > 1 else [])
+    for index in range(1, len(comparison.gpus) + 1):
+        header += [f"[{index}] time", f"[{index}] rate", f"[{index}] % own ceiling"]
+        header += [f"[{index}] speed"] if index > 1 else []
     cells = []
     for row in comparison.rows:
         line = [_e(f"{row.op}/{row.variant}"), _e(row.case), _e(row.impl), _e(row.mode)]

@@ -168,3 +168,19 @@ def test_verify_balanced_from_an_earlier_record_covers_the_goldens_and_merges(go
     mixed = kdtree("report", records[0], hashed, "--merge", tmp_path / "mixed.json")
     assert mixed.returncode == 2 and "by name hash" in mixed.stderr and "--balance-from" in mixed.stderr
     assert not (tmp_path / "mixed.json").exists()
+
+
+def test_gen_refs_and_bench_take_shard_auto_too(goldens, tmp_path):  # noqa: F811
+    """gen-refs under Buildkite parallelism: the two jobs write every bundle once between them."""
+    specs = goldens.parent / "specs"
+    written = []
+    for job in ("0", "1"):
+        out = tmp_path / f"job{job}"
+        run = kdtree("gen-refs", specs, "-o", out, "-q", "--shard", "auto",
+                     env_vars={"BUILDKITE_PARALLEL_JOB": job, "BUILDKITE_PARALLEL_JOB_COUNT": "2"})
+        assert run.returncode in (0, 2), run.stderr          # 2: a shard the hash left empty says so
+        written += bundle_names(out) if out.exists() else []
+    assert sorted(written) == bundle_names(goldens)
+    bench = kdtree("bench", "--shard", "auto", "--quick")
+    assert bench.returncode == 2 and "no scheduler variable is set" in bench.stderr
+    assert len(bench.stderr.strip().splitlines()) == 1
