@@ -71,9 +71,23 @@ JsonOpt = typer.Option(None, "--json", help="Write a machine-readable record her
 PatternOpt = typer.Option(None, "-k", help="Only cases whose name contains PATTERN (or matches a * ? glob).")
 QuietOpt = flag("--quiet", "-q", help="One plain line per case (for shell loops).")
 ShardOpt = typer.Option(None, "--shard", help="Run only shard I of N (1-based, e.g. 2/4): a stable split "
-                                              "by case-name hash, so N CI jobs cover the suite exactly once.")
+                                              "by case-name hash, so N CI jobs cover the suite exactly once. "
+                                              "'auto': I and N from the scheduler (Slurm array, Buildkite or "
+                                              "CircleCI parallelism, Kubernetes Indexed Job with --shard-count).")
+ShardCountOpt = typer.Option(None, "--shard-count", min=1, help="With --shard auto under a Kubernetes Indexed "
+                                                                "Job (JOB_COMPLETION_INDEX): the number of shards.")
+BalanceFromOpt = typer.Option(None, "--balance-from", help="With --shard: split by the case times of this earlier "
+                                                           "verify or bench record (longest first), so shards take "
+                                                           "equal time; every shard must be given the same file.")
 DevicesOpt = typer.Option(None, "--devices", help="One worker process per GPU: 'all' or indices like 0,1 "
                                                   "(cases spread by estimated cost, one merged table).")
+
+
+def shard_spec(shard: str | None, shard_count: int | None, balance_from: Path | None):
+    """--shard, --shard-count and --balance-from as one kdtr.parallel.Shard (None: no sharding)."""
+    from kdtr.shards import resolve_shard
+
+    return resolve_shard(shard, shard_count, balance_from)
 
 
 def check_writable(path: str | Path | None, option: str) -> None:

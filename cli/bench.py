@@ -11,8 +11,8 @@ from typing import List, Optional
 import typer
 from kdtr.errors import UsageError
 
-from .app import (EXIT_FAILED, EXIT_OK, DevicesOpt, JsonOut, ShardOpt, app, check_writable, default_specs_dir,
-                  flag, guarded)
+from .app import (EXIT_FAILED, EXIT_OK, BalanceFromOpt, DevicesOpt, JsonOut, ShardCountOpt, ShardOpt, app,
+                  check_writable, default_specs_dir, flag, guarded, shard_spec)
 from .app import gpu_count as _gpu_count
 
 BENCH_HELP = (
@@ -43,12 +43,11 @@ def _default_specs() -> list[Path]:
     return [default_specs_dir() / "bench"]
 
 
-def _items(paths: list[Path], pattern: Optional[str], quick: bool, shard: Optional[str]):
+def _items(paths: list[Path], pattern: Optional[str], quick: bool, spec):
     """The cases of this shard, and the meta that lets `report --merge` check shards join."""
     from kdtr import bench, parallel
 
     selected = bench.collect_items(paths, pattern, quick)
-    spec = parallel.Shard.parse(shard) if shard else None
     items = parallel.shard_items(selected, _key, spec)
     if not items:
         raise UsageError(f"no case matches -k {pattern!r}" if pattern else "no cases to bench")
@@ -125,6 +124,8 @@ def bench_cmd(
                                                   "\\[default: specs/bench/]; with --compare, one NEW.json record."),
     pattern: Optional[str] = typer.Option(None, "-k", help="Only cases whose name contains PATTERN (or matches a * ? glob)."),
     shard: Optional[str] = ShardOpt,
+    shard_count: Optional[int] = ShardCountOpt,
+    balance_from: Optional[Path] = BalanceFromOpt,
     devices: Optional[str] = DevicesOpt,
     quick: bool = flag("--quick", help="Smoke run for CI: the first 2 cases of each suite, a "
                                                      "0.1 s budget, 5% target, no compiler baselines."),
@@ -201,6 +202,7 @@ def bench_cmd(
     if any(p.suffix == ".json" for p in paths):
         raise UsageError("a .json argument is only read with --compare OLD.json NEW.json")
 
+    this_shard = shard_spec(shard, shard_count, balance_from)
     timing = bench.QUICK_TIMING if quick else bench.TimingOptions()
     if time_budget is not None:
         timing = replace(timing, budget_s=time_budget)
@@ -230,7 +232,7 @@ def bench_cmd(
     if csv_path:
         check_writable(csv_path, "--csv")
     with json_out.tables():
-        record = _run(paths, pattern, quick, shard, devices, settings, targets, quiet)
+        record = _run(paths, pattern, quick, this_shard, devices, settings, targets, quiet)
         if not json_out.to_stdout:
             from .bench_view import bench_view
 
@@ -283,25 +285,43 @@ def _run(paths, pattern, quick, shard, devices, settings, targets, quiet):
 @guarded
 def report_cmd(
     record_paths: List[Path] = typer.Argument(..., metavar="RECORD.json...",
-                                              help="Records written by `kdtree bench --json` (or, with --merge, "
-                                                   "by `kdtree verify --json`)."),
+                                              help="Records written by `kdtree bench --json` (or, with --merge "
+                                                   "or --html, by `kdtree verify --json`)."),
     merge: Optional[Path] = typer.Option(None, "--merge", help="Join the records (e.g. of --shard jobs) into "
                                                                "this one file; exit 1 if a merged case failed."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG: roofline (achieved TFLOP/s against "
                                                              "intensity, measured ceilings) and latency against prefix."),
     csv_path: Optional[Path] = typer.Option(None, "--csv", help="Write one CSV line per row here."),
+    compare_gpus: bool = flag("--compare-gpus", help="Bench records of different GPUs side by side: the cases the "
+                              "first shares with another (matched on case name, implementation, mode and every "
+                              "parameter), each "
+                              "one's time, TFLOP/s or GB/s and % of its own GPU's ceilings measured in its own "
+                              "run, and the speed ratio to the first record. A record timed on the host CPU "
+                              "(no GPU, no ceilings) is refused (exit 2)."),
+    html: Optional[Path] = typer.Option(None, "--html", help="Write one self-contained HTML page (inline CSS and "
+                                        "SVG, no network) of these verify and bench records: tables, roofline, "
+                                        "latency against prefix, peers, the GPU comparison of several bench "
+                                        "records, and each record's provenance."),
     verbose: bool = flag("-v", "--verbose", help="Show every baseline's own row."),
     wide: bool = flag("--wide", help="Every column (config, timer, TFLOP/s and GB/s, each baseline)."),
     quiet: bool = flag("--quiet", "-q", help="One plain line per case."),
 ):
-    """Show a bench record's table again; plot it (matplotlib), write its CSV, or merge shards' records."""
+    """Show a bench record's table again; plot it (matplotlib), write its CSV, merge shards' records,
+    compare GPUs or write an HTML report."""
     from kdtr import bench
     from kdtr.atomic import atomic_write
 
     if merge:
         _merge(record_paths, merge)
+    check_writable(html, "--html")
+    if compare_gpus:
+        _compare_gpus(record_paths)
+    if html:
+        _html(record_paths, html)
+    if compare_gpus or html:
+        return
     if len(record_paths) != 1:
-        raise UsageError("give one record (or several with --merge OUT.json)")
+        raise UsageError("give one record (or several with --merge OUT.json, --compare-gpus or --html)")
     record = bench.load_record(record_paths[0])
     from .bench_view import bench_view
 
@@ -315,6 +335,24 @@ def report_cmd(
         from . import render
 
         render.err.print(f"plot: {plot}", markup=False, highlight=False)
+
+
+def _compare_gpus(paths: List[Path]) -> None:
+    from kdtr import bench, report
+    from kdtr.gpu_compare import compare_gpus
+
+    from .gpu_view import gpu_comparison_view
+
+    gpu_comparison_view(compare_gpus([bench.load_record(p) for p in paths], [report.portable(p) for p in paths]))
+
+
+def _html(paths: List[Path], out: Path) -> None:
+    from kdtr.html_report import write_html_report
+
+    from . import render
+
+    write_html_report(paths, out)
+    render.err.print(f"html: {out}", markup=False, highlight=False)
 
 
 def _merge(paths: List[Path], out: Path) -> None:

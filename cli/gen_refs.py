@@ -11,7 +11,8 @@ import typer
 from kdtr.errors import KdtreeError
 
 from . import render
-from .app import JsonOpt, JsonOut, PatternOpt, QuietOpt, ShardOpt, app, default_specs_dir, flag, guarded
+from .app import (BalanceFromOpt, JsonOpt, JsonOut, PatternOpt, QuietOpt, ShardCountOpt, ShardOpt, app,
+                  default_specs_dir, flag, guarded, shard_spec)
 
 
 @app.command("gen-refs")
@@ -29,6 +30,8 @@ def gen_refs_cmd(
                                        "worker processes (never more at once than their memory estimates fit "
                                        "in --mem-limit) \\[default: the CPU count]."),
     shard: Optional[str] = ShardOpt,
+    shard_count: Optional[int] = ShardCountOpt,
+    balance_from: Optional[Path] = BalanceFromOpt,
     quiet: bool = QuietOpt,
     json_path: Optional[str] = JsonOpt,
 ):
@@ -38,10 +41,10 @@ def gen_refs_cmd(
     json_out = JsonOut(json_path)
     if out.exists() and not out.is_dir():
         raise KdtreeError(f"-o {out}: not a folder")
-    shard_spec = parallel.Shard.parse(shard) if shard else None
+    this_shard = shard_spec(shard, shard_count, balance_from)
     suites = spec.load_suites(specs or [default_specs_dir()])
     cases = [(s, c) for s in suites for c in spec.select(s.cases, pattern)]
-    cases = parallel.shard_items(cases, lambda sc: f"{sc[1].op}/{sc[1].name}", shard_spec)
+    cases = parallel.shard_items(cases, lambda sc: f"{sc[1].op}/{sc[1].name}", this_shard)
     if not cases:
         raise KdtreeError(f"no case matches -k {pattern!r}" if pattern else "the suites hold no cases")
     started = time.perf_counter()

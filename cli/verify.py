@@ -11,8 +11,9 @@ import typer
 from kdtr.errors import KdtreeError, UsageError
 
 from . import render
-from .app import (EXIT_FAILED, EXIT_INPUT, EXIT_OK, DevicesOpt, JsonOpt, JsonOut, PatternOpt, QuietOpt,
-                  ShardOpt, app, check_writable, flag, gpu_count, guarded)
+from .app import (EXIT_FAILED, EXIT_INPUT, EXIT_OK, BalanceFromOpt, DevicesOpt, JsonOpt, JsonOut, PatternOpt,
+                  QuietOpt, ShardCountOpt, ShardOpt, app, check_writable, flag, gpu_count, guarded)
+from .app import shard_spec as resolve_shard
 
 
 @app.command("verify")
@@ -28,6 +29,8 @@ def verify_cmd(
     determinism: bool = flag("--determinism", help="Run twice and report whether outputs are bitwise equal."),
     pattern: Optional[str] = PatternOpt,
     shard: Optional[str] = ShardOpt,
+    shard_count: Optional[int] = ShardCountOpt,
+    balance_from: Optional[Path] = BalanceFromOpt,
     devices: Optional[str] = DevicesOpt,
     kernel: List[str] = typer.Option([], "--kernel", help="Force this CUDA kernel (repeatable; an unknown name "
                                      "gets the list of known ones) for the cases whose op and variant have "
@@ -64,7 +67,7 @@ def verify_cmd(
     for name, value in (("--atol", atol), ("--rtol", rtol)):
         if value is not None and not value >= 0:
             raise UsageError(f"{name} {value}: must be >= 0")
-    shard_spec = parallel.Shard.parse(shard) if shard else None
+    shard_spec = resolve_shard(shard, shard_count, balance_from)
     selected = find_bundles(paths or [Path("goldens")])
     if pattern:
         from kdtr.spec import name_matches    # YAML's import is not free: only for -k

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 import signal
+import statistics
 import zlib
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, ThreadPoolExecutor, as_completed, wait
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing import active_children, get_context
-from typing import Callable, Iterable, Iterator, Sequence, TypeVar
+from typing import Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 from .errors import UsageError
 
@@ -19,10 +20,13 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Shard:
-    """`--shard I/N`, 1-based: job I of N takes the items whose name hashes to I."""
+    """`--shard I/N`, 1-based: job I of N takes the items whose name hashes to I; with `costs`
+    (`--balance-from`: seconds per key), the items a longest-first split by those times gives it."""
 
     index: int
     count: int
+    costs: Mapping[str, float] | None = field(default=None, compare=False, repr=False)
+    split: str = ""         # with costs: a digest of them, so a merge can tell shards of one split
 
     @staticmethod
     def parse(text: str) -> "Shard":
@@ -36,8 +40,11 @@ class Shard:
 
     @staticmethod
     def label(shard: "Shard | None") -> str:
-        """The shard as a record names it, "I/N"; a run without --shard is "1/1"."""
-        return f"{shard.index}/{shard.count}" if shard is not None else "1/1"
+        """The shard as a record names it, "I/N" ("I/N@DIGEST" when split by case times); a run
+        without --shard is "1/1"."""
+        if shard is None:
+            return "1/1"
+        return f"{shard.index}/{shard.count}" + (f"@{shard.split}" if shard.split else "")
 
     def owns(self, key: str) -> bool:
         """crc32 of the key: stable across machines, Python versions and suite order."""
@@ -45,7 +52,21 @@ class Shard:
 
 
 def shard_items(items: Sequence[T], key: Callable[[T], str], shard: Shard | None) -> list[T]:
-    return list(items) if shard is None else [item for item in items if shard.owns(key(item))]
+    if shard is None:
+        return list(items)
+    if shard.costs is None:
+        return [item for item in items if shard.owns(key(item))]
+    owners = balanced_owners([key(item) for item in items], shard.costs, shard.count)
+    return [item for item in items if owners[key(item)] == shard.index - 1]
+
+
+def balanced_owners(keys: Sequence[str], costs: Mapping[str, float], count: int) -> dict[str, int]:
+    """key -> 0-based shard: longest first onto the least loaded shard (ties: the lower shard;
+    equal times: by name), so every job of a run computes the same split from the same record. A
+    key the record lacks counts the median of the record's times."""
+    fill = statistics.median(costs.values())
+    bins = balance(sorted(set(keys)), lambda key: costs.get(key, fill), count)
+    return {key: index for index, group in enumerate(bins) for key in group}
 
 
 def parse_devices(text: str | None, available: int) -> list[str] | None:

@@ -152,12 +152,16 @@ def portable_argv(argv: Iterable[str]) -> list[str]:
 
 
 def record_meta(command: str) -> dict[str, Any]:
+    """Provenance of every record; `gpu` names the GPU its numbers come from (kdtr/gpus.py)."""
     import numpy
 
+    from .gpus import gpu_meta
+
+    device = device_info()
     return {"format": RECORD_FORMAT, "kdtree": __version__, "command": command,
             "argv": portable_argv(sys.argv), "python": platform.python_version(), "numpy": numpy.__version__,
             "host": platform.node(), **git_state(), "sources_sha256": source_digest(),
-            "device": device_info()}
+            "device": device, "gpu": gpu_meta(device)}
 
 
 def write_json(path: str | Path, record: Any) -> None:
@@ -168,9 +172,17 @@ def write_json(path: str | Path, record: Any) -> None:
 def check_shards(metas: Sequence[Mapping[str, Any]], labels: Sequence[str] | None = None) -> list[str]:
     """Why these records' shards do not join into one whole run (empty: they do). Each meta carries
     `shard` ("I/N"; a run without --shard is "1/1") and `suite_sha256` (the selection before
-    sharding): a record of another suite or selection, a shard twice or a shard missing is a problem."""
+    sharding): a record of another suite or selection or GPU model, a shard twice or a shard missing
+    is a problem."""
+    from .gpus import record_gpu
+
     labels = list(labels) if labels is not None else [f"record {i + 1}" for i in range(len(metas))]
     problems, seen, count, suite = [], {}, None, None
+    gpus = [record_gpu(meta) for meta in metas]
+    for label, gpu in zip(labels[1:], gpus[1:]):
+        if (gpu.model, gpu.arch) != (gpus[0].model, gpus[0].arch):
+            problems.append(f"{label}: ran on {gpu.label}, not {labels[0]}'s {gpus[0].label} (shards of one run "
+                            "share one GPU model; put GPUs side by side with --compare-gpus)")
     for label, meta in zip(labels, metas):
         shard, digest = meta.get("shard"), meta.get("suite_sha256")
         parsed = _parse_shard(shard)
@@ -178,10 +190,13 @@ def check_shards(metas: Sequence[Mapping[str, Any]], labels: Sequence[str] | Non
             problems.append(f"{label}: no shard or suite digest in its meta (re-run it with this kdtree)")
             continue
         if suite is None:
-            suite, count, first = digest, parsed[1], label
+            suite, count, split, first = digest, parsed[1], parsed[2], label
         if digest != suite:
             problems.append(f"{label}: suite {digest[:12]} is not {first}'s {suite[:12]} "
                             "(a shard of another suite, selection or golden set)")
+        elif parsed[2] != split:
+            problems.append(f"{label}: shard {shard} was split {_split_text(parsed[2])}, {first}'s "
+                            f"{_split_text(split)} (every shard needs the same --balance-from record)")
         elif parsed[1] != count:
             problems.append(f"{label}: shard {shard} is not one of {count} like {first}'s")
         elif parsed[0] in seen:
@@ -195,12 +210,18 @@ def check_shards(metas: Sequence[Mapping[str, Any]], labels: Sequence[str] | Non
     return problems
 
 
-def _parse_shard(text: Any) -> tuple[int, int] | None:
+def _parse_shard(text: Any) -> tuple[int, int, str] | None:
+    """"I/N" (the name-hash split) or "I/N@DIGEST" (--balance-from, DIGEST naming its case times)."""
+    numbers, _, split = str(text).partition("@")
     try:
-        index, count = (int(part) for part in str(text).split("/"))
+        index, count = (int(part) for part in numbers.split("/"))
     except ValueError:
         return None
-    return (index, count) if 1 <= index <= count else None
+    return (index, count, split) if 1 <= index <= count else None
+
+
+def _split_text(split: str) -> str:
+    return f"by the case times {split}" if split else "by name hash"
 
 
 def junit_xml(record: Any) -> str:

@@ -10,6 +10,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from ..errors import UsageError
+from ..gpus import with_ceilings
 from ..impl import ImplUnavailable, resolved
 from ..ops.base import Baseline
 from .cases import BenchItem, collect_items
@@ -480,7 +481,8 @@ def run_bench(items: Sequence[BenchItem], settings: BenchSettings = BenchSetting
     case_seconds: dict[str, float] = {}
 
     def record(complete: bool) -> BenchRecord:
-        meta_now = dict(meta, seconds=round(time.perf_counter() - started, 3))
+        meta_now = dict(meta, seconds=round(time.perf_counter() - started, 3),
+                        gpu=with_ceilings(meta["gpu"], env.ceilings))
         if complete and env.gpu:
             meta_now["clocks_after"] = gpu_clocks()
         cut = any(r.skip == TIME_LIMIT_SKIP for r in rows)
