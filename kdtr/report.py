@@ -151,13 +151,27 @@ def portable_argv(argv: Iterable[str]) -> list[str]:
     return out
 
 
+def ran_as() -> str | None:
+    """With KDTREE_GPU: the GPU the launches chose kernels for and the one present, e.g. `sm_120
+    (101376 B) on NVIDIA H200` (docs/gpus.md); None without it."""
+    from .config import config
+
+    run_as = config().run_as
+    if run_as is None:
+        return None
+    return f"{run_as.label} on {device_info().get('gpu') or 'no GPU'}"
+
+
 def record_meta(command: str) -> dict[str, Any]:
+    """A record's meta; `ran_as` only where KDTREE_GPU made the launches choose for another GPU."""
     import numpy
 
-    return {"format": RECORD_FORMAT, "kdtree": __version__, "command": command,
+    meta = {"format": RECORD_FORMAT, "kdtree": __version__, "command": command,
             "argv": portable_argv(sys.argv), "python": platform.python_version(), "numpy": numpy.__version__,
             "host": platform.node(), **git_state(), "sources_sha256": source_digest(),
             "device": device_info()}
+    label = ran_as()
+    return meta if label is None else {**meta, "ran_as": label}
 
 
 def write_json(path: str | Path, record: Any) -> None:
