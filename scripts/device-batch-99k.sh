@@ -9,7 +9,8 @@
 # sanitize: compute-sanitizer memcheck, racecheck, synccheck, initcheck run as sm_120 over one bundle
 #           per bf16_mma99 path (no prefix; one split and several; mixed prefixes; 64-node trees)
 # e2e:      kdtree e2e bf16_paged run as sm_120 (fp32 e2e waits for an fp32 kernel that fits)
-# pytest:   the GPU tests natively (no regression), then the bf16_paged ones run as sm_120
+# pytest:   the GPU tests natively (no regression; bf16_mma99 is among the kernels they force), then
+#           the bf16 ones run as sm_120 (their ids: bf16_paged or a bf16_* kernel other than fp32_bf16x3)
 # bench:    the serving suite run as sm_120 against SGLang's Triton kernel, and natively (bf16_wgmma2,
 #           and bf16_mma forced) for the same shapes, then --compare against results/bench.json
 # Each step has a time limit (the device allows 10 minutes a command: run the parts in separate
@@ -64,7 +65,7 @@ if want e2e; then
 fi
 if want pytest; then
   step 300 python3 -m pytest -q -m gpu -p no:cacheprovider
-  KDTREE_GPU=sm_120 step 240 python3 -m pytest -q -m gpu -p no:cacheprovider -k "bf16_paged and not fp32" \
+  KDTREE_GPU=sm_120 step 240 python3 -m pytest -q -m gpu -p no:cacheprovider -k "bf16 and not fp32" \
       tests/test_cuda_kernels.py tests/test_kernels_api.py tests/test_attn_splits.py
 fi
 if want bench; then

@@ -169,7 +169,6 @@ def run_cuda(op, variant, inputs, params, outputs, kernel=None, splits=None, def
     from ...device import device_arch, get_kernel, multiprocessor_count
 
     k = op.cuda_kernel(kernel or op.kernel_choice(variant, inputs, params), variant)
-    k.require_present()
     layout = LAYOUTS[variant]
     batch, q_len, heads, tiles, auto_splits = grid(k, inputs, multiprocessor_count())
     kv_bound = layout.dims(inputs)[3]
@@ -181,6 +180,7 @@ def run_cuda(op, variant, inputs, params, outputs, kernel=None, splits=None, def
     if forced is not None and not 1 <= splits <= kv_tiles:
         raise ValueError(f"{SPLITS_KNOB}={forced}: this case takes 1 to {kv_tiles} KV splits "
                          f"(its key tiles of {k.keys})")
+    k.require_present()                               # KDTREE_GPU may pick what this GPU cannot run
     arch = device_arch() + k.arch_feature if k.arch_feature else None
     main = get_kernel(k.source, k.entry, arch=arch, defines=defines)
     merger = get_kernel(k.source, k.merge, arch=arch, defines=defines) if splits > 1 else None
