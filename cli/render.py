@@ -273,6 +273,8 @@ def doctor_view(facts: dict) -> None:
     table.add_row("CUDA headers", facts.get("cuda_headers") or "[red]not found[/]")
     table.add_row("GPUs", ", ".join(facts["gpus"]) or "none" + (f" ({facts['gpu_problem']})"
                                                               if facts.get("gpu_problem") else ""))
+    if facts.get("run_as"):
+        table.add_row("run as", f"[yellow]{facts['run_as']}[/]: KDTREE_GPU, launches choose kernels for that GPU")
     table.add_row("cache folder", facts["cache_dir"])
     table.add_row("kernels folder", f"{facts['kernels_dir']} (from {facts['kernels_from']})")
     table.add_row("default suites", f"{facts['specs_dir']} (from {facts['specs_from']})")

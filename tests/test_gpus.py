@@ -169,3 +169,29 @@ def test_kdtree_build_sm_80_json_lists_serves_and_not_applicable(tmp_path):
     assert modules["bf16_mma"]["serves"] == ["verify_attn/bf16_paged"]
     assert modules["bf16_mma"]["dynamic_shared_bytes"] == 166144 and modules["bf16_mma"]["resources"]
     assert modules["fp32_bf16x3"]["applicable"] is False and "sm_90" in modules["fp32_bf16x3"]["not_applicable"]
+
+
+def test_records_run_as_another_gpu_say_so_in_bench_and_compare():
+    from dataclasses import replace
+
+    from cli.bench_view import _header
+    from kdtr.bench.compare import compare_records
+
+    from .bench_fakes import record
+
+    native = record()
+    proxy = replace(native, meta={**native.meta, "ran_as": "sm_120 (101376 B) on NVIDIA H200"})
+    assert any("ran as sm_120 (101376 B) on NVIDIA H200" in line for line in _header(proxy))
+    assert not any("ran as" in line for line in _header(native))
+    notes = compare_records(native, proxy).notes
+    assert "run as different GPUs: itself vs sm_120 (101376 B) on NVIDIA H200" in notes
+    assert not any("run as" in n for n in compare_records(native, native).notes)
+
+
+def test_doctor_names_the_gpu_run_as(run_as):
+    from kdtr.doctor import facts
+
+    run_as("sm_89")
+    assert facts()["run_as"] == "sm_89 (101376 B)"
+    run_as(None)
+    assert facts()["run_as"] is None
