@@ -66,6 +66,8 @@ def _header(record) -> list[str]:
                      f"{clock}, max {device.get('clock_sm_max')}), torch "
                      f"{device.get('torch')}, NVRTC {device.get('nvrtc')}, commit {str(meta.get('commit'))[:12]}"
                      f"{' (dirty)' if meta.get('dirty') else ''}")
+        if meta.get("ran_as"):
+            lines.append(f"[bold yellow]ran as {meta['ran_as']}[/] (KDTREE_GPU: kernels chosen for that GPU)")
     else:
         lines.append("[bold yellow]CPU run (no GPU): the torch backend timed on the host with perf_counter — "
                      "a smoke test of the tool, not kernel performance[/]")

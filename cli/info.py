@@ -41,24 +41,37 @@ def build_cmd(
     arch: List[str] = typer.Option(["sm_90"], "--arch", help="Target architecture(s), e.g. sm_90 sm_90a sm_120."),
     json_path: Optional[str] = JsonOpt,
 ):
-    """Compile every kernel with NVRTC (no GPU needed) and report registers, shared memory, spills."""
+    """Compile each kernel with NVRTC (no GPU needed) for the archs its launch can pick it on and report
+    registers, shared memory, spills and what it serves there; the others are listed as not applicable."""
     from kdtr import nvrtc, report
     from kdtr.config import config
+    from kdtr.placement import placements
 
     json_out = JsonOut(json_path)
-    sources = nvrtc.kernel_files()
-    if not sources:
+    if not nvrtc.kernel_files():
         where = config()
         raise CompileError(f"no kernel sources (*.cu) in {where.kernels_dir} (from {where.kernels_from}); "
                            "set KDTREE_KERNELS_DIR to the folder that holds them")
     for target in arch:
         nvrtc.check_arch(target)              # a bad --arch is refused before anything compiles
-    modules = [nvrtc.compile_kernel(source, target) for source in sources for target in arch]
+    places = [p for target in arch for p in placements(target)]
+    for p in places:                          # what the launch would compile must exist there too
+        if p.applicable:
+            nvrtc.check_arch(p.compile_arch)
+    built = [(p, nvrtc.compile_kernel(p.source, p.compile_arch) if p.applicable else None) for p in places]
     with json_out.tables():
-        render.build_table(modules)
+        render.build_table(built)
     json_out.write(lambda: {"meta": report.record_meta("build"), "nvrtc": list(nvrtc.nvrtc_version()),
-                    "modules": [{"source": m.source.name, "arch": m.arch, "cache_hit": m.cache_hit,
-                                 "resources": m.resources} for m in modules]})
+                    "modules": [_build_entry(p, m) for p, m in built]})
+
+
+def _build_entry(place, module) -> dict:
+    entry = {"kernel": place.kernel, "source": place.source, "op_variant": place.op_variant,
+             "arch": place.arch, "applicable": place.applicable, "compiled_for": place.compile_arch,
+             "dynamic_shared_bytes": place.dynamic_shared_bytes, "serves": list(place.serves)}
+    if module is None:
+        return {**entry, "not_applicable": place.why_not}
+    return {**entry, "cache_hit": module.cache_hit, "resources": module.resources}
 
 
 def _show(data, json_out: JsonOut, view) -> None:

@@ -273,6 +273,8 @@ def doctor_view(facts: dict) -> None:
     table.add_row("CUDA headers", facts.get("cuda_headers") or "[red]not found[/]")
     table.add_row("GPUs", ", ".join(facts["gpus"]) or "none" + (f" ({facts['gpu_problem']})"
                                                               if facts.get("gpu_problem") else ""))
+    if facts.get("run_as"):
+        table.add_row("run as", f"[yellow]{facts['run_as']}[/]: KDTREE_GPU, launches choose kernels for that GPU")
     table.add_row("cache folder", facts["cache_dir"])
     table.add_row("kernels folder", f"{facts['kernels_dir']} (from {facts['kernels_from']})")
     table.add_row("default suites", f"{facts['specs_dir']} (from {facts['specs_from']})")
@@ -280,15 +282,26 @@ def doctor_view(facts: dict) -> None:
     out.print(table)
 
 
-def build_table(modules) -> None:
+def build_table(built) -> None:
+    """(Placement, CompiledModule or None) pairs: one row per entry of a compiled kernel, one per
+    kernel that does not apply to the arch."""
     table = Table(title="kdtree build — NVRTC cubins", title_justify="left")
-    for name in ("source", "arch", "kernel", "registers", "smem B", "local B", "spill st/ld", "cache"):
-        table.add_column(name, justify="left" if name in ("source", "arch", "kernel", "cache") else "right")
-    for module in modules:
+    for name in ("source", "arch", "entry", "dynamic smem B", "serves", "registers", "static smem B",
+                 "local B", "spill st/ld", "cache"):
+        table.add_column(name, justify="left" if name in ("source", "arch", "entry", "serves", "cache") else "right")
+    for place, module in built:
+        smem = "per launch" if place.dynamic_shared_bytes is None else str(place.dynamic_shared_bytes)
+        if module is None:
+            table.add_row(place.source, place.arch, "[dim]not applicable[/]", smem, f"[dim]{place.why_not}[/]",
+                          "", "", "", "", "")
+            continue
+        serves = ", ".join(place.serves) or "[dim]none (KDTREE_GPU only)[/]"
         for res in module.resources:
             spills = f"{res.spill_stores}/{res.spill_loads}"
-            table.add_row(module.source.name, module.arch, res.kernel, str(res.registers), str(res.shared_bytes),
-                          str(res.local_bytes), spills if spills == "0/0" else f"[red]{spills}[/]",
+            main = res.kernel == f"{place.op_variant.split('/')[0]}_{place.kernel}"
+            table.add_row(place.source, module.arch, res.kernel, smem if main else "", serves if main else "",
+                          str(res.registers), str(res.shared_bytes), str(res.local_bytes),
+                          spills if spills == "0/0" else f"[red]{spills}[/]",
                           "hit" if module.cache_hit else "compiled")
     out.print(table)
 

@@ -91,11 +91,21 @@ def verify_cmd(
                       kernels=forced, keep_worst=keep_worst, impls=tuple(impl), against=against)
     device_list = parallel.parse_devices(devices, gpu_count()) if devices else None
     with json_out.tables():
+        _say_ran_as(resolved, quiet)
         rows, errors, not_run = _run(files, options, device_list, quiet, verbose)
     _write_records(rows, errors, options, device_list, json_out, junit, selected, shard_spec, not_run, impls)
     if not errors:
         _nothing_ran(rows, options, not_run)
     raise typer.Exit(EXIT_INPUT if errors else (EXIT_FAILED if any(r.failed for r in rows) else EXIT_OK))
+
+
+def _say_ran_as(backend: str, quiet: bool) -> None:
+    """With KDTREE_GPU, a CUDA run says which GPU its kernels were chosen for (docs/gpus.md)."""
+    from kdtr.report import ran_as
+
+    label = ran_as() if backend == "cuda" and not quiet else None
+    if label:
+        print(f"ran as {label} (KDTREE_GPU)")
 
 
 def _implementations(specs, against, kernel, sanitize):

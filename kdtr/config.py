@@ -13,6 +13,7 @@ from importlib import resources
 from pathlib import Path
 
 from .errors import ConfigError
+from .gpus import RunAs, parse_run_as
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -45,6 +46,17 @@ class Config:
     specs_from: str
     no_cache: bool         # KDTREE_NO_CACHE: compile every time
     mem_limit: str | None  # KDTREE_MEM_LIMIT: gen-refs' memory bound (e.g. 8G; --mem-limit wins)
+    run_as: RunAs | None   # KDTREE_GPU: launches choose kernels as on this GPU (docs/gpus.md)
+
+
+def _env_run_as() -> RunAs | None:
+    value = os.environ.get("KDTREE_GPU")
+    if value is None or value == "":
+        return None
+    try:
+        return parse_run_as(value)
+    except ValueError as err:
+        raise ConfigError(f"environment variable KDTREE_GPU={value!r}: {err}") from None
 
 
 def _packaged(checkout_name: str, package_name: str) -> tuple[Path, str]:
@@ -78,6 +90,7 @@ def config() -> Config:
         specs_from=specs_from,
         no_cache=bool(_env_bool("KDTREE_NO_CACHE")),
         mem_limit=os.environ.get("KDTREE_MEM_LIMIT") or None,
+        run_as=_env_run_as(),
     )
 
 

@@ -155,9 +155,14 @@ def _device_attribute(attr_name: str, device: int | None) -> int:
     return value
 
 
-def max_shared_optin(device: int | None = None) -> int:
-    """The largest dynamic shared memory one block may opt in to (227 KB on Hopper)."""
-    return _device_attribute("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", device)
+def max_shared_optin(device: int | None = None, *, own: bool = False) -> int:
+    """The largest dynamic shared memory one block may opt in to (227 KB on Hopper); with
+    KDTREE_GPU, at most that GPU's (launches then size themselves and refuse as there), unless `own`."""
+    from .config import config
+
+    limit = _device_attribute("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", device)
+    run_as = None if own else config().run_as
+    return limit if run_as is None else min(limit, run_as.smem_optin)
 
 
 def multiprocessor_count(device: int | None = None) -> int:
@@ -185,8 +190,12 @@ class Kernel:
         limit = max_shared_optin(self.device)
         static = next((r.shared_bytes for r in self.module.resources if r.kernel == self.name), 0)
         if shared_mem + static > limit:
+            from .config import config
+
+            run_as = config().run_as
             raise self._fail(f"needs {shared_mem} B dynamic + {static} B static shared memory; "
-                             f"the device allows {limit} B per block")
+                             f"the device allows {limit} B per block"
+                             + (f" (run as {run_as.label}: KDTREE_GPU)" if run_as else ""))
         driver = _driver()
         _check(driver.cuFuncSetAttribute(
             self.function, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,

@@ -62,6 +62,7 @@ def facts() -> dict[str, Any]:
     out["cache_dir"] = str(where.cache_dir)
     out["kernels_dir"], out["kernels_from"] = str(where.kernels_dir), where.kernels_from
     out["specs_dir"], out["specs_from"] = str(where.specs_dir), where.specs_from
+    out["run_as"] = where.run_as.label if where.run_as else None     # KDTREE_GPU (docs/gpus.md)
     from .report import source_digest
 
     out["sources_sha256"] = source_digest()       # what records carry: matches a record to its code

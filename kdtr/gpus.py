@@ -1,60 +1,82 @@
-"""Which GPU a record's numbers come from: model, arch, SM count, clocks and the ceilings measured
-in its run, as the `gpu` block of every record's meta ("host", no ceilings, where no GPU ran)."""
+"""The GPUs kdtree's kernels are chosen for: each architecture's usual shared-memory limit and SM count,
+and KDTREE_GPU's "run as another GPU" (`sm_120`, or `sm_XY:BYTES` for a limit of one's own).
+
+The kernel choice of every launch is a pure function of (arch, SMs, shared memory a block, shape);
+the table below is what `kdtree build --arch` and kernels/README.md's GPU table read it at."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from typing import Any, Mapping
 
-HOST = "host"
-CEILING_FIELDS = ("hbm_read_gbps", "hbm_copy_gbps", "bf16_mma_tflops", "fp32_fma_tflops")
-
-
-def gpu_meta(device: Mapping[str, Any]) -> dict[str, Any]:
-    """meta.gpu from `report.device_info()`; `ceilings` is None until a bench run measures them."""
-    return {"model": device.get("gpu") or HOST, "arch": device.get("capability"),
-            "sms": device.get("multiprocessors"), "clock_sm_max": device.get("clock_sm_max"),
-            "clock_mem": device.get("clock_mem"), "ceilings": None}
-
-
-def with_ceilings(gpu: Mapping[str, Any], ceilings: Any) -> dict[str, Any]:
-    """meta.gpu with the 100% lines a bench run measured (a bench.Ceilings, or None on the host)."""
-    values = None if ceilings is None else {name: getattr(ceilings, name) for name in CEILING_FIELDS}
-    return dict(gpu, ceilings=values)
+SMEM_99K = 101376         # sm_86, sm_89, sm_120, sm_121: 99 KB of shared memory a block
 
 
 @dataclass(frozen=True)
-class GpuIdentity:
-    """A record's GPU as read back; records written before meta.gpu existed are read from their
-    meta.device and their top-level ceilings."""
+class GpuModel:
+    """One architecture as its usual GPU has it: `smem_optin` is the largest dynamic shared memory
+    a block may opt in to (cudaDevAttrMaxSharedMemoryPerBlockOptin), `sms` its multiprocessors."""
 
-    model: str
-    arch: str | None = None
-    sms: int | None = None
-    clock_sm_max: str | None = None
-    clock_mem: str | None = None
-    ceilings: Mapping[str, float] | None = None
+    arch: int
+    name: str
+    sms: int
+    smem_optin: int
 
-    @property
-    def host(self) -> bool:
-        return self.model == HOST
+
+# One row per architecture kernels/README.md's GPU table names (SM counts: the first GPU named)
+GPU_MODELS = {
+    80: GpuModel(80, "A100", 108, 166912),
+    86: GpuModel(86, "A10 / RTX 3090", 72, SMEM_99K),
+    89: GpuModel(89, "L40S / RTX 4090", 142, SMEM_99K),
+    90: GpuModel(90, "H100 / H200", 132, 232448),
+    100: GpuModel(100, "B200", 148, 232448),
+    120: GpuModel(120, "RTX PRO 6000 Blackwell / RTX 50xx", 188, SMEM_99K),
+    121: GpuModel(121, "DGX Spark (GB10)", 48, SMEM_99K),
+}
+
+_ARCH_RE = re.compile(r"^sm_(\d+)a?$")
+_SPEC_RE = re.compile(r"^sm_(\d+)(?::(\d+))?$")
+
+
+def arch_number(arch: str) -> int:
+    """90 for `sm_90` or `sm_90a`; ValueError for anything else."""
+    m = _ARCH_RE.match(arch)
+    if m is None:
+        raise ValueError(f"{arch!r} is not an architecture like sm_90, sm_90a or sm_120")
+    return int(m.group(1))
+
+
+def model_for(arch: str) -> GpuModel | None:
+    """The table's row for an arch (`sm_120a` is sm_120's), None where it has none."""
+    return GPU_MODELS.get(arch_number(arch))
+
+
+@dataclass(frozen=True)
+class RunAs:
+    """KDTREE_GPU: the architecture and shared-memory limit every launch chooses its kernels for."""
+
+    arch: int
+    smem_optin: int
 
     @property
     def label(self) -> str:
-        details = ", ".join(str(part) for part in (self.arch, f"{self.sms} SMs" if self.sms else None,
-                                                   self.clock_sm_max) if part)
-        return f"{self.model} ({details})" if details else self.model
+        return f"sm_{self.arch} ({self.smem_optin} B)"
 
 
-def record_gpu(meta: Mapping[str, Any], ceilings: Any = None) -> GpuIdentity:
-    """The GPU of a record from its meta (and, for older bench records, its Ceilings)."""
-    gpu = meta.get("gpu")
-    if not isinstance(gpu, Mapping):
-        device = meta.get("device") if isinstance(meta.get("device"), Mapping) else {}
-        gpu = with_ceilings(gpu_meta(device), ceilings)
-    values = gpu.get("ceilings")
-    if values is None and ceilings is not None:
-        values = with_ceilings({}, ceilings)["ceilings"]
-    return GpuIdentity(model=str(gpu.get("model") or HOST), arch=gpu.get("arch"), sms=gpu.get("sms"),
-                       clock_sm_max=gpu.get("clock_sm_max"), clock_mem=gpu.get("clock_mem"),
-                       ceilings=dict(values) if isinstance(values, Mapping) else None)
+def parse_run_as(value: str) -> RunAs:
+    """`sm_120` (the table's limit for it) or `sm_XY:BYTES`; ValueError saying what is wrong."""
+    m = _SPEC_RE.match(value.strip())
+    if m is None:
+        raise ValueError("use an architecture like sm_120, or sm_XY:BYTES for a shared-memory limit "
+                         "of your own (e.g. sm_120:101376)")
+    arch = int(m.group(1))
+    if m.group(2) is not None:
+        smem = int(m.group(2))
+        if not 48 * 1024 <= smem <= 1 << 20:
+            raise ValueError(f"{smem} B is not a shared-memory limit a block could have (49152 to 1048576)")
+        return RunAs(arch, smem)
+    model = GPU_MODELS.get(arch)
+    if model is None:
+        raise ValueError(f"sm_{arch} has no usual shared-memory limit here (known: "
+                         f"{', '.join(f'sm_{a}' for a in GPU_MODELS)}); give one as sm_{arch}:BYTES")
+    return RunAs(arch, model.smem_optin)

@@ -151,17 +151,31 @@ def portable_argv(argv: Iterable[str]) -> list[str]:
     return out
 
 
+def ran_as() -> str | None:
+    """With KDTREE_GPU: the GPU the launches chose kernels for and the one present, e.g. `sm_120
+    (101376 B) on NVIDIA H200` (docs/gpus.md); None without it."""
+    from .config import config
+
+    run_as = config().run_as
+    if run_as is None:
+        return None
+    return f"{run_as.label} on {device_info().get('gpu') or 'no GPU'}"
+
+
 def record_meta(command: str) -> dict[str, Any]:
-    """Provenance of every record; `gpu` names the GPU its numbers come from (kdtr/gpus.py)."""
+    """Provenance of every record; `gpu` names the GPU its numbers come from (kdtr/gpu_identity.py),
+    `ran_as` only where KDTREE_GPU made the launches choose for another GPU."""
     import numpy
 
-    from .gpus import gpu_meta
+    from .gpu_identity import gpu_meta
 
     device = device_info()
-    return {"format": RECORD_FORMAT, "kdtree": __version__, "command": command,
+    meta = {"format": RECORD_FORMAT, "kdtree": __version__, "command": command,
             "argv": portable_argv(sys.argv), "python": platform.python_version(), "numpy": numpy.__version__,
             "host": platform.node(), **git_state(), "sources_sha256": source_digest(),
             "device": device, "gpu": gpu_meta(device)}
+    label = ran_as()
+    return meta if label is None else {**meta, "ran_as": label}
 
 
 def write_json(path: str | Path, record: Any) -> None:
@@ -174,7 +188,7 @@ def check_shards(metas: Sequence[Mapping[str, Any]], labels: Sequence[str] | Non
     `shard` ("I/N"; a run without --shard is "1/1") and `suite_sha256` (the selection before
     sharding): a record of another suite or selection or GPU model, a shard twice or a shard missing
     is a problem."""
-    from .gpus import record_gpu
+    from .gpu_identity import record_gpu
 
     labels = list(labels) if labels is not None else [f"record {i + 1}" for i in range(len(metas))]
     problems, seen, count, suite = [], {}, None, None

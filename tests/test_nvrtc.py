@@ -295,3 +295,19 @@ def test_tree_build_warp_keeps_candidates_in_registers(per_lane, cache_dir):
     module = nvrtc.compile_kernel("tree_build_warp.cu", TARGET_ARCH, defines={"TB_NPL": per_lane})
     r = module.resource("tree_build_warp")
     assert (r.local_bytes, r.spill_stores, r.spill_loads) == (0, 0, 0), r
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_86", "sm_89", "sm_120", "sm_121"])
+def test_the_verify_attn_kernels_each_gpu_serves_fit_it_without_spills(arch, cache_dir):
+    """On A100 and the 99 KB GPUs, each bf16_paged kernel the launch picks builds for the arch it is
+    picked on with 0 spills and asks for no more shared memory than the GPU has (kdtr/gpus.py)."""
+    from kdtr.placement import gpu_for, placements
+
+    limit = gpu_for(arch).smem_optin
+    serving = [p for p in placements(arch) if "verify_attn/bf16_paged" in p.serves]
+    assert serving, f"no verify_attn/bf16_paged kernel serves {arch}"
+    for p in serving:
+        assert p.dynamic_shared_bytes + 64 <= limit, (p.kernel, arch)
+        module = nvrtc.compile_kernel(p.source, p.compile_arch)
+        for r in module.resources:
+            assert (r.local_bytes, r.spill_stores, r.spill_loads) == (0, 0, 0), (p.kernel, arch, r)

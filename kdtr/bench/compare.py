@@ -70,6 +70,8 @@ def compare_records(old: BenchRecord, new: BenchRecord, threshold: float = 0.10)
     new_gpu = (new.meta.get("device") or {}).get("gpu")
     if old_gpu != new_gpu:
         notes.append(f"different GPUs: {old_gpu} vs {new_gpu}")
+    if old.meta.get("ran_as") != new.meta.get("ran_as"):       # KDTREE_GPU: other kernels chosen
+        notes.append(f"run as different GPUs: {old.meta.get('ran_as') or 'itself'} vs {new.meta.get('ran_as') or 'itself'}")
     if old.ceilings and new.ceilings:
         for name in ("hbm_read_gbps", "hbm_copy_gbps", "bf16_mma_tflops", "fp32_fma_tflops"):
             a, b = getattr(old.ceilings, name), getattr(new.ceilings, name)

@@ -10,7 +10,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from ..errors import UsageError
-from ..gpus import with_ceilings
+from ..gpu_identity import with_ceilings
 from ..impl import ImplUnavailable, resolved
 from ..ops.base import Baseline
 from .cases import BenchItem, collect_items

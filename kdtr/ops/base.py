@@ -13,6 +13,8 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from ..errors import DeviceError
+
 EXACT = "exact"
 
 
@@ -139,12 +141,25 @@ class Gpu:
 
     @staticmethod
     def here() -> "Gpu":
-        """This machine's current GPU; the target H200 where there is none (what a launch there picks)."""
-        from ..device import device_arch, gpu_available, max_shared_optin, multiprocessor_count
+        """The GPU launches choose kernels for: this machine's current GPU, the target H200 where
+        there is none; with KDTREE_GPU, its arch and shared-memory limit instead (the SM count
+        stays the present GPU's, whose grid the split count fills; without a GPU the table's)."""
+        from ..config import config
+        from ..device import gpu_available
+        from ..gpus import GPU_MODELS
 
-        if not gpu_available():
-            return H200
-        return Gpu(int(device_arch().removeprefix("sm_")), multiprocessor_count(), max_shared_optin())
+        run_as = config().run_as
+        if run_as is None:
+            return Gpu.present() if gpu_available() else H200
+        sms = Gpu.present().sms if gpu_available() else (GPU_MODELS.get(run_as.arch) or H200).sms
+        return Gpu(run_as.arch, sms, run_as.smem_optin)
+
+    @staticmethod
+    def present() -> "Gpu":
+        """This machine's current GPU as it is (KDTREE_GPU aside); DeviceError without one."""
+        from ..device import device_arch, max_shared_optin, multiprocessor_count
+
+        return Gpu(int(device_arch().removeprefix("sm_")), multiprocessor_count(), max_shared_optin(own=True))
 
 
 H200 = Gpu(arch=90, sms=132, smem_optin=232448)
@@ -195,8 +210,26 @@ class CudaKernel:
         """Its instructions exist on `gpu` and `smem` bytes (default: its own) fit there (+ 64 B of
         static shared memory)."""
         need = self.smem if smem is None else smem
-        return (gpu.arch >= self.min_sm and (self.only_sm is None or gpu.arch == self.only_sm)
-                and need + 64 <= gpu.smem_optin)
+        return self.has_instructions(gpu.arch) and need + 64 <= gpu.smem_optin
+
+    def has_instructions(self, arch: int) -> bool:
+        """The instructions it uses exist on sm_<arch>."""
+        return arch >= self.min_sm and (self.only_sm is None or arch == self.only_sm)
+
+    def require_present(self) -> None:
+        """DeviceError, one line, unless the GPU present runs it: KDTREE_GPU may choose a kernel for
+        an architecture whose instructions (wgmma: sm_90) or shared memory this one lacks."""
+        from ..config import config
+
+        present = Gpu.present()
+        if self.runs_on(present):
+            return
+        run_as = config().run_as
+        why = (f"KDTREE_GPU={run_as.label} picks {self.name} for {self.op}/{self.variant}" if run_as
+               else f"{self.op}/{self.variant} kernel {self.name}")
+        need = (f"sm_{self.only_sm} instructions" if self.only_sm is not None else f"sm_{self.min_sm}+ instructions")
+        raise DeviceError(f"{why}; it needs {need} and {self.smem + 64} B of shared memory a block, and "
+                          f"this GPU is sm_{present.arch} with {present.smem_optin} B")
 
 
 class Op:
@@ -283,6 +316,11 @@ class Op:
         or the target H200 where there is none). By default the variant's one kernel."""
         (name,) = self.cuda_kernels(variant)
         return name
+
+    def kernels_serving(self, variant: str, gpu: "Gpu") -> tuple[str, ...]:
+        """The kernels kernel_choice picks for some shape of the variant on `gpu`. By default every
+        one of the variant's kernels that runs there (ops whose choice is by shape alone)."""
+        return tuple(k.name for k in self.kernels if k.variant == variant and k.runs_on(gpu))
 
     def output_specs(self, variant: str, inputs: Mapping[str, np.ndarray],
                      params: Mapping[str, Any]) -> dict[str, tuple[str, tuple[int, ...]]]:

@@ -108,8 +108,8 @@ def paged_cache(pool, slots, keys):
 
 
 def to_flashmla(inputs: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:
-    """flash_mla_with_kvcache's keyword arguments (but the scheduling metadata) for ops.md's
-    bf16_paged inputs (torch tensors) of a chain case; ImplUnavailable for any other tree."""
+    """flash_mla_with_kvcache's keyword arguments (but the scheduling metadata) for the
+    bf16_paged inputs of docs/ops/verify_attn.md (torch tensors) of a chain case; ImplUnavailable for any other tree."""
     import torch
 
     batch, q_len, prefix_len, slots = request_geometry(inputs)

@@ -143,6 +143,9 @@ class VerifyAttn(Op):
         grid fills its min_fill of the SMs; DeviceError where none runs."""
         return cuda.choose(variant, inputs, gpu)
 
+    def kernels_serving(self, variant, gpu):
+        return cuda.serving(variant, gpu)
+
     def launch_grid(self, variant, inputs, params, kernel):
         """(row tiles, B, KV splits): the split count is the launch's shape-dependent choice."""
         batch, _, _, tiles, splits = cuda.grid(self.cuda_kernel(kernel, variant), inputs, Gpu.here().sms)

@@ -88,6 +88,10 @@ KERNELS = (
     AttnKernel(op="verify_attn", variant="bf16_paged", name="bf16_mma", role="fallback",
                serves="GPUs other than sm_90 with 166,208 B of shared memory a block (sm_80, sm_100)",
                rows=64, keys=32, threads=256, smem=166144, min_sm=80),
+    AttnKernel(op="verify_attn", variant="bf16_paged", name="bf16_mma99", role="fallback",
+               serves="GPUs where bf16_mma does not fit: 101,376 B of shared memory a block (sm_86, sm_89, "
+                      "sm_120, sm_121); bf16_mma's block at 48-row x 16-key tiles, compile-checked only",
+               rows=48, keys=16, threads=192, smem=99712, min_sm=80, split_min_tiles=8),
 )
 
 
@@ -141,7 +145,21 @@ def choose(variant, inputs, gpu: Gpu | None) -> str:
                 continue
         return k.name
     raise DeviceError(f"no verify_attn/{variant} kernel runs on sm_{gpu.arch} with {gpu.smem_optin} B of "
-                      f"shared memory a block (kernels/README.md lists what each needs)")
+                      f"shared memory a block (kernels/README.md lists what each needs; docs/gpus.md)")
+
+
+def serving(variant, gpu: Gpu) -> tuple[str, ...]:
+    """The kernels `choose` picks for some shape on `gpu`: in KERNELS order, those that run there
+    up to and including the first without a min_fill (a kernel with one is passed over for a grid
+    that does not fill it, so the next may serve)."""
+    out = []
+    for k in KERNELS:
+        if k.variant != variant or not k.runs_on(gpu):
+            continue
+        out.append(k.name)
+        if not k.min_fill:
+            break
+    return tuple(out)
 
 
 def run_cuda(op, variant, inputs, params, outputs, kernel=None, splits=None, defines=None) -> None:
@@ -162,6 +180,7 @@ def run_cuda(op, variant, inputs, params, outputs, kernel=None, splits=None, def
     if forced is not None and not 1 <= splits <= kv_tiles:
         raise ValueError(f"{SPLITS_KNOB}={forced}: this case takes 1 to {kv_tiles} KV splits "
                          f"(its key tiles of {k.keys})")
+    k.require_present()                               # KDTREE_GPU may pick what this GPU cannot run
     arch = device_arch() + k.arch_feature if k.arch_feature else None
     main = get_kernel(k.source, k.entry, arch=arch, defines=defines)
     merger = get_kernel(k.source, k.merge, arch=arch, defines=defines) if splits > 1 else None
