@@ -111,3 +111,28 @@ def test_the_installed_wheel_reports_missing_kernels_in_one_line(installed, tmp_
     hollow = run("kdtree", "build", cwd=empty, env=dict(env, KDTREE_KERNELS_DIR=str(tmp_path)))
     assert hollow.returncode == 2 and hollow.stderr.count("\n") == 1, hollow.stderr
     assert str(tmp_path) in hollow.stderr and "no kernel sources" in hollow.stderr
+
+
+def _requirements(lines) -> dict:
+    from packaging.requirements import Requirement
+
+    reqs = [Requirement(line) for line in lines if line.strip() and not line.lstrip().startswith("#")]
+    return {req.name.lower(): req.specifier for req in reqs}
+
+
+def test_the_bounds_kdtree_relies_on_are_in_pyproject_and_constraints_fit_them():
+    """A plain `pip install .` (no -c constraints.txt) must keep typer below 0.29 (`<bool>` in
+    --help, pydantic at start-up) and NVRTC off 13.5 (spills at sm_90); each exact pin of
+    constraints.txt must lie inside pyproject's bounds, or CI tests what no install gets."""
+    tomllib = pytest.importorskip("tomllib")          # Python 3.11+; the check is the same on any
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+    declared = _requirements(project["dependencies"])
+    assert "0.29.2" not in declared["typer"] and "0.28.0" in declared["typer"]
+    assert "13.5.0" not in declared["nvidia-cuda-nvrtc"] and "13.0.88" in declared["nvidia-cuda-nvrtc"]
+    pinned = _requirements((REPO_ROOT / "constraints.txt").read_text().splitlines())
+    for name, spec in pinned.items():
+        assert name in declared, f"constraints.txt bounds {name}, which pyproject does not depend on"
+        for exact in (s.version for s in spec if s.operator == "=="):
+            assert exact in declared[name], f"constraints.txt pins {name}=={exact}, outside pyproject's {declared[name]}"
+        for upper in (s.version for s in spec if s.operator == "<"):
+            assert upper not in declared[name], f"constraints.txt bounds {name}<{upper}; pyproject lets it in"
