@@ -119,3 +119,40 @@ def test_gen_refs_in_worker_processes_writes_the_same_bytes_in_the_same_order(tm
     assert [r.case for r in pooled] == [c.name for _, c in cases] == [r.case for r in alone]
     for a, b in zip(alone, pooled):
         assert b.status == "written" and a.path.read_bytes() == b.path.read_bytes()
+
+
+def test_a_shipped_suite_writes_the_same_bytes_from_any_folder_and_by_any_path(tmp_path):
+    """Issue 30 row 12: provenance.spec held the suite's path as given, so the wheel (whose suites
+    are an absolute site-packages path) and the checkout wrote different goldens of one suite."""
+    relative = kdtree("gen-refs", "specs/tree_accept.yaml", "-k", "root_only_q1", "-o", tmp_path / "a", "-q",
+                      cwd=REPO_ROOT)
+    absolute = kdtree("gen-refs", REPO_ROOT / "specs" / "tree_accept.yaml", "-k", "root_only_q1", "-o", "b", "-q",
+                      cwd=tmp_path)
+    assert relative.returncode == 0 and absolute.returncode == 0, relative.stderr + absolute.stderr
+    (a,), (b,) = (tmp_path / "a").rglob("*.kdtr"), (tmp_path / "b").rglob("*.kdtr")
+    assert a.read_bytes() == b.read_bytes()
+    from kdtr.format import read_bundle
+
+    assert read_bundle(b).meta["provenance"]["spec"] == "specs/tree_accept.yaml"
+
+
+def test_prune_removes_only_what_the_given_suites_left(tmp_path):
+    """Issue 30 row 15: `gen-refs specs/bench/tree_accept.yaml --prune` deleted the default
+    tree_accept goldens (same op folder, another suite). A bundle another suite (or no suite:
+    a captured one) left is not stale for this one."""
+    (tmp_path / "s.yaml").write_text(SUITE.format(first="mine"))
+    (tmp_path / "other.yaml").write_text("op: tree_accept\ncases:\n  - {name: theirs, budget: 4}\n")
+    assert kdtree("gen-refs", "s.yaml", "other.yaml", "-o", "g", "-q", cwd=tmp_path).returncode == 0
+    from kdtr.capture import save_bundle
+    from kdtr.format import read_bundle
+
+    theirs = read_bundle(tmp_path / "g" / "tree_accept" / "theirs.kdtr")
+    save_bundle(tmp_path / "g" / "tree_accept" / "captured.kdtr", "tree_accept", theirs.meta["variant"],
+                theirs.arrays("input"), params=theirs.meta["params"])
+    (tmp_path / "s.yaml").write_text(SUITE.format(first="renamed"))
+    pruned = kdtree("gen-refs", "s.yaml", "-o", "g", "-q", "--prune", cwd=tmp_path)
+    assert pruned.returncode == 0, pruned.stderr
+    old = Path("g") / "tree_accept" / "mine.kdtr"
+    assert pruned.stderr.splitlines() == [f"removed: {old} (no suite names this case)"]
+    assert sorted(p.name for p in (tmp_path / "g" / "tree_accept").iterdir()) == \
+        ["captured.kdtr", "kept.kdtr", "renamed.kdtr", "theirs.kdtr"]
