@@ -136,3 +136,46 @@ def test_the_bounds_kdtree_relies_on_are_in_pyproject_and_constraints_fit_them()
             assert exact in declared[name], f"constraints.txt pins {name}=={exact}, outside pyproject's {declared[name]}"
         for upper in (s.version for s in spec if s.operator == "<"):
             assert upper not in declared[name], f"constraints.txt bounds {name}<{upper}; pyproject lets it in"
+
+
+@pytest.mark.slow
+def test_the_installed_wheel_names_its_own_code_and_writes_the_checkouts_bytes(installed, tmp_path):
+    """Issue 30 rows 10 and 12, from the wheel installed in a venv inside another project's git
+    repository: no record names that project's commit; sources_sha256 is the checkout's for the
+    same code and changes when an installed kernel or CLI file does; gen-refs writes the bytes the
+    checkout writes (provenance.spec held the absolute site-packages path)."""
+    venv, site, wheel, env, empty = installed
+    foreign = venv.parent
+    for args in (("init", "-q"), ("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q",
+                                  "--allow-empty", "-m", "another project")):
+        assert run("git", *args, cwd=foreign).returncode == 0
+
+    def doctor() -> dict:
+        done = run("kdtree", "doctor", "--json", "-", cwd=empty, env=env)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    record = run("kdtree", "gen-refs", "-k", "root_only_q1", "-o", tmp_path / "wheel", "-q", "--json", "-",
+                 cwd=empty, env=env)
+    assert record.returncode == 0, record.stderr
+    meta = json.loads(record.stdout)["meta"]
+    assert (meta["commit"], meta["dirty"]) == (None, None)
+    checkout = subprocess.run([sys.executable, "-m", "cli", "gen-refs", "-k", "root_only_q1", "-o",
+                               tmp_path / "checkout", "-q"], cwd=REPO_ROOT, capture_output=True, text=True,
+                              env=dict(CLEAN, PYTHONPATH=str(REPO_ROOT)), timeout=300)
+    assert checkout.returncode == 0, checkout.stderr
+    (ours,), (theirs,) = (tmp_path / "wheel").rglob("*.kdtr"), (tmp_path / "checkout").rglob("*.kdtr")
+    assert ours.read_bytes() == theirs.read_bytes()
+
+    from kdtr.report import source_digest
+
+    assert meta["sources_sha256"] == doctor()["sources_sha256"] == source_digest.__wrapped__(REPO_ROOT)
+    digests = {meta["sources_sha256"]}
+    for edited in (site / "kdtr" / "_kernels" / "tree_accept_walk.cu", site / "kdtree_cli" / "main.py"):
+        original = edited.read_bytes()
+        try:
+            edited.write_bytes(original + b"\n// edited\n" if edited.suffix == ".cu" else original + b"\n# edited\n")
+            digests.add(doctor()["sources_sha256"])
+        finally:
+            edited.write_bytes(original)
+    assert len(digests) == 3, "each installed edit must change sources_sha256"
