@@ -58,11 +58,14 @@ def remove_stale_temps(folder: str | Path) -> list[Path]:
 
 
 @contextmanager
-def atomic_open(path: str | Path) -> Iterator[BinaryIO]:
-    """A binary file that becomes `path` when the block ends without an exception."""
+def atomic_open(path: str | Path, *, sweep: bool = True) -> Iterator[BinaryIO]:
+    """A binary file that becomes `path` when the block ends without an exception. `sweep` first
+    removes dead writers' temp files from the folder: a scan of the whole folder, which a writer
+    of many files into one folder (gen-refs) does once before it starts, not once per file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_temps(path.parent)
+    if sweep:
+        remove_stale_temps(path.parent)
     tmp = temp_name(path)
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)

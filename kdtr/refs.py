@@ -267,8 +267,8 @@ def gen_refs(cases: Iterable[tuple[Suite, Case]], out_dir: str | Path, *, force:
     """Write each case's bundle (atomically), or skip it when its provenance is unchanged; results
     in the cases' order. First remove the temp files that killed writers left in the folders it
     writes, and refuse (before writing anything) a case to write whose memory estimate is over
-    `mem_limit` bytes. With `jobs` > 1 the cases are generated in that many worker processes, never
-    more at once than their estimates fit in `mem_limit`; an interrupted run terminates them and
+    `mem_limit` bytes. With `jobs` > 1 the cases are generated in that many worker processes (at
+    most one per core), never more at once than their estimates fit in `mem_limit`; an interrupted run terminates them and
     removes their temp files (no partial file is ever under a final name)."""
     plan = []
     for suite, case in cases:
@@ -282,7 +282,8 @@ def gen_refs(cases: Iterable[tuple[Suite, Case]], out_dir: str | Path, *, force:
     for folder in folders:
         remove_stale_temps(folder)
     todo = [(case, path, prov) for case, path, prov, fresh in plan if not fresh]
-    if jobs > 1 and len(todo) > 1:
+    jobs = min(jobs, parallel.cpu_count(), len(todo))     # more workers than cores only compete
+    if jobs > 1:
         written = parallel.bounded_map(write_case, todo, jobs=jobs, cost=_estimate, budget=mem_limit)
     else:
         written = map(write_case, todo)
@@ -313,7 +314,7 @@ def write_case(task: tuple[Case, Path, dict]) -> float:
     except MemoryError:
         raise LimitError(f"case {case.op}/{case.name} ran out of memory while generating "
                          f"(estimated {_gib(_estimate(task))})", file=case.source) from None
-    write_bundle(path, meta, tensors)
+    write_bundle(path, meta, tensors, sweep=False)     # gen_refs swept its folders once, before
     return time.perf_counter() - started
 
 
