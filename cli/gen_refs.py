@@ -45,6 +45,11 @@ def gen_refs_cmd(
     cases = parallel.shard_items(cases, lambda sc: f"{sc[1].op}/{sc[1].name}", shard_spec)
     if not cases:
         raise KdtreeError(f"no case matches -k {pattern!r}" if pattern else "the suites hold no cases")
+    if json_path and json_path != "-":
+        from kdtr.atomic import check_not_input
+
+        check_not_input(json_path, "--json", [s.path for s in suites]
+                        + [refs.bundle_path(out, case) for s in suites for case in s.cases])
     started = time.perf_counter()
     limit = refs.parse_bytes(mem_limit) if mem_limit else refs.default_mem_limit()
     cores = parallel.cpu_count()

@@ -15,7 +15,7 @@ import re
 import secrets
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Iterable, Iterator
 
 from .errors import UsageError
 
@@ -102,3 +102,18 @@ def check_writable(path: str | Path, what: str) -> None:
         raise UsageError(f"{what} {target}: {parent} is not a directory")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise UsageError(f"{what} {target}: cannot create files in {parent}")
+
+
+def check_not_input(path: str | Path, what: str, inputs: Iterable[str | Path]) -> None:
+    """Refuse, before any work, an output path that names one of the command's inputs (the same
+    file by any name, or the same path for one not written yet): the record would replace it."""
+    target = Path(path)
+    for given in inputs:
+        given = Path(given)
+        try:
+            same = os.path.samefile(target, given) if target.exists() and given.exists() \
+                else target.resolve() == given.resolve()
+        except OSError:
+            continue
+        if same:
+            raise UsageError(f"{what} {target}: is one of the inputs ({given}); refusing to overwrite it")

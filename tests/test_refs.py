@@ -181,3 +181,19 @@ def test_gen_refs_scans_its_folders_once_not_once_per_bundle(tmp_path, monkeypat
     cases = [(s, c) for s in spec.load_suites([tmp_path / "s.yaml"]) for c in s.cases]
     assert [r.status for r in refs.gen_refs(cases, tmp_path / "g", jobs=1)] == ["written"] * 6
     assert scans == []
+
+
+@pytest.mark.parametrize("command", ["gen-refs-suite", "gen-refs-bundle", "inspect"])
+def test_a_json_record_onto_an_input_is_refused(tmp_path, command):
+    """Issue 30 row 16: `inspect victim.kdtr --json victim.kdtr` (and gen-refs onto its suite or
+    a bundle it writes) replaced the input with the record."""
+    (tmp_path / "s.yaml").write_text(SUITE.format(first="a"))
+    assert kdtree("gen-refs", "s.yaml", "-o", "g", "-q", cwd=tmp_path).returncode == 0
+    victim = {"gen-refs-suite": "s.yaml", "gen-refs-bundle": "g/tree_accept/kept.kdtr",
+              "inspect": "g/tree_accept/a.kdtr"}[command]
+    original = (tmp_path / victim).read_bytes()
+    args = ["inspect", victim] if command == "inspect" else ["gen-refs", "s.yaml", "-o", "g", "-q", "--force"]
+    done = kdtree(*args, "--json", f"./{victim}", cwd=tmp_path)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert done.stderr.count("\n") == 1 and "--json" in done.stderr and "is one of the inputs" in done.stderr
+    assert (tmp_path / victim).read_bytes() == original
