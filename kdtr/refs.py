@@ -206,6 +206,8 @@ def make_bundle(case: Case, prov: dict | None) -> tuple[dict, list[tuple[str, st
     meta = {"op": case.op, "variant": case.variant, "case": case.name, "seed": case.seed,
             "params": generated.params, "case_params": case.params,
             "tolerance": {name: tol.to_json() for name, tol in tolerance.items()}}
+    if case.inline:
+        meta["inline_inputs"] = sorted(case.inline)     # verify draws no --trials for it
     if prov is not None:
         meta["provenance"] = prov
     tensors = [(name, "input", a) for name, a in generated.inputs.items()]

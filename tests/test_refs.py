@@ -197,3 +197,29 @@ def test_a_json_record_onto_an_input_is_refused(tmp_path, command):
     assert done.returncode == 2, (done.stdout, done.stderr)
     assert done.stderr.count("\n") == 1 and "--json" in done.stderr and "is one of the inputs" in done.stderr
     assert (tmp_path / victim).read_bytes() == original
+
+
+def test_inline_logits_that_contradict_the_declared_depth_are_refused(tmp_path):
+    """Issue 30 row 19: one row of inline logits with `depth: 2` was written as a depth-1 golden."""
+    (tmp_path / "s.yaml").write_text("op: tree_build\ncases:\n  - name: two_d\n    depth: 2\n    vocab: 3\n"
+                                     "    budget: 3\n    inputs:\n      logits: [[1.0, 2.0, 3.0]]\n")
+    done = kdtree("gen-refs", "s.yaml", "-o", "g", "-q", cwd=tmp_path)
+    assert done.returncode == 2, done.stdout
+    assert done.stderr == ("kdtree: error: s.yaml:4: cases[0].depth: depth: 2 declared, but the inline inputs "
+                           "(logits [1, 3]) make depth 1\n")
+    assert not (tmp_path / "g").exists()
+
+
+def test_trials_of_an_inline_input_golden_are_refused_with_the_reason(tmp_path):
+    """Issue 30 row 19: `--trials` on a golden whose inputs the suite gave inline drew unrelated
+    shapes from the case's params (a B=1 Q=7 golden, B=4 Q=17 trials) and called them its trials."""
+    import json
+
+    assert kdtree("gen-refs", REPO_ROOT / "specs" / "tree_accept.yaml", "-k", "example_b", "-o", "g", "-q",
+                  cwd=tmp_path).returncode == 0
+    done = kdtree("verify", "g", "--trials", "2", "--json", "-", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout)["rows"]
+    assert [(row.get("trial", 0), row.get("skipped")) for row in rows] == [
+        (0, None), (1, "no trials: its inputs (parents, target_ids, tokens) were given inline, and its "
+                       "generator cannot draw others in their shapes")]
