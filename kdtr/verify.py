@@ -407,9 +407,10 @@ def verify_bundle(path: str | Path, options: Options) -> list[VerifyRow]:
     case_params, seed = bundle.meta.get("case_params"), bundle.meta.get("seed")
     inline = bundle.meta.get("inline_inputs")
     if options.trials and inline:             # gen-refs marks them: the params do not give their shapes
-        rows.append(VerifyRow(case, file, op.name, variant, options.backend, op.describe(variant, inputs, params),
-                              False, trial=1, skipped=f"no trials: its inputs ({', '.join(map(str, inline))}) "
-                              "were given inline, and its generator cannot draw others in their shapes"))
+        rows.append(VerifyRow(case=case, file=file, op=op.name, variant=variant, backend=options.backend,
+                              config=op.describe(variant, inputs, params), passed=False, trial=1,
+                              skipped=f"no trials: its inputs ({', '.join(map(str, inline))}) were given "
+                                      "inline, and its generator cannot draw others in their shapes"))
     elif options.trials and isinstance(case_params, dict) and isinstance(seed, int):
         from .impl.builtin import reference_outputs
 
