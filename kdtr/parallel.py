@@ -139,8 +139,9 @@ def _exit_now(signum, frame) -> None:
 def _worker_start(parent: int, threads: int) -> None:
     """Worker initializer: Ctrl-C reaches the whole process group, the parent alone handles it;
     SIGTERM ends the worker; the worker dies with the parent that spawned it (a SIGKILLed parent
-    cannot terminate it: on Linux the kernel sends SIGTERM at the parent's death, elsewhere a thread
-    watches the parent's pid); and its BLAS/OpenMP pools get `threads` threads at most."""
+    cannot terminate it: on Linux the kernel sends SIGTERM at the death of the parent's thread that
+    started it, which for bounded_map is its caller's; elsewhere a thread watches the parent's pid);
+    and its BLAS/OpenMP pools get `threads` threads at most."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _exit_now)
     if sys.platform.startswith("linux"):

@@ -270,8 +270,8 @@ def gen_refs(cases: Iterable[tuple[Suite, Case]], out_dir: str | Path, *, force:
     in the cases' order. First remove the temp files that killed writers left in the folders it
     writes, and refuse (before writing anything) a case to write whose memory estimate is over
     `mem_limit` bytes. With `jobs` > 1 the cases are generated in that many worker processes (at
-    most one per core), never more at once than their estimates fit in `mem_limit`; an interrupted run terminates them and
-    removes their temp files (no partial file is ever under a final name)."""
+    most one per core), never more at once than their estimates fit in `mem_limit`; an interrupted
+    run terminates them and removes their temp files (no partial file is ever under a final name)."""
     plan = []
     for suite, case in cases:
         path = bundle_path(out_dir, case)
