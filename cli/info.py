@@ -20,9 +20,13 @@ def inspect_cmd(
     json_path: Optional[str] = JsonOpt,
 ):
     """A bundle's header, and per tensor: role, dtype, shape, min/max/mean, NaN/Inf counts."""
+    from kdtr.atomic import check_not_input
     from kdtr.summary import summarize
 
-    _show(summarize(file), JsonOut(json_path), render.inspect_view)
+    json_out = JsonOut(json_path)
+    if json_path and json_path != "-":
+        check_not_input(json_path, "--json", [file])
+    _show(summarize(file), json_out, render.inspect_view)
 
 
 @app.command("doctor")

@@ -15,7 +15,7 @@ import re
 import secrets
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Iterable, Iterator
 
 from .errors import UsageError
 
@@ -58,11 +58,14 @@ def remove_stale_temps(folder: str | Path) -> list[Path]:
 
 
 @contextmanager
-def atomic_open(path: str | Path) -> Iterator[BinaryIO]:
-    """A binary file that becomes `path` when the block ends without an exception."""
+def atomic_open(path: str | Path, *, sweep: bool = True) -> Iterator[BinaryIO]:
+    """A binary file that becomes `path` when the block ends without an exception. `sweep` first
+    removes dead writers' temp files from the folder: a scan of the whole folder, which a writer
+    of many files into one folder (gen-refs) does once before it starts, not once per file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_temps(path.parent)
+    if sweep:
+        remove_stale_temps(path.parent)
     tmp = temp_name(path)
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
@@ -99,3 +102,18 @@ def check_writable(path: str | Path, what: str) -> None:
         raise UsageError(f"{what} {target}: {parent} is not a directory")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise UsageError(f"{what} {target}: cannot create files in {parent}")
+
+
+def check_not_input(path: str | Path, what: str, inputs: Iterable[str | Path]) -> None:
+    """Refuse, before any work, an output path that names one of the command's inputs (the same
+    file by any name, or the same path for one not written yet): the record would replace it."""
+    target = Path(path)
+    for given in inputs:
+        given = Path(given)
+        try:
+            same = os.path.samefile(target, given) if target.exists() and given.exists() \
+                else target.resolve() == given.resolve()
+        except OSError:
+            continue
+        if same:
+            raise UsageError(f"{what} {target}: is one of the inputs ({given}); refusing to overwrite it")

@@ -21,11 +21,13 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from .atomic import check_writable
 from .backends import input_fault
 from .dtypes import FLOAT_DTYPES, NUMPY_DTYPES, kdtr_dtype, to_numpy
-from .errors import KdtrError
+from .errors import KdtrError, UsageError
 from .format import write_bundle
 from .ops import get_op, op_names
+from .spec import NAME_RULE, is_safe_name
 
 EXPECTED_REFERENCE = "reference"
 EXPECTED_CAPTURED = "captured"
@@ -48,19 +50,24 @@ def _host(name: str, value: Any, path) -> np.ndarray:
 def save_bundle(path: str | Path, op: str, variant: str, inputs: Mapping[str, Any],
                 outputs: Mapping[str, Any] | None = None, *, params: Mapping[str, Any],
                 captured_by: str | None = None, case: str | None = None,
-                meta: Mapping[str, Any] | None = None) -> Path:
+                meta: Mapping[str, Any] | None = None, overwrite: bool = False) -> Path:
     """Validate and write one bundle (see the module docstring); KdtrError names what is wrong.
 
     `params` are the kernel params (`sm_scale` for verify_attn, `budget` for tree_build) plus any
-    informational ones; `meta` adds free-form keys (not the reserved op/variant/params/expected/
-    captured_by); `case` names it in reports (default: the file's stem)."""
-    path = Path(path)
+    informational ones; numpy scalars among them are stored as the Python numbers they hold.
+    `meta` adds free-form keys (not the reserved op/variant/params/expected/captured_by); `case`
+    names it in reports (default: the file's stem), a safe file stem like a suite's case names. An
+    existing file is replaced only with `overwrite=True`. Inputs holding NaN or Inf where the op
+    reads them are refused (verify would fail every row of the bundle)."""
+    path = _target(path, overwrite)
+    if case is not None and not (isinstance(case, str) and is_safe_name(case)):
+        raise KdtrError(f"case {case!r}: a case name is {NAME_RULE}", file=path)
     if op not in op_names():
         raise KdtrError(f"unknown op {op!r}; ops: {', '.join(op_names())}", file=path)
     the_op = get_op(op)
     if variant not in the_op.variants:
         raise KdtrError(f"{op} has no variant {variant!r}; its variants: {', '.join(the_op.variants)}", file=path)
-    params = dict(params)
+    params = {key: value.item() if isinstance(value, np.generic) else value for key, value in params.items()}
     missing = [k for k in the_op.kernel_params if k not in params]
     if missing:
         raise KdtrError(f"params lacks {missing} ({op} needs them)", file=path)
@@ -85,6 +92,21 @@ def save_bundle(path: str | Path, op: str, variant: str, inputs: Mapping[str, An
         head["expected"] = EXPECTED_CAPTURED
         head["captured_by"] = captured_by or "unknown"
     write_bundle(path, {**head, **extra}, tensors)
+    return path
+
+
+def _target(path: Any, overwrite: bool) -> Path:
+    """The bundle's path, or one KdtrError for one that cannot be (empty, a folder, not writable,
+    already there without `overwrite`)."""
+    if not isinstance(path, (str, Path)) or not str(path).strip() or "\0" in str(path):
+        raise KdtrError(f"save_bundle needs a file path for the bundle, got {path!r}")
+    path = Path(path)
+    try:
+        check_writable(path, "save_bundle path")
+    except UsageError as err:
+        raise KdtrError(str(err)) from None
+    if path.exists() and not overwrite:
+        raise KdtrError("already exists; pass overwrite=True to replace it", file=path)
     return path
 
 

@@ -432,12 +432,14 @@ def bundle_bytes(meta: dict, tensors: Iterable[tuple[str, str, np.ndarray]]) -> 
     return head + b"".join(bytes(pad) + raw.tobytes() for pad, raw in parts)
 
 
-def write_bundle(path, meta: dict, tensors: Iterable[tuple[str, str, np.ndarray]]) -> None:
-    """Validate, then write atomically: temp file in the same folder, fsync, os.replace."""
+def write_bundle(path, meta: dict, tensors: Iterable[tuple[str, str, np.ndarray]], *,
+                 sweep: bool = True) -> None:
+    """Validate, then write atomically: temp file in the same folder, fsync, os.replace (`sweep`:
+    see kdtr.atomic.atomic_open)."""
     path = Path(path)
     head, parts = _plan(meta, tensors, path)
     try:
-        with atomic_open(path) as handle:
+        with atomic_open(path, sweep=sweep) as handle:
             handle.write(head)
             for pad, raw in parts:
                 handle.write(bytes(pad))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import signal
 import statistics
+import sys
+import time
 import zlib
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, ThreadPoolExecutor, as_completed, wait
@@ -134,9 +136,71 @@ def cpu_count() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _ignore_interrupt() -> None:
-    """Worker initializer: Ctrl-C reaches the whole process group; the parent alone handles it."""
+# The thread pools of BLAS and OpenMP, read once when numpy (or torch) loads them: a worker sets
+# them before its first import of numpy, so that workers x threads stays within the cores.
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                    "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
+_PR_SET_PDEATHSIG = 1                  # linux/prctl.h
+_PARENT_POLL_S = 0.5
+
+
+class _ParentGone(BaseException):
+    """Raised in a worker's work when its parent is gone (or terminates it): the work unwinds, so
+    an atomic writer removes its temp file, and the worker exits (kdtr.parallel._call)."""
+
+
+def _unwind(signum, frame) -> None:
+    raise _ParentGone
+
+
+def _exit_now(signum, frame) -> None:
+    os._exit(128 + signum)
+
+
+def _worker_start(parent: int, threads: int) -> None:
+    """Worker initializer: Ctrl-C reaches the whole process group, the parent alone handles it;
+    SIGTERM ends the worker; the worker dies with the parent that spawned it (a SIGKILLed parent
+    cannot terminate it: on Linux the kernel sends SIGTERM at the death of the parent's thread that
+    started it, which for bounded_map is its caller's; elsewhere a thread watches the parent's pid);
+    and its BLAS/OpenMP pools get `threads` threads at most."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _exit_now)
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:                # it died before the line above
+            os._exit(128 + signal.SIGTERM)
+    elif hasattr(os, "getppid"):
+        import threading
+
+        def watch() -> None:
+            while os.getppid() == parent:
+                time.sleep(_PARENT_POLL_S)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        threading.Thread(target=watch, name="kdtr-parent-watch", daemon=True).start()
+    for name in THREAD_VARIABLES:
+        given = os.environ.get(name, "")
+        if not (given.isdigit() and 0 < int(given) <= threads):
+            os.environ[name] = str(threads)
+
+
+def _call(work: Callable[[T], object], item: T) -> object:
+    """`work(item)` in a worker; a SIGTERM meanwhile (the parent died, or terminates it) unwinds
+    the work, so that its temp files are removed, and ends the worker."""
+    previous = signal.signal(signal.SIGTERM, _unwind)
+    try:
+        return work(item)
+    except _ParentGone:
+        os._exit(128 + signal.SIGTERM)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def worker_threads(workers: int) -> int:
+    """BLAS/OpenMP threads per worker process: `workers` of them share the cores (at least one each)."""
+    return max(1, cpu_count() // max(1, workers))
 
 
 def bounded_map(work: Callable[[T], object], items: Sequence[T], *, jobs: int,
@@ -145,9 +209,11 @@ def bounded_map(work: Callable[[T], object], items: Sequence[T], *, jobs: int,
     most `jobs` at once and, with `budget`, never more at once than the sum of their `cost`s fits
     (an item over the budget alone runs by itself). An exception from `work` is raised here, in its
     item's turn. On any exit before the end (an error, Ctrl-C, the caller stopping) the workers
-    are terminated first: nothing runs on behind the caller's back."""
-    pool = ProcessPoolExecutor(max_workers=max(1, jobs), mp_context=get_context("spawn"),
-                               initializer=_ignore_interrupt)
+    are terminated first: nothing runs on behind the caller's back; a parent killed outright takes
+    its workers with it (_worker_start), and the workers' BLAS threads share the cores."""
+    jobs = max(1, jobs)
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"), initializer=_worker_start,
+                               initargs=(os.getpid(), worker_threads(min(jobs, len(items)))))
     pending = deque(enumerate(items))
     running: dict = {}
     finished: dict = {}
@@ -160,7 +226,7 @@ def bounded_map(work: Callable[[T], object], items: Sequence[T], *, jobs: int,
                 if running and budget is not None and load + weight > budget:
                     break
                 pending.popleft()
-                running[pool.submit(work, item)] = (index, weight)
+                running[pool.submit(_call, work, item)] = (index, weight)
                 load += weight
             done, _ = wait(running, return_when=FIRST_COMPLETED)
             for future in done:

@@ -160,8 +160,24 @@ def _ml_dtypes_version() -> str:
     return version("ml_dtypes")
 
 
+def spec_name(path: str | Path) -> str:
+    """How a golden's provenance names its suite: one of kdtree's own suites (the checkout's
+    specs/, or the copy an installed wheel carries) as `specs/<path below it>` wherever kdtree runs
+    from, any other by its path as given (an absolute one relative to the working directory). Never
+    an absolute local path: the wheel and the checkout write the same bytes, and --prune can tell
+    which suite left a bundle."""
+    from .config import config
+    from .report import portable
+
+    try:
+        below = Path(path).resolve().relative_to(config().specs_dir.resolve())
+    except ValueError:
+        return portable(path)
+    return "specs/" + below.as_posix()
+
+
 def provenance(suite: Suite, case: Case) -> dict:
-    return {"spec": Path(suite.path).as_posix(), "spec_sha256": suite.sha256,
+    return {"spec": spec_name(suite.path), "spec_sha256": suite.sha256,
             "case_sha256": case_sha256(case), "reference_sha256": reference_sha256(case.op),
             "format": f"{FORMAT_MAJOR}.{FORMAT_MINOR}", "kdtree": __version__, "numpy": np.__version__, "ml_dtypes": _ml_dtypes_version()}
 
@@ -190,6 +206,8 @@ def make_bundle(case: Case, prov: dict | None) -> tuple[dict, list[tuple[str, st
     meta = {"op": case.op, "variant": case.variant, "case": case.name, "seed": case.seed,
             "params": generated.params, "case_params": case.params,
             "tolerance": {name: tol.to_json() for name, tol in tolerance.items()}}
+    if case.inline:
+        meta["inline_inputs"] = sorted(case.inline)     # verify draws no --trials for it
     if prov is not None:
         meta["provenance"] = prov
     tensors = [(name, "input", a) for name, a in generated.inputs.items()]
@@ -251,9 +269,9 @@ def gen_refs(cases: Iterable[tuple[Suite, Case]], out_dir: str | Path, *, force:
     """Write each case's bundle (atomically), or skip it when its provenance is unchanged; results
     in the cases' order. First remove the temp files that killed writers left in the folders it
     writes, and refuse (before writing anything) a case to write whose memory estimate is over
-    `mem_limit` bytes. With `jobs` > 1 the cases are generated in that many worker processes, never
-    more at once than their estimates fit in `mem_limit`; an interrupted run terminates them and
-    removes their temp files (no partial file is ever under a final name)."""
+    `mem_limit` bytes. With `jobs` > 1 the cases are generated in that many worker processes (at
+    most one per core), never more at once than their estimates fit in `mem_limit`; an interrupted
+    run terminates them and removes their temp files (no partial file is ever under a final name)."""
     plan = []
     for suite, case in cases:
         path = bundle_path(out_dir, case)
@@ -266,7 +284,8 @@ def gen_refs(cases: Iterable[tuple[Suite, Case]], out_dir: str | Path, *, force:
     for folder in folders:
         remove_stale_temps(folder)
     todo = [(case, path, prov) for case, path, prov, fresh in plan if not fresh]
-    if jobs > 1 and len(todo) > 1:
+    jobs = min(jobs, parallel.cpu_count(), len(todo))     # more workers than cores only compete
+    if jobs > 1:
         written = parallel.bounded_map(write_case, todo, jobs=jobs, cost=_estimate, budget=mem_limit)
     else:
         written = map(write_case, todo)
@@ -297,18 +316,30 @@ def write_case(task: tuple[Case, Path, dict]) -> float:
     except MemoryError:
         raise LimitError(f"case {case.op}/{case.name} ran out of memory while generating "
                          f"(estimated {_gib(_estimate(task))})", file=case.source) from None
-    write_bundle(path, meta, tensors)
+    write_bundle(path, meta, tensors, sweep=False)     # gen_refs swept its folders once, before
     return time.perf_counter() - started
 
 
 def stale_bundles(out_dir: str | Path, suites: Iterable[Suite]) -> list[Path]:
-    """Bundles in the folders of the suites' ops that no case of these suites names (a renamed or
-    removed case's old golden, which verify would otherwise keep checking), sorted."""
+    """Bundles that these suites' own earlier cases left (their provenance names one of these
+    suites) and that no case of theirs names now: a renamed or removed case's old golden, which
+    verify would otherwise keep checking; sorted. Other suites' bundles in the same folders, and
+    bundles that name no suite, are never stale here: a prune of one suite leaves them alone."""
     suites = list(suites)
     named = {bundle_path(out_dir, case) for suite in suites for case in suite.cases}
+    ours = {spec_name(suite.path) for suite in suites}
     folders = sorted({Path(out_dir) / suite.op for suite in suites})
     return sorted(path for folder in folders for path in folder.glob("*.kdtr")
-                  if path not in named and path.is_file())
+                  if path not in named and path.is_file() and _left_by(path) in ours)
+
+
+def _left_by(path: Path) -> str | None:
+    """The suite a bundle's provenance names (None: unreadable, or no provenance)."""
+    try:
+        stored = read_bundle(path).meta.get("provenance")
+    except KdtrError:
+        return None
+    return stored.get("spec") if isinstance(stored, dict) else None
 
 
 def prune(paths: Iterable[Path]) -> list[Path]:

@@ -52,34 +52,72 @@ def plain(value: Any) -> Any:
     return value
 
 
+def _is_own_checkout(root: Path, toplevel: str) -> bool:
+    """Git's repository is kdtree's own checkout: its top is the folder kdtree runs from and holds
+    kdtree's pyproject.toml (an installed wheel inside another project's repository is not)."""
+    try:
+        same = Path(toplevel).resolve() == Path(root).resolve()
+        return same and 'name = "kdtree"' in (Path(root) / "pyproject.toml").read_text(encoding="utf-8")
+    except OSError:
+        return False
+
+
 @lru_cache(maxsize=1)
-def git_state() -> dict[str, Any]:
-    """The commit and dirty flag of the checkout kdtree runs from (None outside git)."""
+def git_state(root: Path = REPO_ROOT) -> dict[str, Any]:
+    """The commit and dirty flag of the checkout kdtree runs from; None for both outside git, and
+    for an installed kdtree that git finds inside a foreign repository (whose commit says nothing
+    of kdtree's code: sources_sha256 does)."""
     def git(*args):
-        return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True,
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True,
                               timeout=10, check=True).stdout.strip()
     try:
-        return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain", "-uno"))}
+        if _is_own_checkout(root, git("rev-parse", "--show-toplevel")):
+            return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain", "-uno"))}
     except (OSError, subprocess.SubprocessError):
-        return {"commit": None, "dirty": None}
+        pass
+    return {"commit": None, "dirty": None}
 
 
-SOURCE_GLOBS = ("kernels/*.cu", "kernels/*.cuh", "kdtr/**/*.py", "cli/**/*.py")
+# What sources_sha256 covers, under names that do not depend on how kdtree was installed: the
+# kernels (the checkout's kernels/, a wheel's kdtr/_kernels, or KDTREE_KERNELS_DIR), the library
+# with its C headers, and the CLI (the checkout's cli/, a wheel's kdtree_cli).
+SOURCE_PATTERNS = {"kernels": ("*.cu", "*.cuh"), "kdtr": ("**/*.py", "include/*.h"), "cli": ("**/*.py",)}
+
+
+def code_folders() -> dict[str, Path]:
+    """The folders of the code this kdtree runs (see SOURCE_PATTERNS)."""
+    import importlib.util
+
+    from .config import config
+
+    library = Path(__file__).resolve().parent
+    checkout_cli = library.parent / "cli"
+    if (library.parent / "pyproject.toml").is_file() and checkout_cli.is_dir():
+        cli = checkout_cli
+    else:
+        spec = importlib.util.find_spec("kdtree_cli")
+        cli = Path(spec.origin).parent if spec is not None and spec.origin else checkout_cli
+    return {"kernels": config().kernels_dir, "kdtr": library, "cli": cli}
 
 
 @lru_cache(maxsize=1)
-def source_digest(root: Path = REPO_ROOT) -> str:
-    """sha256 over the code a record's numbers come from (kernels, kdtr, cli: paths and bytes).
+def source_digest(root: Path | None = None) -> str:
+    """sha256 over the code a record's numbers come from (kernels, kdtr, cli: paths and bytes), of
+    the folders kdtree runs from (`root`: a tree laid out like the checkout instead).
 
     Git's commit names the checkout, but a copy of a working tree (a lent GPU machine's) can carry a
-    stale .git; this digest is computed from the files themselves, so a record can be matched to
-    the commit whose `kdtree doctor` (or this function) gives the same value.
+    stale .git, and an installed wheel has none; this digest is computed from the files themselves,
+    under the same names in a checkout and a wheel, so a record can be matched to the commit whose
+    `kdtree doctor` (or this function) gives the same value.
     """
+    folders = code_folders() if root is None else {name: Path(root) / name for name in SOURCE_PATTERNS}
     digest = hashlib.sha256()
-    files = sorted({path for pattern in SOURCE_GLOBS for path in Path(root).glob(pattern) if path.is_file()})
-    for path in files:
-        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
-        digest.update(path.read_bytes() + b"\0")
+    for name, folder in folders.items():
+        files = sorted({path for pattern in SOURCE_PATTERNS[name] for path in folder.glob(pattern)
+                        if path.is_file() and "__pycache__" not in path.parts})
+        for path in files:
+            digest.update(f"{name}/{path.relative_to(folder).as_posix()}".encode() + b"\0")
+            digest.update(path.read_bytes() + b"\0")
     return digest.hexdigest()
 
 

@@ -61,6 +61,7 @@ SUITE_SUFFIXES = (".yaml", ".yml")
 DEFAULT_SPECS = Path("specs")     # gen-refs without arguments: the suites directly in it
 
 _NAME_RE = re.compile(r"[A-Za-z0-9_.-]+")
+NAME_RULE = f"a safe file stem ([A-Za-z0-9_.-], not starting with '.', at most {MAX_NAME_LEN} characters)"
 
 
 Lookup = Callable[[str], Op]
@@ -195,7 +196,8 @@ def _check_value(param: Param, value: Any) -> Any:
     return value
 
 
-def _is_safe_name(name: str) -> bool:
+def is_safe_name(name: str) -> bool:
+    """A case name that is a safe file stem (NAME_RULE)."""
     return (bool(_NAME_RE.fullmatch(name)) and not name.startswith(".")
             and len(name) <= MAX_NAME_LEN)
 
@@ -353,7 +355,7 @@ class _SuiteReader:
               tolerance: dict, inline: dict, field: str) -> Case:
         if name is None:
             name = self.op.case_name(variant, params)
-            if not isinstance(name, str) or not _is_safe_name(name):
+            if not isinstance(name, str) or not is_safe_name(name):
                 raise self.doc.error(field, f"op {self.op_name} generated the case name {name!r}, "
                                             "which is not a safe file stem; give a `name`")
         return Case(name=name, op=self.op_name, variant=variant,
@@ -376,10 +378,8 @@ class _SuiteReader:
             if key not in CASE_KEYS:
                 given[key] = (self._param(key, v, f"{field}.{key}"), f"{field}.{key}")
         name = entry.get("name")
-        if "name" in entry and (not isinstance(name, str) or not _is_safe_name(name)):
-            raise self.doc.error(f"{field}.name", f"a case name is a safe file stem ([A-Za-z0-9_.-], "
-                                                  f"not starting with '.', at most {MAX_NAME_LEN} "
-                                                  f"characters), got {_describe(name)}")
+        if "name" in entry and (not isinstance(name, str) or not is_safe_name(name)):
+            raise self.doc.error(f"{field}.name", f"a case name is {NAME_RULE}, got {_describe(name)}")
         tolerance = dict(self.tolerance)
         if "tolerance" in entry:
             tolerance.update(self._tolerances(entry["tolerance"], f"{field}.tolerance"))
@@ -389,12 +389,13 @@ class _SuiteReader:
             tolerance=tolerance, field=field,
             inline=self._inputs(entry["inputs"], f"{field}.inputs") if "inputs" in entry else {})
         if case.inline:
-            self._check_inline(case, f"{field}.inputs")
+            self._check_inline(case, f"{field}.inputs", given)
         return case, f"{field}.name" if "name" in entry else field
 
-    def _check_inline(self, case: Case, field: str) -> None:
-        """Inline inputs fit their dtypes, are what the generator uses (not ignored, not reshaped)
-        and pass the op's input check, so a bad one is refused here, not written as a golden."""
+    def _check_inline(self, case: Case, field: str, given: Given) -> None:
+        """Inline inputs fit their dtypes, are what the generator uses (not ignored, not reshaped),
+        agree with the shape params the suite declares (`given`) and pass the op's input check, so
+        a bad one is refused here, not written as a golden."""
         specs = self.op.input_specs(case.variant)
         for name, array in case.inline.items():
             if name in specs:
@@ -413,6 +414,12 @@ class _SuiteReader:
                 raise self.doc.error(f"{field}.{name}", f"{self.op_name} does not use {name} as given "
                                      f"(shape {list(given.shape)}, it takes {list(used.shape)}); give "
                                      f"the inline inputs it reads together: {', '.join(self.op.inline_inputs)}")
+        for name in self.op.shape_params:
+            made = generated.params.get(name)
+            if name in given and made is not None and made != case.params[name]:
+                shapes = ", ".join(f"{k} {list(np.shape(v))}" for k, v in case.inline.items())
+                raise self.doc.error(given[name][1], f"{name}: {case.params[name]!r} declared, but the inline "
+                                                     f"inputs ({shapes}) make {name} {made!r}")
         try:
             self.op.check_inputs(case.variant, generated.inputs, generated.params)
         except ValueError as e:

@@ -86,3 +86,66 @@ def test_missing_kernel_params_and_reserved_meta(tmp_path):
         save_bundle(tmp_path / "x.kdtr", "verify_attn", "fp32", inputs, params=params, meta={"op": "x"})
     with pytest.raises(KdtrError, match="no outputs were given"):
         save_bundle(tmp_path / "x.kdtr", "verify_attn", "fp32", inputs, params=params, captured_by="me")
+
+
+def test_an_existing_file_is_replaced_only_when_asked(tmp_path):
+    """Issue 30 row 18: save_bundle silently overwrote an earlier capture."""
+    op, inputs, params = small_case("tree_accept", **ACCEPT_SMALL)
+    path = save_bundle(tmp_path / "a.kdtr", "tree_accept", "default", inputs, params=params, case="first")
+    with pytest.raises(KdtrError, match="already exists; pass overwrite=True"):
+        save_bundle(path, "tree_accept", "default", inputs, params=params, case="second")
+    assert read_bundle(path).meta["case"] == "first"
+    save_bundle(path, "tree_accept", "default", inputs, params=params, case="second", overwrite=True)
+    assert read_bundle(path).meta["case"] == "second"
+
+
+@pytest.mark.parametrize("variant", ["fp32", "bf16_paged"])
+@pytest.mark.parametrize("poison", [np.nan, np.inf])
+def test_nan_or_inf_where_the_op_reads_is_named_and_padding_is_not(tmp_path, variant, poison):
+    """Issue 30 row 18: NaN inputs were accepted, and verify then failed every row with no hint.
+    The generators' own padding is NaN on purpose (a read of it shows): it stays accepted."""
+    op, inputs, params = small_case("verify_attn", variant, **VERIFY_SMALL)
+    save_bundle(tmp_path / "padded.kdtr", "verify_attn", variant, inputs, params=params)   # NaN padding
+    queries = dict(inputs, q=inputs["q"].copy())
+    queries["q"].reshape(-1)[5] = poison
+    with pytest.raises(KdtrError, match=r"request 0's queries hold 1 NaN or Inf value\(s\)"):
+        save_bundle(tmp_path / "q.kdtr", "verify_attn", variant, queries, params=params)
+    keys = dict(inputs)
+    kv_name = "kv" if variant == "fp32" else "kv_buffer"
+    keys[kv_name] = inputs[kv_name].copy()
+    read_row = 0 if variant == "fp32" else int(inputs["kv_indices"][0]) if inputs["kv_indices"].size \
+        else int(inputs["tree_slots"][0])
+    keys[kv_name][(0, read_row) if variant == "fp32" else read_row] = poison
+    with pytest.raises(KdtrError, match="request 0's keys hold"):
+        save_bundle(tmp_path / "k.kdtr", "verify_attn", variant, keys, params=params)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["padded.kdtr"]
+
+
+def test_numpy_scalar_params_are_stored_as_numbers(tmp_path):
+    """Issue 30 row 18: `np.float32(0.1)` as sm_scale (what `layer.scaling` often is) was refused."""
+    op, inputs, params = small_case("verify_attn", "fp32", **VERIFY_SMALL)
+    path = save_bundle(tmp_path / "s.kdtr", "verify_attn", "fp32", inputs,
+                       params={**params, "sm_scale": np.float32(0.1), "step": np.int64(7)})
+    stored = read_bundle(path).meta["params"]
+    assert stored["sm_scale"] == float(np.float32(0.1)) and stored["step"] == 7
+    assert len(load_case(path).inputs) == len(inputs)
+
+
+@pytest.mark.parametrize("path, message", [
+    ("", "needs a file path"), (None, "needs a file path"), ("a\0b.kdtr", "needs a file path"),
+    (".", "is a directory"), ("{tmp}", "is a directory"),
+])
+def test_a_bad_path_is_one_clear_error(tmp_path, path, message):
+    op, inputs, params = small_case("tree_accept", **ACCEPT_SMALL)
+    path = path.format(tmp=tmp_path) if isinstance(path, str) else path
+    with pytest.raises(KdtrError, match=message):
+        save_bundle(path, "tree_accept", "default", inputs, params=params)
+
+
+@pytest.mark.parametrize("case", ["../../evil", ".hidden", "a/b", "x" * 201, "", 7])
+def test_case_names_are_checked_like_suite_case_names(tmp_path, case):
+    """Issue 30 row 18: `case='../../evil'` was accepted (reports and --json paths use it)."""
+    op, inputs, params = small_case("tree_accept", **ACCEPT_SMALL)
+    with pytest.raises(KdtrError, match="a case name is a safe file stem"):
+        save_bundle(tmp_path / "c.kdtr", "tree_accept", "default", inputs, params=params, case=case)
+    assert list(tmp_path.iterdir()) == []

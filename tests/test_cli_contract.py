@@ -56,6 +56,9 @@ CASES = [
     (["e2e", "--budget", "99999", "-b", "numpy"], "99999"),
     (["e2e", "-b", "numpy", "--json", "."], "--json"),
     (["report", "missing.json"], "missing.json"),
+    # issue 30 row 16: a record onto one of the inputs
+    (["gen-refs", "specs/tree_accept.yaml", "-o", "new", "--json", "specs/tree_accept.yaml"], "is one of the inputs"),
+    (["inspect", "goldens/tree_accept/b4_n12.kdtr", "--json", "goldens/tree_accept/b4_n12.kdtr"], "is one of the inputs"),
 ]
 SUBPROCESS = {0, 2, 4, 5, 8, 12, 16, 19}     # one or more per command, through a real process
 

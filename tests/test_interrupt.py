@@ -67,3 +67,58 @@ def test_two_concurrent_gen_refs_produce_valid_identical_bundles(tmp_path):
     proc = kdtree("gen-refs", "slow.yaml", "-o", "again", "-q", cwd=tmp_path)
     proc.communicate(timeout=120)
     assert {p.name: p.read_bytes() for p in (tmp_path / "again").rglob("*.kdtr")} == first
+
+
+def _children(pid: int) -> list[int]:
+    """Live processes whose parent is `pid` (from /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat.rpartition(")")[2].split()
+            if int(fields[1]) == pid and fields[0] != "Z":
+                found.append(int(entry.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="finds the workers through /proc (Linux)")
+def test_gen_refs_workers_die_with_a_killed_parent_and_write_nothing_after(tmp_path):
+    """Issue 30 row 7: with --jobs 2, SIGKILL of gen-refs left both workers running; they wrote
+    their bundles minutes later and idled on. Now they go within seconds, and their temp files
+    with them."""
+    (tmp_path / "slow.yaml").write_text(SLOW_SUITE)
+    proc = kdtree("gen-refs", "slow.yaml", "-o", "goldens", "-q", "--jobs", "2", "--force", cwd=tmp_path)
+    deadline = time.time() + 60
+    workers: list[int] = []
+    while len(workers) < 2 and time.time() < deadline and proc.poll() is None:
+        workers = [pid for pid in _children(proc.pid)
+                   if "spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")]
+        time.sleep(0.05)
+    assert len(workers) == 2, f"the two workers never started: {proc.poll()}"
+    time.sleep(0.5)                               # mid-case: each worker is generating one
+    proc.kill()
+    proc.wait(timeout=30)                         # not communicate(): a live worker holds the pipes
+    before = {p.name for p in (tmp_path / "goldens").rglob("*")}
+    gone_by = time.time() + 5
+    while any(map(_alive, workers)) and time.time() < gone_by:
+        time.sleep(0.05)
+    survivors = [pid for pid in workers if _alive(pid)]
+    for pid in survivors:                         # a failing run must not leave them behind
+        os.kill(pid, signal.SIGKILL)
+    proc.communicate(timeout=30)
+    assert survivors == [], "the workers outlived their parent"
+    time.sleep(1.0)
+    after = {p.name for p in (tmp_path / "goldens").rglob("*")}
+    assert after <= before, f"written after the parent died: {sorted(after - before)}"
+    assert [name for name in after if not name.endswith(".kdtr") and "." in name] == [], "temp files left"

@@ -113,3 +113,71 @@ def test_the_installed_wheel_reports_missing_kernels_in_one_line(installed, tmp_
     hollow = run("kdtree", "build", cwd=empty, env=dict(env, KDTREE_KERNELS_DIR=str(tmp_path)))
     assert hollow.returncode == 2 and hollow.stderr.count("\n") == 1, hollow.stderr
     assert str(tmp_path) in hollow.stderr and "no kernel sources" in hollow.stderr
+
+
+def _requirements(lines) -> dict:
+    from packaging.requirements import Requirement
+
+    reqs = [Requirement(line) for line in lines if line.strip() and not line.lstrip().startswith("#")]
+    return {req.name.lower(): req.specifier for req in reqs}
+
+
+def test_the_bounds_kdtree_relies_on_are_in_pyproject_and_constraints_fit_them():
+    """A plain `pip install .` (no -c constraints.txt) must keep typer below 0.29 (`<bool>` in
+    --help, pydantic at start-up) and NVRTC off 13.5 (spills at sm_90); each exact pin of
+    constraints.txt must lie inside pyproject's bounds, or CI tests what no install gets."""
+    tomllib = pytest.importorskip("tomllib")          # Python 3.11+; the check is the same on any
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+    declared = _requirements(project["dependencies"])
+    assert "0.29.2" not in declared["typer"] and "0.28.0" in declared["typer"]
+    assert "13.5.0" not in declared["nvidia-cuda-nvrtc"] and "13.0.88" in declared["nvidia-cuda-nvrtc"]
+    pinned = _requirements((REPO_ROOT / "constraints.txt").read_text().splitlines())
+    for name, spec in pinned.items():
+        assert name in declared, f"constraints.txt bounds {name}, which pyproject does not depend on"
+        for exact in (s.version for s in spec if s.operator == "=="):
+            assert exact in declared[name], f"constraints.txt pins {name}=={exact}, outside pyproject's {declared[name]}"
+        for upper in (s.version for s in spec if s.operator == "<"):
+            assert upper not in declared[name], f"constraints.txt bounds {name}<{upper}; pyproject lets it in"
+
+
+@pytest.mark.slow
+def test_the_installed_wheel_names_its_own_code_and_writes_the_checkouts_bytes(installed, tmp_path):
+    """Issue 30 rows 10 and 12, from the wheel installed in a venv inside another project's git
+    repository: no record names that project's commit; sources_sha256 is the checkout's for the
+    same code and changes when an installed kernel or CLI file does; gen-refs writes the bytes the
+    checkout writes (provenance.spec held the absolute site-packages path)."""
+    venv, site, wheel, env, empty = installed
+    foreign = venv.parent
+    for args in (("init", "-q"), ("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q",
+                                  "--allow-empty", "-m", "another project")):
+        assert run("git", *args, cwd=foreign).returncode == 0
+
+    def doctor() -> dict:
+        done = run("kdtree", "doctor", "--json", "-", cwd=empty, env=env)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    record = run("kdtree", "gen-refs", "-k", "root_only_q1", "-o", tmp_path / "wheel", "-q", "--json", "-",
+                 cwd=empty, env=env)
+    assert record.returncode == 0, record.stderr
+    meta = json.loads(record.stdout)["meta"]
+    assert (meta["commit"], meta["dirty"]) == (None, None)
+    checkout = subprocess.run([sys.executable, "-m", "cli", "gen-refs", "-k", "root_only_q1", "-o",
+                               tmp_path / "checkout", "-q"], cwd=REPO_ROOT, capture_output=True, text=True,
+                              env=dict(CLEAN, PYTHONPATH=str(REPO_ROOT)), timeout=300)
+    assert checkout.returncode == 0, checkout.stderr
+    (ours,), (theirs,) = (tmp_path / "wheel").rglob("*.kdtr"), (tmp_path / "checkout").rglob("*.kdtr")
+    assert ours.read_bytes() == theirs.read_bytes()
+
+    from kdtr.report import source_digest
+
+    assert meta["sources_sha256"] == doctor()["sources_sha256"] == source_digest.__wrapped__(REPO_ROOT)
+    digests = {meta["sources_sha256"]}
+    for edited in (site / "kdtr" / "_kernels" / "tree_accept_walk.cu", site / "kdtree_cli" / "main.py"):
+        original = edited.read_bytes()
+        try:
+            edited.write_bytes(original + b"\n// edited\n" if edited.suffix == ".cu" else original + b"\n# edited\n")
+            digests.add(doctor()["sources_sha256"])
+        finally:
+            edited.write_bytes(original)
+    assert len(digests) == 3, "each installed edit must change sources_sha256"

@@ -155,6 +155,29 @@ def test_bounded_map_raises_a_workers_error_in_its_turn(tmp_path):
         next(results)
 
 
+def _thread_settings(_task):
+    """A worker's unit: the BLAS/OpenMP thread counts numpy (imported after it) starts with."""
+    import os
+
+    from kdtr.parallel import THREAD_VARIABLES
+
+    return {name: os.environ.get(name) for name in THREAD_VARIABLES}
+
+
+def test_bounded_map_workers_share_the_cores_among_their_blas_threads(monkeypatch):
+    """Issue 30 row 13: two gen-refs workers each ran a BLAS pool as wide as the machine, slower
+    than one process (174 s against 80 s). Each now gets its share of the cores (at least one),
+    so workers x threads <= cores; a lower count the user set is kept."""
+    from kdtr.parallel import THREAD_VARIABLES, bounded_map, cpu_count
+
+    for name in THREAD_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("MKL_NUM_THREADS", "1")
+    share = str(max(1, cpu_count() // 2))
+    for got in bounded_map(_thread_settings, [0, 1, 2], jobs=2):
+        assert got == {**{name: share for name in THREAD_VARIABLES}, "MKL_NUM_THREADS": "1"}
+
+
 class _Live:
     """Counts the work items started whose results are still alive (running, queued or held)."""
 

@@ -118,3 +118,39 @@ def test_the_real_ops_hash_their_own_code():
     values = {op: refs.reference_sha256(op) for op in ("tree_build", "tree_accept", "verify_attn")}
     assert len(set(values.values())) == 3
     assert all(len(v) == 64 for v in values.values())
+
+
+def _git(*args, cwd):
+    import subprocess
+
+    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd,
+                          capture_output=True, text=True, check=True)
+
+
+def test_a_record_never_names_the_commit_of_a_foreign_repository(tmp_path):
+    """Issue 30 row 10: kdtree installed in a venv inside another project's repository recorded
+    that project's commit as its own."""
+    from kdtr.config import REPO_ROOT
+    from kdtr.report import git_state
+
+    site = tmp_path / "venv" / "lib" / "site-packages"
+    (site / "kdtr").mkdir(parents=True)
+    _git("init", "-q", cwd=tmp_path)
+    _git("commit", "-q", "--allow-empty", "-m", "another project", cwd=tmp_path)
+    assert git_state.__wrapped__(site) == {"commit": None, "dirty": None}
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "kdtree"\n')
+    assert git_state.__wrapped__(tmp_path / "venv") == {"commit": None, "dirty": None}, "not the top"
+    assert git_state.__wrapped__(tmp_path)["commit"] == _git("rev-parse", "HEAD", cwd=tmp_path).stdout.strip()
+    if (REPO_ROOT / ".git").exists():
+        assert git_state.__wrapped__(REPO_ROOT)["commit"] is not None, "kdtree's own checkout"
+
+
+def test_sources_sha256_covers_the_kernels_library_and_cli_where_they_are():
+    """The digest reads the folders kdtree runs from (a wheel's kdtr/_kernels and kdtree_cli
+    too, not only a checkout's kernels/ and cli/), under the same names in both."""
+    from kdtr.config import config
+    from kdtr.report import code_folders
+
+    folders = code_folders()
+    assert folders["kernels"] == config().kernels_dir and any(folders["kernels"].glob("*.cu"))
+    assert (folders["cli"] / "main.py").is_file() and (folders["kdtr"] / "report.py").is_file()

@@ -239,6 +239,7 @@ class Op:
     variants: tuple[str, ...] = ("default",)
     params: tuple[Param, ...] = ()
     inline_inputs: tuple[str, ...] = ()     # names a suite may give inline
+    shape_params: tuple[str, ...] = ()      # params that inline inputs' shapes decide (Generated.params)
     outputs: tuple[str, ...] = ()
     kernel_params: tuple[str, ...] = ()    # meta.params a bundle must carry for the kernel
     kernels: tuple["CudaKernel", ...] = ()  # the op's CUDA kernels (kernels/README.md is their table)

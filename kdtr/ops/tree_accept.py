@@ -63,6 +63,7 @@ class TreeAccept(Op):
                   "draws one per request"),
     )
     inline_inputs = ("tokens", "parents", "target_ids")
+    shape_params = ("batch",)
     outputs = tuple(OUTPUT_DTYPES)
     _defaults = {p.name: p.default for p in params}
 

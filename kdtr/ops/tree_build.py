@@ -100,6 +100,7 @@ class TreeBuild(Op):
         Param("max_start", int, 4096, 0, 1 << 30, doc="start positions drawn from [0, max_start]"),
     )
     inline_inputs = ("logits", "probs", "topk_ids", "root_token", "start")
+    shape_params = ("batch", "depth")
     outputs = tuple(OUTPUT_DTYPES)
     kernel_params = ("budget",)
     _defaults = {p.name: p.default for p in params}

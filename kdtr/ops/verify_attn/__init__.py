@@ -78,6 +78,13 @@ class VerifyAttn(Op):
         node = np.arange(q_len)
         if np.any(visibility[:, node, node] != 1):
             raise ValueError("every tree row must see itself (visibility diagonal all 1)")
+        for b, (queries, keys, _, _) in enumerate(LAYOUTS[variant].requests(inputs)):
+            for what, values in (("queries", queries), ("keys", keys)):
+                bad = np.argwhere(~np.isfinite(values.astype(np.float32)))   # bf16 too
+                if bad.size:
+                    raise ValueError(f"request {b}'s {what} hold {len(bad)} NaN or Inf value(s), the first at "
+                                     f"{bad[0].tolist()}: the outputs would be NaN (padding that no "
+                                     "request reads may hold anything)")
 
     # -- goldens --------------------------------------------------------------------------
     def trees(self, case: Case) -> dict[str, np.ndarray]:
