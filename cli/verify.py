@@ -44,6 +44,9 @@ def verify_cmd(
                                           "--impl) on the same inputs as the backend and report parity: max "
                                           "difference in bf16 ulps, mean, rel. L2, the worst element and where "
                                           "it sits in the tree. Exit 2 when it compared no case."),
+    case_timeout: Optional[float] = typer.Option(None, "--case-timeout", help="Seconds one implementation may "
+                                                 "take on one case (each run of it: prepare and call); past "
+                                                 "it the row fails with the reason and the run goes on."),
     sanitize: Optional[str] = typer.Option(None, "--sanitize", help="Run the cuda backend under compute-sanitizer "
                                            "(memcheck, racecheck, synccheck or initcheck); any report fails its case."),
     quiet: bool = QuietOpt,
@@ -64,6 +67,8 @@ def verify_cmd(
     for name, value in (("--atol", atol), ("--rtol", rtol)):
         if value is not None and not value >= 0:
             raise UsageError(f"{name} {value}: must be >= 0")
+    if case_timeout is not None and not 0 < case_timeout < 1e9:
+        raise UsageError(f"--case-timeout {case_timeout}: must be > 0 seconds (and finite)")
     shard_spec = parallel.Shard.parse(shard) if shard else None
     selected = find_bundles(paths or [Path("goldens")])
     if pattern:
@@ -73,7 +78,7 @@ def verify_cmd(
     files = parallel.shard_items(selected, shard_key, shard_spec)
     resolved = backends.resolve_backend("cuda" if sanitize else backend)
     forced = check_kernels(kernel, resolved)
-    impls = _implementations(impl, against, kernel, sanitize)
+    refs = _implementations(impl, against, kernel, sanitize)
     if resolved == "cuda" and files and not devices and not impl:
         from kdtr.device import require_gpu
 
@@ -85,27 +90,29 @@ def verify_cmd(
     if sanitize:
         _sanitized_verify(sanitize, files, atol, rtol, trials, forced, quiet, json_out)
     options = Options(backend=resolved, atol=atol, rtol=rtol, trials=trials, determinism=determinism,
-                      kernels=forced, keep_worst=keep_worst, impls=tuple(impl), against=against)
+                      kernels=forced, keep_worst=keep_worst, impls=refs if impl else (),
+                      against=refs[0] if against else None, case_timeout=case_timeout)
     device_list = parallel.parse_devices(devices, gpu_count()) if devices else None
     with json_out.tables():
         rows, errors, not_run = _run(files, options, device_list, quiet, verbose)
-    _write_records(rows, errors, options, device_list, json_out, junit, selected, shard_spec, not_run, impls)
+    _write_records(rows, errors, options, device_list, json_out, junit, selected, shard_spec, not_run, refs)
     if not errors:
         _nothing_ran(rows, options, not_run)
     raise typer.Exit(EXIT_INPUT if errors else (EXIT_FAILED if any(r.failed for r in rows) else EXIT_OK))
 
 
 def _implementations(specs, against, kernel, sanitize):
-    """--impl and --against resolved (a spec that does not resolve: one line, exit 2), up front."""
+    """--impl and --against resolved once (a spec that does not resolve: one line, exit 2), up front,
+    as picklable records the run carries (worker processes too)."""
     if not specs and not against:
         return ()
-    from kdtr.impl import resolve_all
+    from kdtr.impl import resolve_refs
 
     if against and specs:
         raise UsageError("--against compares the backend with one implementation; it does not combine with --impl")
     if (specs or against) and (kernel or sanitize):
         raise UsageError("--kernel and --sanitize run our backend; they do not combine with --impl or --against")
-    return resolve_all([*specs, *([against] if against else [])])
+    return resolve_refs([*specs, *([against] if against else [])])
 
 
 def _nothing_ran(rows, options, not_run) -> None:
@@ -116,7 +123,7 @@ def _nothing_ran(rows, options, not_run) -> None:
         raise KdtreeError("nothing ran: " + "; ".join(reasons))
     if options.against and rows and not any(r.parity and not r.parity.get("reason") for r in rows):
         reasons = dict.fromkeys(r.parity["reason"] for r in rows if r.parity)
-        raise KdtreeError(f"--against {options.against}: compared no case: " + "; ".join(reasons))
+        raise KdtreeError(f"--against {options.against.spec}: compared no case: " + "; ".join(reasons))
 
 
 def _run(files, options, device_list, quiet: bool, verbose: bool):
@@ -132,7 +139,7 @@ def _run(files, options, device_list, quiet: bool, verbose: bool):
     else:
         outcomes = (verify_file(file, options) for file in files)
     rows, errors, not_run = [], [], []
-    names = ", ".join(options.impls) or options.backend
+    names = ", ".join(ref.name for ref in options.impls) or options.backend
     label = f"verify ({names}" + (f", {len(device_list)} workers)" if device_list else ")")
     for outcome in render.progress(_with_files(files, outcomes, device_list), len(files), label,
                                           quiet=quiet, line=lambda outcome: render.verify_lines(outcome[1][0])):
@@ -157,7 +164,7 @@ def _with_files(files, outcomes, device_list):
 
 
 def _write_records(rows, errors, options, device_list, json_out: JsonOut, junit: Path | None,
-                   selected, shard_spec, not_run, impls) -> None:
+                   selected, shard_spec, not_run, refs) -> None:
     kernels = None
     if options.backend == "cuda" and not device_list and not options.impls:
         from kdtr.device import loaded_kernels
@@ -171,7 +178,8 @@ def _write_records(rows, errors, options, device_list, json_out: JsonOut, junit:
         from kdtr.verify import implementation_info, suite_digest, verify_record
 
         record = verify_record(rows, errors, suite=suite_digest(selected), shard=shard_spec, kernels=kernels,
-                               not_run=not_run, implementations={i.name: implementation_info(i) for i in impls})
+                               not_run=not_run,
+                               implementations={r.name: implementation_info(r.load()) for r in refs})
         json_out.write(lambda: record)
         if junit:
             atomic_write(junit, report.junit_xml(record))

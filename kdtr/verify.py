@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import json
-import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
@@ -15,13 +13,13 @@ import numpy as np
 
 from . import backends, parallel, report
 from .compare import OutputCheck, compare_output
-from .errors import KdtrError, KdtreeError, LaunchError, UsageError
+from .errors import DeviceError, KdtrError, KdtreeError, UsageError
 from .format import MAGIC, PREAMBLE, Bundle, read_bundle
 from .ops import get_op
 from .ops.base import Case, Op, Tolerance
 
 if TYPE_CHECKING:        # kdtr.impl is imported where --impl / --against use it, not at start-up
-    from .impl import Implementation
+    from .impl import ImplRef, Implementation
 
 
 GOLDEN = "golden"
@@ -112,17 +110,12 @@ class Options:
     determinism: bool = False         # run twice, compare bitwise
     kernels: tuple[str, ...] = ()     # CUDA kernels to force where a case's op/variant has them
     keep_worst: bool = False          # keep worst elements of passing outputs too (records grow)
-    impls: tuple[str, ...] = ()       # --impl specs: these implementations run instead of the backend
-    against: str | None = None        # --against spec: run beside the backend, parity reported
+    impls: tuple[ImplRef, ...] = ()   # --impl, resolved: these implementations run instead of the backend
+    against: ImplRef | None = None    # --against, resolved: run beside the backend, parity reported
+    case_timeout: float | None = None  # seconds one implementation's call may take (kdtr.impl.evaluate)
 
     def implementations(self) -> tuple[Implementation, ...]:
-        return tuple(map(self.implementation, self.impls))
-
-    @staticmethod
-    def implementation(spec: str) -> Implementation:
-        from .impl import resolved
-
-        return resolved(spec)
+        return tuple(ref.load() for ref in self.impls)
 
     def kernel_for(self, op: Op, variant: str) -> str | None:
         """The forced kernel for this op/variant, or None for the launch's own choice."""
@@ -218,92 +211,93 @@ def tolerances(op: Op, variant: str, meta_tolerance: Any, options: Options, file
     return merged
 
 
-@dataclass(frozen=True)
-class _Ran:
-    """What running one implementation on one case gave: numpy outputs, or why not."""
+def _ours(options: Options, kernel: str | None) -> Implementation:
+    """The built-in implementation the backend names (`kernel`: one of our kernels forced)."""
+    from .impl.builtin import builtin, cuda_build
 
-    outputs: dict[str, np.ndarray] | None = None
-    error: str | None = None          # it ran and failed (exit 1)
-    skipped: str | None = None        # it cannot run here (ImplUnavailable)
+    return cuda_build(kernel=kernel) if kernel is not None else builtin(options.backend)
 
 
-def _run_backend(op: Op, variant: str, inputs, params, options: Options, kernel: str | None, case) -> _Ran:
-    try:
-        return _Ran(backends.run(options.backend, op, variant, inputs, params, kernel))
-    except LaunchError as err:   # a kernel that fails to launch or run fails its case (exit 1)
-        return _Ran(error=f"{case}: {err}")
-    except KdtreeError:          # no GPU, a compile error: the run cannot go on (exit 2)
-        raise
-    except Exception as err:     # a backend that crashes fails its case, with the reason
-        return _Ran(error=f"{type(err).__name__}: {err}")
+def _captured(name: str, stored: Mapping[str, np.ndarray]) -> Implementation:
+    """A bundle's captured outputs as the implementation that gave them (compared, never run)."""
+    from .dtypes import to_torch
+    from .impl import Implementation, Serves
+
+    return Implementation(name, tuple(Serves(n) for n in _op_names()),
+                          lambda op, variant, inputs, params: lambda: {n: to_torch(a) for n, a in stored.items()},
+                          device="cpu")
 
 
-def _run_impl(impl: Implementation, op: Op, variant: str, inputs, params, expected) -> _Ran:
-    """kdtr.impl.run: a raise, a missing output, a wrong shape or dtype, or a NaN where the expected
-    outputs have none fails the case with that reason; an unavailable implementation skips it."""
-    from .impl import ImplUnavailable, run
+def _op_names() -> tuple[str, ...]:
+    from .ops import op_names
 
-    try:
-        result = run(impl, op, variant, inputs, params, reference=expected)
-    except ImplUnavailable as err:
-        return _Ran(skipped=str(err))
-    return _Ran(result.outputs) if result.ok else _Ran(error=f"{impl.name}: {result.reason}")
+    return op_names()
 
 
 def check_case(op: Op, variant: str, inputs: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray],
                params: Mapping[str, Any], tols: Mapping[str, Tolerance], options: Options,
                impl: Implementation | None = None, stored: Mapping[str, np.ndarray] | None = None,
                stored_by: str | None = None, **row: Any) -> tuple[VerifyRow, dict[str, np.ndarray] | None]:
-    """Run the backend (or `impl`) once (twice for the determinism probe) and compare every output it
-    gives with `expected`; `stored` compares those captured outputs (of `stored_by`) instead of
-    running anything. The row and the outputs that were compared (None: nothing ran)."""
-    started = time.perf_counter()
+    """Evaluate the backend (or `impl`) on one case (kdtr.impl.evaluate: twice for the determinism
+    probe) and compare every output it gives with `expected`; `stored` compares those captured
+    outputs (of `stored_by`) instead of running anything. The row and the outputs that were
+    compared (None: nothing came back). Our backend unable to run here stops the run (DeviceError)."""
+    from .impl import CaseData, Status, evaluate
+
     config = op.describe(variant, inputs, params)
     ours = impl is None and stored is None
-    kernel = options.kernel_for(op, variant) if ours else None
-    if kernel is not None:
-        config = config | {"kernel": kernel}
-    if stored is not None:
-        produce = functools.partial(_Ran, dict(stored))
-    elif impl is None:
-        produce = functools.partial(_run_backend, op, variant, inputs, params, options, kernel, row.get("case"))
-    else:
-        produce = functools.partial(_run_impl, impl, op, variant, inputs, params, expected)
-    name = options.backend if ours else (impl.name if impl is not None else stored_by)
+    if ours:
+        kernel = options.kernel_for(op, variant)
+        if kernel is not None:
+            config = config | {"kernel": kernel}
+        impl = _ours(options, kernel)
+    elif stored is not None:
+        impl = _captured(stored_by or "unknown", stored)
+    name = options.backend if ours else impl.name
     base = dict(op=op.name, variant=variant, backend=name, config=config, impl=None if ours else name,
                 captured=stored is not None, **row)
-    ran = produce()
-    deterministic = None
-    if options.determinism and ran.outputs is not None and stored is None:
-        again = produce()
-        deterministic = again.outputs is not None and all(
-            np.array_equal(ran.outputs[k].view(np.uint8), again.outputs[k].view(np.uint8)) for k in ran.outputs)
-    if ran.outputs is None:
-        return VerifyRow(passed=False, error=ran.error, skipped=ran.skipped,
-                         seconds=time.perf_counter() - started, **base), None
-    names = list(op.outputs) if ours else [n for n in op.outputs if n in ran.outputs]
-    checks = tuple(compare_output(name, ran.outputs.get(name), expected[name], tols[name]) for name in names)
-    if not options.keep_worst:
-        checks = tuple(c if not c.passed else replace(c, worst=()) for c in checks)
-    return VerifyRow(passed=all(c.passed for c in checks), outputs=checks, deterministic=deterministic,
-                     seconds=time.perf_counter() - started, loosened=loosened(op, variant, tols, options),
-                     not_compared=tuple(n for n in op.outputs if n not in names), **base), ran.outputs
+    outcome = evaluate(impl, CaseData(op, variant, inputs, params), expected, tols,
+                       determinism=options.determinism and stored is None, timeout_s=options.case_timeout)
+    if ours and outcome.status is Status.SKIPPED:
+        raise DeviceError(outcome.reason)          # no GPU for the cuda backend: the run cannot go on
+    return verify_row(outcome, base, op, variant, tols, options, who=row.get("case") if ours else name), \
+        outcome.outputs
+
+
+def verify_row(outcome, base: Mapping[str, Any], op: Op, variant: str, tols: Mapping[str, Tolerance],
+               options: Options, who: str | None) -> VerifyRow:
+    """An Outcome as a verify row: compared outputs (worst elements of passing ones dropped unless
+    --keep-worst), or the error (prefixed with `who`: the case for our backend, the implementation
+    otherwise), or the reason it was skipped."""
+    from .impl import Status
+
+    if outcome.checks:
+        checks = outcome.checks if options.keep_worst else tuple(
+            c if not c.passed else replace(c, worst=()) for c in outcome.checks)
+        return VerifyRow(passed=outcome.passed, outputs=checks, deterministic=outcome.deterministic,
+                         seconds=outcome.seconds, loosened=loosened(op, variant, tols, options),
+                         not_compared=outcome.not_compared, **base)
+    skipped = outcome.reason if outcome.status is Status.SKIPPED else None
+    error = None if skipped else f"{who}: {outcome.reason}"
+    return VerifyRow(passed=False, error=error, skipped=skipped, seconds=outcome.seconds, **base)
 
 
 def with_parity(row: VerifyRow, ours: Mapping[str, np.ndarray] | None, against: Implementation, op: Op,
-                variant: str, inputs, params, expected) -> VerifyRow:
+                variant: str, inputs, params, expected, options: Options | None = None) -> VerifyRow:
     """`row` (ours) with the parity of `against` on the same inputs (kdtr.impl.parity, reference: the
     expected outputs), or the reason there is none."""
-    from .impl import parity
+    from .impl import CaseData, Status, evaluate, parity
 
     if not against.serves(op.name, variant):
         return replace(row, parity={"theirs": against.name, "reason": f"{against.name} does not serve "
                                                                         f"{op.name}/{variant}"})
     if ours is None:
         return replace(row, parity={"theirs": against.name, "reason": f"{row.backend} gave no outputs"})
-    theirs = _run_impl(against, op, variant, inputs, params, expected)
+    theirs = evaluate(against, CaseData(op, variant, inputs, params), expected,
+                      timeout_s=options.case_timeout if options else None)
     if theirs.outputs is None:
-        why = f"skipped: {theirs.skipped}" if theirs.skipped else f"failed: {theirs.error}"
+        why = (f"skipped: {theirs.reason}" if theirs.status is Status.SKIPPED
+               else f"failed: {against.name}: {theirs.reason}")
         return replace(row, parity={"theirs": against.name, "reason": why})
     found = parity(op, variant, ours, theirs.outputs, ours_name=row.backend, theirs_name=against.name,
                    reference=expected, inputs=inputs, params=params)
@@ -389,7 +383,7 @@ def verify_bundle(path: str | Path, options: Options) -> list[VerifyRow]:
         how = DEVICE_REFERENCE if on_device else REFERENCE
     tols = tolerances(op, variant, bundle.meta.get("tolerance"), options, file=path)
     file = report.portable(path)
-    against = options.implementation(options.against) if options.against else None
+    against = options.against.load() if options.against else None
 
     def rows_for(inputs, expected, params, **row) -> list[VerifyRow]:
         if impls:
@@ -397,7 +391,7 @@ def verify_bundle(path: str | Path, options: Options) -> list[VerifyRow]:
                     for impl in impls]
         got, ours = check_case(op, variant, inputs, expected, params, tols, options, **row)
         if against is not None:
-            got = with_parity(got, ours, against, op, variant, inputs, params, expected)
+            got = with_parity(got, ours, against, op, variant, inputs, params, expected, options)
         return [got]
 
     rows = rows_for(inputs, expected, params, case=case, file=file, seed=bundle.meta.get("seed"), expected_from=how)

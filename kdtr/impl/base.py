@@ -4,15 +4,15 @@ An `Implementation` is a name, the (op, variant) pairs it serves (each with the 
 all of the op's, or a declared subset such as a peer without `lse`), and `prepare`, which does the
 once-per-case work (layout conversion, planning) and returns the zero-argument call that computes
 the outputs. `impl(op, variant, inputs, params)` is prepare-then-call; `kdtree bench` times only
-the call. `run` executes one and checks what came back (`check_outputs`): an implementation that
-raises, or returns a missing name, a wrong shape or dtype, a non-tensor, or a NaN where the reference
-has none, fails with that reason in an `ImplResult`; the run goes on.
+the call. `check_outputs` is the output contract; `kdtr.impl.evaluate` runs an implementation and
+judges it (an implementation that raises, or returns a missing name, a wrong shape or dtype, a
+non-tensor, a sparse or meta tensor, or a NaN where the reference has none, fails with that reason;
+the run goes on).
 """
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -84,25 +84,6 @@ class Implementation:
         return self.prepare(op, variant, inputs, params)()
 
 
-@dataclass(frozen=True)
-class ImplResult:
-    """What one implementation gave for one case: numpy outputs (the provided ones), or why not."""
-
-    impl: str
-    outputs: dict[str, np.ndarray] = field(default_factory=dict)
-    reason: str | None = None        # None: it ran and its outputs fit the contract
-    seconds: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        return self.reason is None
-
-
-def first_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {text[0]}" if text else type(err).__name__
-
-
 def _torch_kind(tensor) -> str | None:
     from ..dtypes import torch_dtype
 
@@ -139,6 +120,10 @@ def check_outputs(op: Op, variant: str, outputs: Any, expected_specs: Mapping[st
         value, (kind, shape) = outputs[name], expected_specs[name]
         if not isinstance(value, torch.Tensor):
             return f"output {name!r} is a {type(value).__name__}, not a torch tensor"
+        if value.layout != torch.strided:
+            return f"output {name!r} is a {str(value.layout).replace('torch.', '')} tensor, not a dense one"
+        if value.device.type == "meta":
+            return f"output {name!r} is on the meta device: it holds no values"
         if tuple(value.shape) != tuple(shape):
             return f"output {name!r} has shape {list(value.shape)}, expected {list(shape)}"
         got = _torch_kind(value)
@@ -174,35 +159,3 @@ def device_for(impl: Implementation) -> str:
     from ..backends import torch_device
 
     return torch_device()
-
-
-def run(impl: Implementation, op: Op, variant: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any],
-        *, reference: Mapping[str, np.ndarray] | None = None) -> ImplResult:
-    """Run `impl` on one case's numpy inputs (uploaded to its device), wait for the device, check
-    the outputs; any exception from the implementation becomes the result's reason (its first line).
-    ImplUnavailable propagates: the case is not run, which is not a failure."""
-    import torch
-
-    from ..backends import upload
-    from ..dtypes import to_numpy
-
-    reason = impl.unavailable()
-    if reason:
-        raise ImplUnavailable(f"{impl.name}: {reason}")
-    device = device_for(impl)
-    started = time.perf_counter()
-    try:
-        with torch.no_grad():
-            got = impl(op, variant, upload(inputs, device), params)
-        if device == "cuda":
-            torch.cuda.synchronize()
-    except ImplUnavailable:
-        raise
-    except Exception as err:  # noqa: BLE001 - an implementation that fails fails its case, with the reason
-        return ImplResult(impl.name, reason=first_line(err), seconds=time.perf_counter() - started)
-    seconds = time.perf_counter() - started
-    provides = impl.provides(op, variant)
-    fault = check_outputs(op, variant, got, op.output_specs(variant, inputs, params), provides, reference)
-    if fault:
-        return ImplResult(impl.name, reason=fault, seconds=seconds)
-    return ImplResult(impl.name, outputs={n: to_numpy(got[n]) for n in provides}, seconds=seconds)

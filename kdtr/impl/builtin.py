@@ -4,6 +4,7 @@ backend), `numpy` (the reference). They serve every op and variant, with all out
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 from typing import Any, Mapping
 
 from ..ops import op_names
@@ -12,15 +13,19 @@ from .base import Implementation, Serves
 EVERY_OP = tuple(Serves(name) for name in op_names())
 
 
-def _cuda_prepare(op, variant, inputs, params):
-    """Poisoned outputs (what an unwritten element holds is never a correct value), then the launch."""
+def _cuda_prepare(op, variant, inputs, params, kernel: str | None = None, defines: Mapping[str, Any] | None = None):
+    """Poisoned outputs, allocated once (what an unwritten element holds is never a correct value;
+    bench times the launch alone), then the call: the launch, writing them. `kernel` and `defines`
+    force one of our kernels and its compile-time knobs (None: the launch's own choice)."""
     from ..backends import poisoned
 
-    specs = op.output_specs(variant, inputs, params)
+    outputs = {name: poisoned(kind, shape, "cuda") for name, (kind, shape) in op.output_specs(variant, inputs, params).items()}
+    forced: dict[str, Any] = {"kernel": kernel} if kernel is not None else {}
+    if defines:
+        forced["defines"] = dict(defines)
 
     def call():
-        outputs = {name: poisoned(kind, shape, "cuda") for name, (kind, shape) in specs.items()}
-        op.run_cuda(variant, inputs, params, outputs)
+        op.run_cuda(variant, inputs, params, outputs, **forced)
         return outputs
     return call
 
@@ -68,6 +73,21 @@ NUMPY = Implementation("numpy", EVERY_OP, _numpy_prepare, device="cpu",
                        doc="the numpy reference (op.reference), float64 math; re-derives a golden")
 
 BUILTINS = {impl.name: impl for impl in (CUDA, TORCH, NUMPY)}
+
+
+def cuda_build(name: str = "cuda", kernel: str | None = None,
+               defines: Mapping[str, Any] | None = None) -> Implementation:
+    """Our kernels with one kernel forced by name (and its compile-time knobs), named `name`
+    (bench: the build's label); no kernel: the launch's own choice."""
+    if kernel is None and not defines:
+        return BUILTINS["cuda"] if name == "cuda" else replace(BUILTINS["cuda"], name=name)
+    return replace(BUILTINS["cuda"], name=name,
+                   prepare=functools.partial(_cuda_prepare, kernel=kernel, defines=defines))
+
+
+def builtin(name: str) -> Implementation:
+    """The built-in implementation `--backend NAME` runs (looked up when used, so a test may swap it)."""
+    return BUILTINS[name]
 
 
 def reference_outputs(op, variant: str, inputs, params) -> tuple[dict, bool]:
