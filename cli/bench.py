@@ -211,9 +211,9 @@ def bench_cmd(
         if resolve_backend(backend) != "cuda":
             raise UsageError(f"--kernel and --define force CUDA kernels; they need the cuda backend, "
                              f"not {resolve_backend(backend)}")
-    from kdtr.impl import resolve_all
+    from kdtr.impl import resolve_refs
 
-    impls = tuple(i.name for i in resolve_all(impl))     # a spec that does not resolve: exit 2, up front
+    impls = resolve_refs(impl)      # each spec resolved once (one that does not: exit 2, up front)
     settings = bench.BenchSettings(backend=backend, mode=mode, timing=timing, impls=impls,
                                    baselines=() if no_baselines else (tuple(baseline) if baseline else None),
                                    quick=quick, repeat=repeat, sanity=not no_sanity, time_limit_s=time_limit,

@@ -218,11 +218,16 @@ def drafter_logits(future: list[int], depth: int, vocab: int, quality: float, rn
 
 def _run(backend: str, op, variant: str, inputs, params) -> dict[str, np.ndarray]:
     """One step's outputs from the built-in implementation `backend` names, through the one
-    evaluator (kdtr.impl.outputs_of): a step without clean outputs stops the decode with the reason."""
-    from .impl import CaseData, outputs_of
+    evaluator (the output contract checked, nothing compared: the decode itself is the check); a
+    step without clean outputs stops the decode with the reason."""
+    from .errors import KdtreeError
+    from .impl import CaseData, evaluate
     from .impl.builtin import builtin
 
-    return outputs_of(builtin(backend), CaseData(op, variant, inputs, params))
+    outcome = evaluate(builtin(backend), CaseData(op, variant, inputs, params))
+    if not outcome.passed:
+        raise KdtreeError(f"{backend} on {op.name}/{variant}: {outcome.reason}")
+    return outcome.outputs
 
 
 def ddtree(model: TinyMLA, prompt: list[int], count: int, future: list[int], opt: DecodeOptions) -> DDTreeResult:

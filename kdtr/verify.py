@@ -220,12 +220,11 @@ def _ours(options: Options, kernel: str | None) -> Implementation:
 
 def _captured(name: str, stored: Mapping[str, np.ndarray]) -> Implementation:
     """A bundle's captured outputs as the implementation that gave them (compared, never run)."""
-    from .dtypes import to_torch
     from .impl import Implementation, Serves
+    from .impl.base import HOST
 
     return Implementation(name, tuple(Serves(n) for n in _op_names()),
-                          lambda op, variant, inputs, params: lambda: {n: to_torch(a) for n, a in stored.items()},
-                          device="cpu")
+                          lambda op, variant, inputs, params: lambda: dict(stored), device=HOST)
 
 
 def _op_names() -> tuple[str, ...]:

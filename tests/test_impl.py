@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from kdtr.errors import UsageError
-from kdtr.impl import CaseData, Status, builtin_names, check_outputs, evaluate, resolve, resolve_all
+from kdtr.impl import (CaseData, Status, builtin_names, check_outputs, evaluate, resolve, resolve_all,
+                       resolved)
 from tests.impl_cases import ACCEPT_SMALL, VERIFY_SMALL, small_case
 
 
@@ -83,6 +84,7 @@ def _plugin(tmp_path, monkeypatch, value, name="myimpl", body=""):
     (info / "entry_points.txt").write_text(f"[kdtree.implementations]\n{name} = {value}\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     sys.modules.pop("kdtree_plugin_mod", None)
+    resolved.cache_clear()          # specs resolve once per process: this one is new
 
 
 def test_an_entry_point_callable_declares_what_it_serves(tmp_path, monkeypatch):

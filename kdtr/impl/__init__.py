@@ -8,17 +8,16 @@ The public API (verify, bench and the CLI wire it in):
   (`.load()`), what verify and bench carry to the end of a run and into worker processes;
 - `evaluate(impl, CaseData(op, variant, inputs, params), expected, tolerances) -> Outcome`: the one
   evaluator (run, output contract, comparison; Status: passed, failed, error, skipped, not run);
-  `outputs_of(impl, case)` for a run whose outputs feed the next step;
 - `check_outputs(op, variant, outputs, expected_specs, provides=None, reference=None) -> str | None`;
 - `parity(op, variant, ours, theirs, reference=None, inputs=None, params=None) -> ParityReport`.
 Importing it imports neither torch nor any peer.
 """
 
 from .base import Implementation, ImplUnavailable, Serves, check_outputs
-from .evaluate import CaseData, Outcome, Status, evaluate, outputs_of
+from .evaluation import CaseData, Outcome, Status, evaluate
 from .parity import OutputParity, ParityReport, bf16_ulp, parity
 from .resolve import GROUP, ImplRef, builtin_names, resolve, resolve_all, resolve_refs, resolved
 
 __all__ = ["GROUP", "CaseData", "ImplRef", "ImplUnavailable", "Implementation", "Outcome", "OutputParity",
            "ParityReport", "Serves", "Status", "bf16_ulp", "builtin_names", "check_outputs", "evaluate",
-           "outputs_of", "parity", "resolve", "resolve_all", "resolve_refs", "resolved"]
+           "parity", "resolve", "resolve_all", "resolve_refs", "resolved"]

@@ -22,6 +22,7 @@ from ..errors import KdtreeError
 from ..ops.base import Op
 
 Outputs = Mapping[str, Any]
+HOST = "numpy"             # the device of an implementation that takes and returns numpy arrays
 Prepare = Callable[[Op, str, Mapping[str, Any], Mapping[str, Any]], Callable[[], Outputs]]
 ALL_VARIANTS = None
 
@@ -53,7 +54,9 @@ class Implementation:
 
     `probe()` says why it cannot run on this machine (None: it can); it is called on first use, never
     at import, and may import heavy packages. `version_info()` names the packages that ran (JSON-ready).
-    `device` is where its inputs live: "cuda", "cpu", or "auto" (the GPU when there is one).
+    `device` is where its inputs live: "cuda", "cpu", "auto" (the GPU when there is one), or
+    HOST: numpy arrays in and out, no torch at all (the numpy reference: `verify -b numpy` never
+    imports torch).
     """
 
     name: str
@@ -95,17 +98,15 @@ def _torch_kind(tensor) -> str | None:
 
 def check_outputs(op: Op, variant: str, outputs: Any, expected_specs: Mapping[str, tuple[str, tuple[int, ...]]],
                   provides: tuple[str, ...] | None = None,
-                  reference: Mapping[str, np.ndarray] | None = None) -> str | None:
+                  reference: Mapping[str, np.ndarray] | None = None, *, host: bool = False) -> str | None:
     """Why `outputs` break the contract (None: they keep it).
 
     Every name of `provides` (default: all the op's outputs) must be there and nothing else; each a
-    torch tensor of the spec's shape and dtype, except that a toleranced float output may come in
+    torch tensor (a numpy array with `host`: a HOST implementation's) of the spec's shape and dtype, except that a toleranced float output may come in
     any float dtype (the numpy reference gives bf16 outputs at f32, as goldens store them; the
     comparison casts). Where `reference` is given, a float output must be NaN only where the
     reference is (the first such element is named).
     """
-    import torch
-
     if not isinstance(outputs, Mapping):
         return f"returned a {type(outputs).__name__}, not a mapping of output names to tensors"
     wanted = tuple(op.outputs) if provides is None else tuple(provides)
@@ -118,15 +119,12 @@ def check_outputs(op: Op, variant: str, outputs: Any, expected_specs: Mapping[st
     tolerances = op.tolerances(variant)
     for name in wanted:
         value, (kind, shape) = outputs[name], expected_specs[name]
-        if not isinstance(value, torch.Tensor):
-            return f"output {name!r} is a {type(value).__name__}, not a torch tensor"
-        if value.layout != torch.strided:
-            return f"output {name!r} is a {str(value.layout).replace('torch.', '')} tensor, not a dense one"
-        if value.device.type == "meta":
-            return f"output {name!r} is on the meta device: it holds no values"
+        fault = _array_fault(name, value, host)
+        if fault:
+            return fault
         if tuple(value.shape) != tuple(shape):
             return f"output {name!r} has shape {list(value.shape)}, expected {list(shape)}"
-        got = _torch_kind(value)
+        got = _numpy_kind(value.dtype) if host else _torch_kind(value)
         loose = kind in FLOAT_DTYPES and got in FLOAT_DTYPES and not tolerances[name].exact
         if got != kind and not loose:
             return f"output {name!r} has dtype {got or value.dtype}, expected {kind}"
@@ -137,10 +135,38 @@ def check_outputs(op: Op, variant: str, outputs: Any, expected_specs: Mapping[st
     return None
 
 
-def _new_nan(name: str, value, reference: np.ndarray) -> str | None:
+def _array_fault(name: str, value: Any, host: bool) -> str | None:
+    """Why `value` is not an array the contract takes: a numpy array (host) or a dense torch tensor
+    holding values (not sparse, not on the meta device)."""
+    if host:
+        return None if isinstance(value, np.ndarray) else f"output {name!r} is a {type(value).__name__}, not a numpy array"
     import torch
 
-    got_nan = torch.isnan(value).reshape(-1).cpu().numpy()
+    if not isinstance(value, torch.Tensor):
+        return f"output {name!r} is a {type(value).__name__}, not a torch tensor"
+    if value.layout != torch.strided:
+        return f"output {name!r} is a {str(value.layout).replace('torch.', '')} tensor, not a dense one"
+    if value.device.type == "meta":
+        return f"output {name!r} is on the meta device: it holds no values"
+    return None
+
+
+def _numpy_kind(dtype) -> str | None:
+    from ..dtypes import kdtr_dtype
+
+    try:
+        return kdtr_dtype(dtype)
+    except ValueError:
+        return None
+
+
+def _new_nan(name: str, value, reference: np.ndarray) -> str | None:
+    if isinstance(value, np.ndarray):
+        got_nan = np.isnan(value.astype(np.float32)).reshape(-1)
+    else:
+        import torch
+
+        got_nan = torch.isnan(value).reshape(-1).cpu().numpy()
     if not got_nan.any():
         return None
     ref = np.asarray(reference).reshape(-1)
@@ -154,6 +180,7 @@ def _new_nan(name: str, value, reference: np.ndarray) -> str | None:
 
 
 def device_for(impl: Implementation) -> str:
+    """Where its inputs go: its own device, or (auto) the GPU when there is one, else the CPU."""
     if impl.device != "auto":
         return impl.device
     from ..backends import torch_device

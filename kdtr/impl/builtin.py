@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import Any, Mapping
 
 from ..ops import op_names
-from .base import Implementation, Serves
+from .base import HOST, Implementation, Serves
 
 EVERY_OP = tuple(Serves(name) for name in op_names())
 
@@ -16,10 +16,12 @@ EVERY_OP = tuple(Serves(name) for name in op_names())
 def _cuda_prepare(op, variant, inputs, params, kernel: str | None = None, defines: Mapping[str, Any] | None = None):
     """Poisoned outputs, allocated once (what an unwritten element holds is never a correct value;
     bench times the launch alone), then the call: the launch, writing them. `kernel` and `defines`
-    force one of our kernels and its compile-time knobs (None: the launch's own choice)."""
+    force one of our kernels and its compile-time knobs (None: the launch's own choice). The
+    buffers sit on the inputs' device."""
     from ..backends import poisoned
 
-    outputs = {name: poisoned(kind, shape, "cuda") for name, (kind, shape) in op.output_specs(variant, inputs, params).items()}
+    device = next(iter(inputs.values())).device
+    outputs = {name: poisoned(kind, shape, device) for name, (kind, shape) in op.output_specs(variant, inputs, params).items()}
     forced: dict[str, Any] = {"kernel": kernel} if kernel is not None else {}
     if defines:
         forced["defines"] = dict(defines)
@@ -27,6 +29,7 @@ def _cuda_prepare(op, variant, inputs, params, kernel: str | None = None, define
     def call():
         op.run_cuda(variant, inputs, params, outputs, **forced)
         return outputs
+    call.outputs = outputs          # the buffers it writes: bench re-reads them after timing
     return call
 
 
@@ -48,15 +51,9 @@ def _torch_prepare(op, variant, inputs, params):
 
 
 def _numpy_prepare(op, variant, inputs: Mapping[str, Any], params):
-    """The reference on the host: inputs copied down, outputs handed back as CPU tensors (at the
-    reference's precision: bf16 outputs come as f32, the way goldens store them)."""
-    from ..dtypes import to_numpy, to_torch
-
-    host = {name: to_numpy(tensor) for name, tensor in inputs.items()}
-
-    def call():
-        return {name: to_torch(array) for name, array in op.reference(variant, host, params).items()}
-    return call
+    """The reference on the host, numpy in and out (at the reference's precision: bf16 outputs come
+    as f32, the way goldens store them)."""
+    return functools.partial(op.reference, variant, inputs, params)
 
 
 def _torch_versions() -> dict:
@@ -69,7 +66,7 @@ CUDA = Implementation("cuda", EVERY_OP, _cuda_prepare, probe=_cuda_probe, versio
                       device="cuda", doc="our kernels (kernels/*.cu through NVRTC), launched by op.run_cuda")
 TORCH = Implementation("torch", EVERY_OP, _torch_prepare, version_info=_torch_versions,
                        doc="the torch backend (op.run_torch), on the GPU when there is one")
-NUMPY = Implementation("numpy", EVERY_OP, _numpy_prepare, device="cpu",
+NUMPY = Implementation("numpy", EVERY_OP, _numpy_prepare, device=HOST,
                        doc="the numpy reference (op.reference), float64 math; re-derives a golden")
 
 BUILTINS = {impl.name: impl for impl in (CUDA, TORCH, NUMPY)}

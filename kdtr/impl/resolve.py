@@ -26,7 +26,7 @@ from ..errors import UsageError, reason
 from ..ops import get_op, op_names
 from .base import Implementation, Serves
 from .builtin import BUILTINS
-from .evaluate import stdout_to_stderr
+from .evaluation import stdout_to_stderr
 from .peers import PEER_MODULES, peer
 
 GROUP = "kdtree.implementations"

@@ -35,7 +35,7 @@ import numpy as np
 
 from ..errors import KdtreeError, LaunchError, reason
 from ..ops.base import Op, Tolerance
-from .base import Implementation, ImplUnavailable, check_outputs, device_for
+from .base import HOST, Implementation, ImplUnavailable, check_outputs, device_for
 
 
 class Status(str, enum.Enum):
@@ -162,21 +162,28 @@ class _Ran:
 
 def _run_once(impl: Implementation, case: CaseData, device: str, device_inputs, expected,
               timeout_s: float | None) -> _Ran:
-    import torch
-
+    """One prepare-and-call of `impl` (a HOST one takes the case's numpy inputs and never imports
+    torch; the others get torch inputs on `device`) and the contract check of what it returned."""
     op, variant = case.op, case.variant
-    if device_inputs is None:
-        from ..backends import upload
+    host = device == HOST
+    if host:
+        device_inputs, no_grad = case.inputs, contextlib.nullcontext()
+    else:
+        import torch
 
-        device_inputs = upload(case.inputs, device)
+        no_grad = torch.no_grad()
+        if device_inputs is None:
+            from ..backends import upload
+
+            device_inputs = upload(case.inputs, device)
     try:
-        with stdout_to_stderr(), _deadline(timeout_s), torch.no_grad():
+        with stdout_to_stderr(), _deadline(timeout_s), no_grad:
             call = impl.prepare(op, variant, device_inputs, copy.deepcopy(dict(case.params)))
             raw = call()
             if device == "cuda":
                 torch.cuda.synchronize()
         fault = check_outputs(op, variant, raw, op.output_specs(variant, case.inputs, case.params),
-                              impl.provides(op, variant), expected)
+                              impl.provides(op, variant), expected, host=host)
         return _Ran(call, raw, fault)
     except (ImplUnavailable, KeyboardInterrupt):
         raise
@@ -200,6 +207,7 @@ def evaluate(impl: Implementation, case: CaseData, expected: Mapping[str, np.nda
     from ..dtypes import to_numpy
 
     op, variant = case.op, case.variant
+    readback = np.asarray if device_for(impl) == HOST else to_numpy
     if not impl.serves(op.name, variant):
         return Outcome(Status.NOT_RUN, impl.name, f"{impl.name} does not serve {op.name}/{variant}")
     started = time.perf_counter()
@@ -219,14 +227,14 @@ def evaluate(impl: Implementation, case: CaseData, expected: Mapping[str, np.nda
         return Outcome(Status.FAILED, impl.name, ran.fault, seconds=seconds, call=ran.call, raw=ran.raw)
     provides = impl.provides(op, variant)
     try:
-        outputs = {name: to_numpy(ran.raw[name]) for name in provides}
+        outputs = {name: readback(ran.raw[name]) for name in provides}
     except Exception as err:  # noqa: BLE001 - a tensor that cannot be read back breaks the contract
         return Outcome(Status.FAILED, impl.name, f"its outputs cannot be read back: {reason(err)}", seconds=seconds)
     deterministic = None
     if determinism:
         again = _run_once(impl, case, device, None, expected, timeout_s)
         deterministic = again.error is None and again.fault is None and all(
-            _bitwise_equal(outputs[n], to_numpy(again.raw[n])) for n in provides)
+            _bitwise_equal(outputs[n], readback(again.raw[n])) for n in provides)
     checks: tuple = ()
     if expected is not None and tolerances is not None:
         checks = tuple(compare_output(name, outputs[name], expected[name], tolerances[name]) for name in provides)
@@ -239,12 +247,3 @@ def evaluate(impl: Implementation, case: CaseData, expected: Mapping[str, np.nda
 def _bitwise_equal(a: np.ndarray, b: np.ndarray) -> bool:
     a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
     return a.shape == b.shape and a.dtype == b.dtype and bool(np.array_equal(a.view(np.uint8), b.view(np.uint8)))
-
-
-def outputs_of(impl: Implementation, case: CaseData, *, timeout_s: float | None = None) -> dict[str, np.ndarray]:
-    """The outputs of a run whose result feeds the next step (e2e): the contract checked, nothing
-    compared; anything but a clean run is a KdtreeError with the reason."""
-    outcome = evaluate(impl, case, timeout_s=timeout_s)
-    if outcome.outputs is None or outcome.status is not Status.PASSED:
-        raise KdtreeError(f"{impl.name} on {case.op.name}/{case.variant}: {outcome.reason}")
-    return outcome.outputs
