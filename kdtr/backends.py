@@ -1,6 +1,5 @@
 """What the built-in implementations share (kdtr.impl.builtin runs them; `--backend NAME` is the
-implementation named NAME): the backend names, the device, poisoned output buffers, uploads, and
-the check of a case's inputs against its op."""
+implementation named NAME): the backend names, the device, poisoned output buffers, uploads."""
 
 from __future__ import annotations
 
@@ -8,9 +7,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .dtypes import NUMPY_DTYPES, to_numpy, to_torch, torch_dtype
+from .dtypes import to_torch, torch_dtype
 from .errors import UsageError
-from .ops.base import Op
 
 BACKENDS = ("numpy", "torch", "cuda", "auto")
 POISON_INT = -0x21524111          # 0xDEADBEEF as int32: what an unwritten integer element holds
@@ -50,29 +48,3 @@ def poisoned(kind: str, shape: tuple[int, ...], device: str):
 
 def upload(inputs: Mapping[str, np.ndarray], device: str) -> dict[str, Any]:
     return {name: to_torch(array, device) for name, array in inputs.items()}
-
-
-def input_fault(op: Op, variant: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any]) -> str | None:
-    """Why these inputs cannot be the variant's (names and dtypes, then the op's own shape and index
-    checks), or None: what a bundle read from disk and a capture from an engine both must pass."""
-    fault = expected_dtype_check(op, variant, inputs)
-    if fault is None:
-        try:
-            op.check_inputs(variant, inputs, params)
-        except ValueError as err:
-            fault = str(err)
-    return fault
-
-
-def expected_dtype_check(op: Op, variant: str, inputs: Mapping[str, np.ndarray]) -> str | None:
-    """Why the inputs don't fit the variant (missing / unexpected names, wrong dtypes), or None."""
-    specs = op.input_specs(variant)
-    missing = [n for n in specs if n not in inputs]
-    extra = [n for n in inputs if n not in specs]
-    if missing or extra:
-        return (f"inputs {sorted(inputs)} do not match {op.name}/{variant}'s {sorted(specs)}"
-                + (f" (missing {missing})" if missing else "") + (f" (unexpected {extra})" if extra else ""))
-    for name, kind in specs.items():
-        if inputs[name].dtype != NUMPY_DTYPES[kind]:
-            return f"input {name!r} has dtype {inputs[name].dtype}, {op.name}/{variant} takes {kind}"
-    return None

@@ -8,7 +8,7 @@ bundle that `kdtree verify` runs with nothing but the file.
 Tensors may be torch tensors on any device or numpy arrays. Names, dtypes and shapes are checked
 against the op (ops.md) before anything is written; the write is atomic (kdtr.format.write_bundle).
 Without `outputs` the bundle carries inputs only and `meta.expected = "reference"`: verify computes
-the expected outputs with the reference (`kdtr.impl.builtin.reference_outputs`). With `outputs`
+the expected outputs with the reference (`kdtr.cases.reference_outputs`). With `outputs`
 (all of the op's, as the capturing implementation produced them) they are stored and
 `meta.expected = "captured"`, `meta.captured_by` names who produced them: verify reports them as
 that implementation's outputs, compared with the reference, beside its own run.
@@ -21,7 +21,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .backends import input_fault
+from .cases import input_fault
 from .dtypes import FLOAT_DTYPES, NUMPY_DTYPES, kdtr_dtype, to_numpy
 from .errors import KdtrError
 from .format import write_bundle

@@ -78,7 +78,7 @@ def _agree_to_an_f32_rounding(got, want, what):
 @pytest.mark.gpu
 @pytest.mark.parametrize("variant", ["fp32", "bf16_paged"])
 def test_the_device_reference_serves_trials_at_serving_sizes(variant):
-    from kdtr.impl.builtin import reference_outputs
+    from kdtr.cases import reference_outputs
 
     op, inputs, params = small_case("verify_attn", variant, **SERVING)
     got, on_device = reference_outputs(op, variant, inputs, params)
@@ -94,7 +94,7 @@ DEFAULT_CASES = [c for s in load_suites([REPO_ROOT / "specs"]) for c in s.cases 
 def test_the_device_reference_matches_every_default_golden(case):
     """Every default-suite bundle of verify_attn, both variants (what gen-refs writes: the numpy
     reference on the generated inputs), is what the device reference gives on those inputs."""
-    from kdtr.impl.builtin import reference_outputs
+    from kdtr.cases import reference_outputs
 
     op = get_op(case.op)
     generated = op.generate(case)

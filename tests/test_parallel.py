@@ -230,7 +230,7 @@ def test_trials_drawn_in_threads_give_the_rows_of_one_at_a_time(goldens, monkeyp
     from kdtr.verify import Options, find_bundles, verify_bundle
 
     drawn_in = []
-    real_map = verify.parallel.threaded_map
+    real_map = verify.run.parallel.threaded_map
 
     def recording_map(work, items, *, window):
         def drawing(case):
@@ -238,14 +238,14 @@ def test_trials_drawn_in_threads_give_the_rows_of_one_at_a_time(goldens, monkeyp
             return work(case)
         return real_map(drawing, items, window=window)
 
-    monkeypatch.setattr(verify.parallel, "threaded_map", recording_map)
+    monkeypatch.setattr(verify.run.parallel, "threaded_map", recording_map)
     options = Options(backend="numpy", trials=4)
     for bundle in find_bundles([goldens]):
-        monkeypatch.setattr(verify, "trial_window", lambda *args: 1)
+        monkeypatch.setattr(verify.run, "trial_window", lambda *args: 1)
         alone = verify_bundle(bundle, options)
         assert set(drawn_in) == {threading.current_thread().name}
         drawn_in.clear()
-        monkeypatch.setattr(verify, "trial_window", lambda *args: 3)
+        monkeypatch.setattr(verify.run, "trial_window", lambda *args: 3)
         threaded = verify_bundle(bundle, options)
         assert threading.current_thread().name not in drawn_in and len(drawn_in) == 4
         drawn_in.clear()

@@ -69,7 +69,7 @@ def items_from_suites(suites, pattern: str | None = None, quick: bool = False) -
 def items_from_bundles(paths: Iterable[str | Path], pattern: str | None = None) -> list[BenchItem]:
     """Cases from golden bundles (their stored inputs), checked as `kdtree verify` checks them."""
     from ..spec import name_matches
-    from ..verify import load_case
+    from ..cases import load_case
 
     items = []
     for path in map(Path, paths):

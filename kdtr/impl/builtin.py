@@ -85,21 +85,3 @@ def cuda_build(name: str = "cuda", kernel: str | None = None,
 def builtin(name: str) -> Implementation:
     """The built-in implementation `--backend NAME` runs (looked up when used, so a test may swap it)."""
     return BUILTINS[name]
-
-
-def reference_outputs(op, variant: str, inputs, params) -> tuple[dict, bool]:
-    """Expected outputs for fresh-input trials and bundles without a golden, as numpy arrays, and
-    whether they came from the device: the op's float64 device reference (`op.bench_reference`,
-    torch on the GPU, independent of our kernels; the numpy reference runs on the host and takes
-    minutes at serving sizes) when a GPU is present and the op has one, else the numpy reference."""
-    from ..backends import torch_device, upload
-    from ..dtypes import to_numpy
-
-    if torch_device() == "cuda":
-        import torch
-
-        with torch.no_grad():
-            got = op.bench_reference(variant, upload(inputs, "cuda"), params)
-        if got is not None:
-            return {name: to_numpy(t) for name, t in got.items()}, True
-    return op.reference(variant, inputs, params), False
