@@ -261,14 +261,14 @@ def test_the_trial_window_takes_the_cores_and_the_gen_refs_memory_bound(monkeypa
     op = get_op("verify_attn")
     params = {"batch": 8, "heads": 16, "prefix": 8192, "budget": 16}
     estimate = op.estimate_bytes("bf16_paged", params)
-    monkeypatch.setattr(verify.parallel, "cpu_count", lambda: 16)
+    monkeypatch.setattr(verify.run.parallel, "cpu_count", lambda: 16)
     try:
         monkeypatch.setenv("KDTREE_MEM_LIMIT", str(100 * estimate))
         config.cache_clear()
         assert verify.trial_window(op, "bf16_paged", params, 5) == 5          # the trials
-        monkeypatch.setattr(verify.parallel, "cpu_count", lambda: 2)
+        monkeypatch.setattr(verify.run.parallel, "cpu_count", lambda: 2)
         assert verify.trial_window(op, "bf16_paged", params, 5) == 2          # the cores
-        monkeypatch.setattr(verify.parallel, "cpu_count", lambda: 16)
+        monkeypatch.setattr(verify.run.parallel, "cpu_count", lambda: 16)
         monkeypatch.setenv("KDTREE_MEM_LIMIT", str(4 * estimate))
         config.cache_clear()
         assert verify.trial_window(op, "bf16_paged", params, 5) == 3          # memory, beside the golden

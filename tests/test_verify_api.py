@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -25,7 +26,7 @@ def test_run_verify_is_the_command_without_the_terminal(goldens):
     assert record.summary["cases"] == record.summary["passed"] == 5 and not record.errors
     assert [d.done for d in seen] == [1, 2, 3, 4, 5] and {d.total for d in seen} == {5}
     assert record.meta["shard"] == "1/1" and record.meta["suite_sha256"]
-    with pytest.raises(KdtreeError, match="no bundles to verify match -k 'nothing_*'"):
+    with pytest.raises(KdtreeError, match=re.escape("no bundles to verify match -k 'nothing_*'")):
         run_verify(Selection((goldens,), pattern="nothing_*"), Options(backend="numpy"))
 
 

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
@@ -14,6 +13,7 @@ from ..cases import GOLDEN
 from ..compare import OutputCheck
 from ..errors import UsageError
 from ..format import MAGIC, PREAMBLE
+from ..record import Record
 
 if TYPE_CHECKING:        # kdtr.impl is imported where --impl / --against use it, not at start-up
     from ..impl import Implementation
@@ -127,9 +127,12 @@ def suite_digest(files: Iterable[str | Path]) -> str:
 
 
 @dataclass(frozen=True)
-class VerifyRecord:
+class VerifyRecord(Record):
     """What `verify --json` writes and `report --merge` joins: meta (with `shard` and `suite_sha256`),
     the rows, the bundles that could not be read, and (cuda runs) the kernels loaded."""
+
+    KIND = report.VERIFY_KIND
+    LABEL = "verify"
 
     meta: dict[str, Any]
     rows: tuple[VerifyRow, ...]
@@ -153,8 +156,7 @@ class VerifyRecord:
     @staticmethod
     def from_plain(data: Any, file: str | Path | None = None) -> "VerifyRecord":
         """A record read back; UsageError naming the file and the field at fault."""
-        if not isinstance(data, dict) or data.get("kind") != report.VERIFY_KIND:
-            raise UsageError(f"not a verify record (kind {_kind(data)!r})", file=file)
+        VerifyRecord.check_kind(data, file)
         field = "meta"
         try:
             meta = dict(data["meta"])
@@ -171,10 +173,6 @@ class VerifyRecord:
             raise UsageError(f"malformed verify record: {type(err).__name__}: {err}", file=file,
                              field=field) from None
         return VerifyRecord(meta, tuple(rows), errors, None if kernels is None else tuple(kernels), not_run)
-
-
-def _kind(data: Any) -> Any:
-    return data.get("kind") if isinstance(data, dict) else type(data).__name__
 
 
 def verify_record(rows: Iterable[VerifyRow], errors: Iterable[str], *, suite: str,
@@ -197,11 +195,7 @@ def implementation_info(impl: Implementation) -> dict[str, Any]:
 
 
 def load_verify(path: str | Path) -> VerifyRecord:
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise UsageError(f"cannot read a verify record: {err}", file=report.portable(path)) from None
-    return VerifyRecord.from_plain(data, report.portable(path))
+    return VerifyRecord.load(report.portable(path))
 
 
 def merge_verify(paths: Iterable[str | Path]) -> VerifyRecord:
