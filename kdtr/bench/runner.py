@@ -12,7 +12,7 @@ import numpy as np
 from ..errors import UsageError
 from ..errors import reason
 from ..impl import CaseData, Implementation, Serves, Status
-from .cases import BenchItem, collect_items
+from .cases import BenchItem
 from .ceilings import Ceilings, gpu_clocks, measure_ceilings
 from .record import (TIME_LIMIT_SKIP, BenchRecord, BenchRow, _jsonable, bench_meta, settings_dict, with_figures,
                      with_speedups)
@@ -25,20 +25,20 @@ from .timers import DEFAULT_L2_BYTES, DeviceTimer, HostTimer, rotation_sets
 
 @dataclass(frozen=True)
 class WorkerJob:
-    """What a bench worker process needs to rebuild its share of the cases (closures don't pickle)."""
+    """What a bench worker process receives: its share of the cases (plain data) and the settings."""
 
-    paths: tuple[str, ...]
-    pattern: str | None
-    quick: bool
-    names: tuple[str, ...]            # "op/case" keys of this worker's share
+    items: tuple[BenchItem, ...]
     settings: "BenchSettings"
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """"op/case" keys of this worker's share."""
+        return tuple(f"{i.op}/{i.name}" for i in self.items)
 
 
 def run_worker(job: WorkerJob) -> BenchRecord:
     """One worker: its share of the cases on the GPU it was pinned to, with its own ceilings."""
-    wanted = set(job.names)
-    items = [i for i in collect_items(job.paths, job.pattern, job.quick) if f"{i.op}/{i.name}" in wanted]
-    return run_bench(items, job.settings)
+    return run_bench(list(job.items), job.settings)
 
 
 class _Env:
