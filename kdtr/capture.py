@@ -23,7 +23,7 @@ import numpy as np
 
 from .cases import input_fault
 from .dtypes import FLOAT_DTYPES, NUMPY_DTYPES, kdtr_dtype, to_numpy
-from .errors import KdtrError
+from .errors import BundleError
 from .format import write_bundle
 from .ops import get_op, op_names
 
@@ -42,43 +42,43 @@ def _host(name: str, value: Any, path) -> np.ndarray:
         torch = None
     if torch is not None and isinstance(value, torch.Tensor):
         return to_numpy(value)
-    raise KdtrError(f"{name!r} is a {type(value).__name__}, not a torch tensor or numpy array", file=path)
+    raise BundleError(f"{name!r} is a {type(value).__name__}, not a torch tensor or numpy array", file=path)
 
 
 def save_bundle(path: str | Path, op: str, variant: str, inputs: Mapping[str, Any],
                 outputs: Mapping[str, Any] | None = None, *, params: Mapping[str, Any],
                 captured_by: str | None = None, case: str | None = None,
                 meta: Mapping[str, Any] | None = None) -> Path:
-    """Validate and write one bundle (see the module docstring); KdtrError names what is wrong.
+    """Validate and write one bundle (see the module docstring); BundleError names what is wrong.
 
     `params` are the kernel params (`sm_scale` for verify_attn, `budget` for tree_build) plus any
     informational ones; `meta` adds free-form keys (not the reserved op/variant/params/expected/
     captured_by); `case` names it in reports (default: the file's stem)."""
     path = Path(path)
     if op not in op_names():
-        raise KdtrError(f"unknown op {op!r}; ops: {', '.join(op_names())}", file=path)
+        raise BundleError(f"unknown op {op!r}; ops: {', '.join(op_names())}", file=path)
     the_op = get_op(op)
     if variant not in the_op.variants:
-        raise KdtrError(f"{op} has no variant {variant!r}; its variants: {', '.join(the_op.variants)}", file=path)
+        raise BundleError(f"{op} has no variant {variant!r}; its variants: {', '.join(the_op.variants)}", file=path)
     params = dict(params)
     missing = [k for k in the_op.kernel_params if k not in params]
     if missing:
-        raise KdtrError(f"params lacks {missing} ({op} needs them)", file=path)
+        raise BundleError(f"params lacks {missing} ({op} needs them)", file=path)
     arrays = {name: _host(name, value, path) for name, value in inputs.items()}
     fault = input_fault(the_op, variant, arrays, params)
     if fault:
-        raise KdtrError(fault, file=path)
+        raise BundleError(fault, file=path)
     tensors = [(name, "input", arrays[name]) for name in the_op.input_specs(variant)]
     extra = dict(meta or {})
     clash = [k for k in extra if k in RESERVED_META]
     if clash:
-        raise KdtrError(f"meta may not set {clash}: save_bundle writes them", file=path)
+        raise BundleError(f"meta may not set {clash}: save_bundle writes them", file=path)
     head: dict[str, Any] = {"op": op, "variant": variant, "params": params}
     if case is not None:
         head["case"] = case
     if outputs is None:
         if captured_by is not None:
-            raise KdtrError("captured_by names who produced the outputs; no outputs were given", file=path)
+            raise BundleError("captured_by names who produced the outputs; no outputs were given", file=path)
         head["expected"] = EXPECTED_REFERENCE
     else:
         tensors += _outputs(the_op, variant, arrays, params, outputs, path)
@@ -94,15 +94,15 @@ def _outputs(op, variant, inputs, params, outputs, path) -> list[tuple[str, str,
     specs = op.output_specs(variant, inputs, params)
     names = sorted(outputs)
     if names != sorted(specs):
-        raise KdtrError(f"outputs {names} do not match {op.name}/{variant}'s {sorted(specs)}", file=path)
+        raise BundleError(f"outputs {names} do not match {op.name}/{variant}'s {sorted(specs)}", file=path)
     tolerances = op.tolerances(variant)
     out = []
     for name, (kind, shape) in specs.items():
         array = _host(name, outputs[name], path)
         if array.shape != tuple(shape):
-            raise KdtrError(f"output {name!r} has shape {list(array.shape)}, expected {list(shape)}", file=path)
+            raise BundleError(f"output {name!r} has shape {list(array.shape)}, expected {list(shape)}", file=path)
         got = kdtr_dtype(array.dtype) if array.dtype in NUMPY_DTYPES.values() else str(array.dtype)
         if got != kind and not (got in FLOAT_DTYPES and kind in FLOAT_DTYPES and not tolerances[name].exact):
-            raise KdtrError(f"output {name!r} has dtype {got}, expected {kind}", file=path)
+            raise BundleError(f"output {name!r} has dtype {got}, expected {kind}", file=path)
         out.append((name, "output", array))
     return out

@@ -12,7 +12,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from .dtypes import NUMPY_DTYPES
-from .errors import KdtrError
+from .errors import BundleError
 from .format import Bundle, read_bundle
 from .ops import get_op
 from .ops.base import Op
@@ -44,20 +44,20 @@ def bundle_case(bundle: Bundle) -> tuple[Op, str, dict[str, Any], str]:
     except KeyError:
         op = None
     if op is None:
-        raise KdtrError(f"meta.op {op_name!r} is not a known op", file=bundle.path)
+        raise BundleError(f"meta.op {op_name!r} is not a known op", file=bundle.path)
     variant = meta.get("variant", "default")
     if variant not in op.variants:
-        raise KdtrError(f"meta.variant {variant!r} is not one of {op.name}'s {list(op.variants)}",
+        raise BundleError(f"meta.variant {variant!r} is not one of {op.name}'s {list(op.variants)}",
                         file=bundle.path)
     params = meta.get("params", {})
     if not isinstance(params, dict):
-        raise KdtrError("meta.params must be an object", file=bundle.path)
+        raise BundleError("meta.params must be an object", file=bundle.path)
     missing = [k for k in op.kernel_params if k not in params]
     if missing:
-        raise KdtrError(f"meta.params lacks {missing} ({op.name} needs them)", file=bundle.path)
+        raise BundleError(f"meta.params lacks {missing} ({op.name} needs them)", file=bundle.path)
     case = meta.get("case", bundle.path.stem)
     if not isinstance(case, str):
-        raise KdtrError("meta.case must be a string", file=bundle.path)
+        raise BundleError("meta.case must be a string", file=bundle.path)
     return op, variant, params, case
 
 
@@ -79,7 +79,7 @@ def load_case(path: str | Path) -> LoadedCase:
         fault = f"outputs {sorted(expected)} do not match {op.name}'s {sorted(op.outputs)}"
     fault = fault or input_fault(op, variant, inputs, params)
     if fault:
-        raise KdtrError(fault, file=path)
+        raise BundleError(fault, file=path)
     captured_by = str(bundle.meta.get("captured_by", "unknown")) if source == EXPECTED_CAPTURED else None
     return LoadedCase(bundle, op, variant, params, case, inputs, expected, source, captured_by)
 

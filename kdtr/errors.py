@@ -29,7 +29,7 @@ class KdtreeError(Exception):
         return where + self.message
 
 
-class KdtrError(KdtreeError):
+class BundleError(KdtreeError):
     """A KDTR bundle is malformed or unreadable."""
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from kdtr.capture import save_bundle
-from kdtr.errors import KdtrError
+from kdtr.errors import BundleError
 from kdtr.format import read_bundle
 from kdtr.verify import load_case
 from tests.impl_cases import ACCEPT_SMALL, VERIFY_SMALL, small_case
@@ -72,7 +72,7 @@ def test_refusals_name_the_fault(tmp_path, change, message):
     op, inputs, params = small_case("tree_accept", **ACCEPT_SMALL)
     outputs = op.reference("default", inputs, params)
     op_name, variant, i, o, p = change(inputs, outputs, params)
-    with pytest.raises(KdtrError, match=None) as info:
+    with pytest.raises(BundleError, match=None) as info:
         save_bundle(tmp_path / "x.kdtr", op_name, variant, i, o, params=p)
     assert message in str(info.value)
     assert not (tmp_path / "x.kdtr").exists()
@@ -80,9 +80,9 @@ def test_refusals_name_the_fault(tmp_path, change, message):
 
 def test_missing_kernel_params_and_reserved_meta(tmp_path):
     op, inputs, params = small_case("verify_attn", "fp32", **VERIFY_SMALL)
-    with pytest.raises(KdtrError, match="params lacks"):
+    with pytest.raises(BundleError, match="params lacks"):
         save_bundle(tmp_path / "x.kdtr", "verify_attn", "fp32", inputs, params={})
-    with pytest.raises(KdtrError, match="meta may not set"):
+    with pytest.raises(BundleError, match="meta may not set"):
         save_bundle(tmp_path / "x.kdtr", "verify_attn", "fp32", inputs, params=params, meta={"op": "x"})
-    with pytest.raises(KdtrError, match="no outputs were given"):
+    with pytest.raises(BundleError, match="no outputs were given"):
         save_bundle(tmp_path / "x.kdtr", "verify_attn", "fp32", inputs, params=params, captured_by="me")

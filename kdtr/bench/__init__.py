@@ -49,7 +49,7 @@ from .ceilings import CEILING_OPTIONS, EMPTY_KERNEL_SOURCE, Ceilings, gpu_clocks
 from .record import (BENCH_FORMAT, CSV_HEADER, RECORD_KIND, TIME_LIMIT_SKIP, BenchRecord, BenchRow, bench_csv,
                     bench_meta, csv_table, default_record_path, load_record, merge_records, merge_shards,
                     record_text, samples_path, settings_dict, with_figures, with_speedups, write_record)
-from .compare import CompareRow, Comparison, compare_records, exit_status, judge
+from .regression import CompareRow, Comparison, compare_records, exit_status, judge
 from .cases import (BenchItem, collect_items, estimated_cost, items_for_kernels, items_from_bundles,
                     items_from_suites, selection_meta)
 from .sanity import sanity_rows

@@ -229,7 +229,7 @@ def crashed(path: str | Path, reason: str) -> tuple[list[VerifyRow], str | None]
 def verify_item(path: str | Path, impl: Implementation | ImplRef | None, options: Options = Options()) -> list[VerifyRow]:
     """One bundle verified by one resolved implementation (None: `options.backend`) under `options`:
     its rows, with the comparison, tolerances and row fields of `kdtree verify` (no rows: the
-    implementation does not serve the bundle's op and variant). A bad bundle raises its KdtrError."""
+    implementation does not serve the bundle's op and variant). A bad bundle raises its BundleError."""
     if impl is None:
         return verify_bundle(path, replace(options, impls=()))
     return verify_bundle(path, options, impls=(impl.load() if hasattr(impl, "load") else impl,))

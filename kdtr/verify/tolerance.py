@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ..errors import KdtrError
+from ..errors import BundleError
 from ..ops.base import Op, Tolerance
 from .options import Options
 
@@ -25,14 +25,14 @@ def tolerances(op: Op, variant: str, meta_tolerance: Any, options: Options, file
     merged = default_tolerances(op, variant, options)
     if meta_tolerance is not None:
         if not isinstance(meta_tolerance, dict):
-            raise KdtrError("meta.tolerance must be an object", file=file)
+            raise BundleError("meta.tolerance must be an object", file=file)
         for name, value in meta_tolerance.items():
             if name not in op.outputs:
-                raise KdtrError(f"meta.tolerance names {name!r}, not an output of {op.name}", file=file)
+                raise BundleError(f"meta.tolerance names {name!r}, not an output of {op.name}", file=file)
             try:
                 merged[name] = Tolerance.parse(value)
             except ValueError as err:
-                raise KdtrError(f"meta.tolerance.{name}: {err}", file=file) from None
+                raise BundleError(f"meta.tolerance.{name}: {err}", file=file) from None
     for name, tol in merged.items():
         if not tol.exact and (options.atol is not None or options.rtol is not None):
             merged[name] = Tolerance(atol=tol.atol if options.atol is None else options.atol,
