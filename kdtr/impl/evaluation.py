@@ -207,7 +207,6 @@ def evaluate(impl: Implementation, case: CaseData, expected: Mapping[str, np.nda
     from ..dtypes import to_numpy
 
     op, variant = case.op, case.variant
-    readback = np.asarray if device_for(impl) == HOST else to_numpy
     if not impl.serves(op.name, variant):
         return Outcome(Status.NOT_RUN, impl.name, f"{impl.name} does not serve {op.name}/{variant}")
     started = time.perf_counter()
@@ -226,6 +225,7 @@ def evaluate(impl: Implementation, case: CaseData, expected: Mapping[str, np.nda
     if ran.fault is not None:
         return Outcome(Status.FAILED, impl.name, ran.fault, seconds=seconds, call=ran.call, raw=ran.raw)
     provides = impl.provides(op, variant)
+    readback = np.asarray if device == HOST else to_numpy
     try:
         outputs = {name: readback(ran.raw[name]) for name in provides}
     except Exception as err:  # noqa: BLE001 - a tensor that cannot be read back breaks the contract
