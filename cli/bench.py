@@ -58,14 +58,13 @@ def _key(item) -> str:
     return f"{item.op}/{item.name}"
 
 
-def _run_on_devices(devices, items, paths, pattern, quick, settings, progress):
+def _run_on_devices(devices, items, settings, progress):
     """One spawned worker per GPU, cases spread by size; the records merge into one. A worker that
     crashes fails its cases (listed in the record's errors), never the whole run silently."""
     from kdtr import bench, parallel
 
     groups = parallel.balance(items, bench.estimated_cost, len(devices))
-    jobs = [[bench.WorkerJob(tuple(map(str, paths)), pattern, quick, tuple(map(_key, group)), settings)]
-            for group in groups]
+    jobs = [[bench.WorkerJob(tuple(group), settings)] for group in groups]
     records, crashed = [], []
     for job, result in parallel.map_on_devices(devices, jobs, bench.run_worker, lambda job, why: why):
         if isinstance(result, str):
@@ -218,9 +217,9 @@ def bench_cmd(
         if resolve_backend(backend) != "cuda":
             raise UsageError(f"--kernel and --define force CUDA kernels; they need the cuda backend, "
                              f"not {resolve_backend(backend)}")
-    from kdtr.impl import resolve_all
+    from kdtr.impl import resolve_refs
 
-    impls = tuple(i.name for i in resolve_all(impl))     # a spec that does not resolve: exit 2, up front
+    impls = resolve_refs(impl)      # each spec resolved once (one that does not: exit 2, up front)
     settings = bench.BenchSettings(backend=backend, mode=mode, timing=timing, impls=impls,
                                    baselines=() if no_baselines else (tuple(baseline) if baseline else None),
                                    quick=quick, repeat=repeat, sanity=not no_sanity, time_limit_s=time_limit,
@@ -278,8 +277,7 @@ def _run(paths, pattern, quick, shard, devices, settings, targets, quiet):
     device_list = parallel.parse_devices(devices, _gpu_count())
     with _Progress(quiet) as progress:
         if device_list:
-            return stamped(_run_on_devices(device_list, items, paths or _default_specs(), pattern, quick, settings,
-                                           progress))
+            return stamped(_run_on_devices(device_list, items, settings, progress))
         return stamped(bench.run_bench(items, settings, progress=progress, on_partial=partial if targets else None))
 @app.command("report")
 @guarded

@@ -5,6 +5,8 @@ Colour is off with NO_COLOR or when the stream is not a terminal (rich's own rul
 
 from __future__ import annotations
 
+import contextlib
+
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 from rich.console import Console
@@ -28,20 +30,30 @@ def error(message: str) -> None:
 def progress(items: Iterable[T], total: int, label: str, *, quiet: bool,
              line: Callable[[T], str | None]) -> Iterator[T]:
     """A progress bar on stderr (terminals only); with --quiet, one plain stdout line per item."""
-    if quiet:
+    with progress_bar(label, quiet=quiet, line=line) as advance:
         for item in items:
+            advance(item, total)
+            yield item
+
+
+@contextlib.contextmanager
+def progress_bar(label: str, *, quiet: bool, line: Callable[[T], str | None]) -> Iterator[Callable[[T, int], None]]:
+    """progress() for a library that reports by callback: yields `advance(item, total)`."""
+    if quiet:
+        def say(item: T, total: int) -> None:
             text = line(item)
             if text:
                 print(text, flush=True)
-            yield item
+        yield say
         return
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                    TimeElapsedColumn(), console=err, transient=True, disable=not err.is_terminal)
     with bar:
-        task = bar.add_task(label, total=total)
-        for item in items:
-            bar.advance(task)
-            yield item
+        task = bar.add_task(label, total=None)
+
+        def advance(item: T, total: int) -> None:
+            bar.update(task, total=total, advance=1)
+        yield advance
 
 
 def _num(value: float) -> str:

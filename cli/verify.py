@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import functools
+from dataclasses import replace
 from pathlib import Path
 from typing import List, Optional
 
@@ -47,6 +47,9 @@ def verify_cmd(
                                           "--impl) on the same inputs as the backend and report parity: max "
                                           "difference in bf16 ulps, mean, rel. L2, the worst element and where "
                                           "it sits in the tree. Exit 2 when it compared no case."),
+    case_timeout: Optional[float] = typer.Option(None, "--case-timeout", help="Seconds one implementation may "
+                                                 "take on one case (each run of it: prepare and call); past "
+                                                 "it the row fails with the reason and the run goes on."),
     sanitize: Optional[str] = typer.Option(None, "--sanitize", help="Run the cuda backend under compute-sanitizer "
                                            "(memcheck, racecheck, synccheck or initcheck); any report fails its case."),
     quiet: bool = QuietOpt,
@@ -60,43 +63,57 @@ def verify_cmd(
     The table's "tol share" is the worst element's share of its tolerance, |x−r| / (atol + rtol·|r|):
     at most 1 passes."""
     from kdtr import backends, parallel
-    from kdtr.verify import Options, check_kernels, find_bundles, shard_key
+    from kdtr.verify import NothingRan, Options, Selection, check_kernels, run_verify
 
     json_out = JsonOut(json_path)
     check_writable(junit, "--junit")
     for name, value in (("--atol", atol), ("--rtol", rtol)):
         if value is not None and not value >= 0:
             raise UsageError(f"{name} {value}: must be >= 0")
-    shard_spec = resolve_shard(shard, shard_count, balance_from)
-    selected = find_bundles(paths or [Path("goldens")])
-    if pattern:
-        from kdtr.spec import name_matches    # YAML's import is not free: only for -k
-
-        selected = [f for f in selected if name_matches(f.stem, pattern)]
-    files = parallel.shard_items(selected, shard_key, shard_spec)
+    if case_timeout is not None and not 0 < case_timeout < 1e9:
+        raise UsageError(f"--case-timeout {case_timeout}: must be > 0 seconds (and finite)")
+    selection = Selection(tuple(paths or [Path("goldens")]), pattern, resolve_shard(shard, shard_count, balance_from))
     resolved = backends.resolve_backend("cuda" if sanitize else backend)
     forced = check_kernels(kernel, resolved)
-    impls = _implementations(impl, against, kernel, sanitize)
-    if resolved == "cuda" and files and not devices and not impl:
-        from kdtr.device import require_gpu
-
-        require_gpu()                      # one line and exit 2 up front, not one per bundle
-    if not files and (sanitize or not selected):   # an empty shard of a suite: an empty record
-        raise KdtreeError("no bundles to verify" + (f" match -k {pattern!r}" if pattern else
-                                                     " in this shard" if shard_spec else
-                                                     " (run `kdtree gen-refs` first?)"))
+    refs = _implementations(impl, against, kernel, sanitize)
     if sanitize:
+        selected, files = selection.bundles()
+        if not files:
+            raise selection.nothing_selected()
         _sanitized_verify(sanitize, files, atol, rtol, trials, forced, quiet, json_out)
     options = Options(backend=resolved, atol=atol, rtol=rtol, trials=trials, determinism=determinism,
-                      kernels=forced, keep_worst=keep_worst, impls=tuple(impl), against=against)
-    device_list = parallel.parse_devices(devices, gpu_count()) if devices else None
+                      kernels=forced, keep_worst=keep_worst, impls=refs if impl else (),
+                      against=refs[0] if against else None, case_timeout=case_timeout)
+    if devices:
+        selection = replace(selection, devices=tuple(parallel.parse_devices(devices, gpu_count())))
+    names = ", ".join(ref.name for ref in options.impls) or options.backend
+    label = f"verify ({names}" + (f", {len(selection.devices)} workers)" if selection.devices else ")")
+    nothing = None
     with json_out.tables():
         _say_ran_as(resolved, quiet)
-        rows, errors, not_run = _run(files, options, device_list, quiet, verbose)
-    _write_records(rows, errors, options, device_list, json_out, junit, selected, shard_spec, not_run, impls)
-    if not errors:
-        _nothing_ran(rows, options, not_run)
-    raise typer.Exit(EXIT_INPUT if errors else (EXIT_FAILED if any(r.failed for r in rows) else EXIT_OK))
+        with render.progress_bar(label, quiet=quiet, line=lambda done: render.verify_lines(list(done.rows))) as bar:
+            def progress(done) -> None:
+                bar(done, done.total)
+                if done.problem:
+                    render.error(done.problem)
+            try:
+                record = run_verify(selection, options, progress)
+            except NothingRan as err:
+                record, nothing = err.record, err
+        if record.rows or record.not_run:          # no table of nothing: the errors said it all
+            render.verify_table(list(record.rows), quiet=quiet, verbose=verbose, not_run=list(record.not_run))
+        if record.kernels is not None:
+            render.kernel_summary(record.kernels)
+    json_out.write(lambda: record)
+    if junit:
+        from kdtr import report
+        from kdtr.atomic import atomic_write
+
+        atomic_write(junit, report.junit_xml(record))
+    if nothing is not None:
+        raise nothing
+    raise typer.Exit(EXIT_INPUT if record.errors else
+                     (EXIT_FAILED if any(r.failed for r in record.rows) else EXIT_OK))
 
 
 def _say_ran_as(backend: str, quiet: bool) -> None:
@@ -109,85 +126,17 @@ def _say_ran_as(backend: str, quiet: bool) -> None:
 
 
 def _implementations(specs, against, kernel, sanitize):
-    """--impl and --against resolved (a spec that does not resolve: one line, exit 2), up front."""
+    """--impl and --against resolved once (a spec that does not resolve: one line, exit 2), up front,
+    as picklable records the run carries (worker processes too)."""
     if not specs and not against:
         return ()
-    from kdtr.impl import resolve_all
+    from kdtr.impl import resolve_refs
 
     if against and specs:
         raise UsageError("--against compares the backend with one implementation; it does not combine with --impl")
     if (specs or against) and (kernel or sanitize):
         raise UsageError("--kernel and --sanitize run our backend; they do not combine with --impl or --against")
-    return resolve_all([*specs, *([against] if against else [])])
-
-
-def _nothing_ran(rows, options, not_run) -> None:
-    """A skip is not a pass: --impl with nothing run, or --against with nothing compared, is exit 2."""
-    if options.impls and not any(r.skipped is None for r in rows):
-        reasons = list(dict.fromkeys(r.skipped for r in rows)) or [
-            f"no given implementation serves any of the {len(not_run)} bundles"]
-        raise KdtreeError("nothing ran: " + "; ".join(reasons))
-    if options.against and rows and not any(r.parity and not r.parity.get("reason") for r in rows):
-        reasons = dict.fromkeys(r.parity["reason"] for r in rows if r.parity)
-        raise KdtreeError(f"--against {options.against}: compared no case: " + "; ".join(reasons))
-
-
-def _run(files, options, device_list, quiet: bool, verbose: bool):
-    """Every bundle through verify_file (in worker processes with --devices); rows, errors and the
-    bundles no given implementation serves."""
-    from kdtr import parallel, report
-    from kdtr.verify import crashed, verify_file
-
-    if device_list:
-        groups = parallel.balance(files, lambda f: f.stat().st_size, len(device_list))
-        outcomes = parallel.map_on_devices(device_list, groups, functools.partial(verify_file, options=options),
-                                           crashed)
-    else:
-        outcomes = (verify_file(file, options) for file in files)
-    rows, errors, not_run = [], [], []
-    names = ", ".join(options.impls) or options.backend
-    label = f"verify ({names}" + (f", {len(device_list)} workers)" if device_list else ")")
-    for outcome in render.progress(_with_files(files, outcomes, device_list), len(files), label,
-                                          quiet=quiet, line=lambda outcome: render.verify_lines(outcome[1][0])):
-        file, (found, problem) = outcome
-        rows.extend(found)
-        if problem:
-            errors.append(problem)
-            render.error(problem)
-        elif options.impls and not found:
-            not_run.append(f"{report.portable(file)}: served by none of {names}")
-    if rows or not_run:                    # no table of nothing: the errors said it all
-        render.verify_table(rows, quiet=quiet, verbose=verbose, not_run=not_run)
-    return rows, errors, not_run
-
-
-def _with_files(files, outcomes, device_list):
-    """(file, outcome) pairs: in order in-process; with --devices, outcomes come as they finish."""
-    if not device_list:
-        yield from zip(files, outcomes)
-        return
-    yield from outcomes
-
-
-def _write_records(rows, errors, options, device_list, json_out: JsonOut, junit: Path | None,
-                   selected, shard_spec, not_run, impls) -> None:
-    kernels = None
-    if options.backend == "cuda" and not device_list and not options.impls:
-        from kdtr.device import loaded_kernels
-
-        kernels = loaded_kernels()
-        with json_out.tables():
-            render.kernel_summary(kernels)
-    if json_out.path or junit:
-        from kdtr import report
-        from kdtr.atomic import atomic_write
-        from kdtr.verify import implementation_info, suite_digest, verify_record
-
-        record = verify_record(rows, errors, suite=suite_digest(selected), shard=shard_spec, kernels=kernels,
-                               not_run=not_run, implementations={i.name: implementation_info(i) for i in impls})
-        json_out.write(lambda: record)
-        if junit:
-            atomic_write(junit, report.junit_xml(record))
+    return resolve_refs([*specs, *([against] if against else [])])
 
 
 def _sanitized_verify(tool, files, atol, rtol, trials, kernels, quiet, json_out: JsonOut) -> None:

@@ -8,7 +8,7 @@ bundle that `kdtree verify` runs with nothing but the file.
 Tensors may be torch tensors on any device or numpy arrays. Names, dtypes and shapes are checked
 against the op (docs/ops/<op>.md) before anything is written; the write is atomic (kdtr.format.write_bundle).
 Without `outputs` the bundle carries inputs only and `meta.expected = "reference"`: verify computes
-the expected outputs with the reference (`kdtr.impl.builtin.reference_outputs`). With `outputs`
+the expected outputs with the reference (`kdtr.cases.reference_outputs`). With `outputs`
 (all of the op's, as the capturing implementation produced them) they are stored and
 `meta.expected = "captured"`, `meta.captured_by` names who produced them: verify reports them as
 that implementation's outputs, compared with the reference, beside its own run.
@@ -22,9 +22,9 @@ from typing import Any, Mapping
 import numpy as np
 
 from .atomic import check_writable
-from .backends import input_fault
+from .cases import input_fault
 from .dtypes import FLOAT_DTYPES, NUMPY_DTYPES, kdtr_dtype, to_numpy
-from .errors import KdtrError, UsageError
+from .errors import BundleError, UsageError
 from .format import write_bundle
 from .ops import get_op, op_names
 from .spec import NAME_RULE, is_safe_name
@@ -44,14 +44,14 @@ def _host(name: str, value: Any, path) -> np.ndarray:
         torch = None
     if torch is not None and isinstance(value, torch.Tensor):
         return to_numpy(value)
-    raise KdtrError(f"{name!r} is a {type(value).__name__}, not a torch tensor or numpy array", file=path)
+    raise BundleError(f"{name!r} is a {type(value).__name__}, not a torch tensor or numpy array", file=path)
 
 
 def save_bundle(path: str | Path, op: str, variant: str, inputs: Mapping[str, Any],
                 outputs: Mapping[str, Any] | None = None, *, params: Mapping[str, Any],
                 captured_by: str | None = None, case: str | None = None,
                 meta: Mapping[str, Any] | None = None, overwrite: bool = False) -> Path:
-    """Validate and write one bundle (see the module docstring); KdtrError names what is wrong.
+    """Validate and write one bundle (see the module docstring); BundleError names what is wrong.
 
     `params` are the kernel params (`sm_scale` for verify_attn, `budget` for tree_build) plus any
     informational ones; numpy scalars among them are stored as the Python numbers they hold.
@@ -61,31 +61,31 @@ def save_bundle(path: str | Path, op: str, variant: str, inputs: Mapping[str, An
     reads them are refused (verify would fail every row of the bundle)."""
     path = _target(path, overwrite)
     if case is not None and not (isinstance(case, str) and is_safe_name(case)):
-        raise KdtrError(f"case {case!r}: a case name is {NAME_RULE}", file=path)
+        raise BundleError(f"case {case!r}: a case name is {NAME_RULE}", file=path)
     if op not in op_names():
-        raise KdtrError(f"unknown op {op!r}; ops: {', '.join(op_names())}", file=path)
+        raise BundleError(f"unknown op {op!r}; ops: {', '.join(op_names())}", file=path)
     the_op = get_op(op)
     if variant not in the_op.variants:
-        raise KdtrError(f"{op} has no variant {variant!r}; its variants: {', '.join(the_op.variants)}", file=path)
+        raise BundleError(f"{op} has no variant {variant!r}; its variants: {', '.join(the_op.variants)}", file=path)
     params = {key: value.item() if isinstance(value, np.generic) else value for key, value in params.items()}
     missing = [k for k in the_op.kernel_params if k not in params]
     if missing:
-        raise KdtrError(f"params lacks {missing} ({op} needs them)", file=path)
+        raise BundleError(f"params lacks {missing} ({op} needs them)", file=path)
     arrays = {name: _host(name, value, path) for name, value in inputs.items()}
     fault = input_fault(the_op, variant, arrays, params)
     if fault:
-        raise KdtrError(fault, file=path)
+        raise BundleError(fault, file=path)
     tensors = [(name, "input", arrays[name]) for name in the_op.input_specs(variant)]
     extra = dict(meta or {})
     clash = [k for k in extra if k in RESERVED_META]
     if clash:
-        raise KdtrError(f"meta may not set {clash}: save_bundle writes them", file=path)
+        raise BundleError(f"meta may not set {clash}: save_bundle writes them", file=path)
     head: dict[str, Any] = {"op": op, "variant": variant, "params": params}
     if case is not None:
         head["case"] = case
     if outputs is None:
         if captured_by is not None:
-            raise KdtrError("captured_by names who produced the outputs; no outputs were given", file=path)
+            raise BundleError("captured_by names who produced the outputs; no outputs were given", file=path)
         head["expected"] = EXPECTED_REFERENCE
     else:
         tensors += _outputs(the_op, variant, arrays, params, outputs, path)
@@ -96,17 +96,17 @@ def save_bundle(path: str | Path, op: str, variant: str, inputs: Mapping[str, An
 
 
 def _target(path: Any, overwrite: bool) -> Path:
-    """The bundle's path, or one KdtrError for one that cannot be (empty, a folder, not writable,
+    """The bundle's path, or one BundleError for one that cannot be (empty, a folder, not writable,
     already there without `overwrite`)."""
     if not isinstance(path, (str, Path)) or not str(path).strip() or "\0" in str(path):
-        raise KdtrError(f"save_bundle needs a file path for the bundle, got {path!r}")
+        raise BundleError(f"save_bundle needs a file path for the bundle, got {path!r}")
     path = Path(path)
     try:
         check_writable(path, "save_bundle path")
     except UsageError as err:
-        raise KdtrError(str(err)) from None
+        raise BundleError(str(err)) from None
     if path.exists() and not overwrite:
-        raise KdtrError("already exists; pass overwrite=True to replace it", file=path)
+        raise BundleError("already exists; pass overwrite=True to replace it", file=path)
     return path
 
 
@@ -116,15 +116,15 @@ def _outputs(op, variant, inputs, params, outputs, path) -> list[tuple[str, str,
     specs = op.output_specs(variant, inputs, params)
     names = sorted(outputs)
     if names != sorted(specs):
-        raise KdtrError(f"outputs {names} do not match {op.name}/{variant}'s {sorted(specs)}", file=path)
+        raise BundleError(f"outputs {names} do not match {op.name}/{variant}'s {sorted(specs)}", file=path)
     tolerances = op.tolerances(variant)
     out = []
     for name, (kind, shape) in specs.items():
         array = _host(name, outputs[name], path)
         if array.shape != tuple(shape):
-            raise KdtrError(f"output {name!r} has shape {list(array.shape)}, expected {list(shape)}", file=path)
+            raise BundleError(f"output {name!r} has shape {list(array.shape)}, expected {list(shape)}", file=path)
         got = kdtr_dtype(array.dtype) if array.dtype in NUMPY_DTYPES.values() else str(array.dtype)
         if got != kind and not (got in FLOAT_DTYPES and kind in FLOAT_DTYPES and not tolerances[name].exact):
-            raise KdtrError(f"output {name!r} has dtype {got}, expected {kind}", file=path)
+            raise BundleError(f"output {name!r} has dtype {got}, expected {kind}", file=path)
         out.append((name, "output", array))
     return out

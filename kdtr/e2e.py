@@ -17,7 +17,6 @@ from typing import Callable
 
 import numpy as np
 
-from . import backends
 from .dtypes import NUMPY_DTYPES
 from .ops import get_op
 from .ops.tree_build import log_softmax_f32, top_k
@@ -217,6 +216,20 @@ def drafter_logits(future: list[int], depth: int, vocab: int, quality: float, rn
     return logits
 
 
+def _run(backend: str, op, variant: str, inputs, params) -> dict[str, np.ndarray]:
+    """One step's outputs from the built-in implementation `backend` names, through the one
+    evaluator (the output contract checked, nothing compared: the decode itself is the check); a
+    step without clean outputs stops the decode with the reason."""
+    from .errors import KdtreeError
+    from .impl import CaseData, evaluate
+    from .impl.builtin import builtin
+
+    outcome = evaluate(builtin(backend), CaseData(op, variant, inputs, params))
+    if not outcome.passed:
+        raise KdtreeError(f"{backend} on {op.name}/{variant}: {outcome.reason}")
+    return outcome.outputs
+
+
 def ddtree(model: TinyMLA, prompt: list[int], count: int, future: list[int], opt: DecodeOptions) -> DDTreeResult:
     """Decode `count` tokens; `future` (the AR continuation) feeds the drafter only."""
     cfg, precision = model.cfg, ("bf16" if opt.variant == "bf16_paged" else "f32")
@@ -250,7 +263,7 @@ def ddtree(model: TinyMLA, prompt: list[int], count: int, future: list[int], opt
         # 1. draft and build the tree
         logp, ids = top_k(log_softmax_f32(drafter_logits(future[len(generated):], opt.depth, cfg.vocab,
                                                          opt.quality, rng)), min(opt.budget, cfg.vocab) or 1)
-        tree = backends.run(opt.backend, tree_build, "default",
+        tree = _run(opt.backend, tree_build, "default",
                             {"topk_logp": logp[None], "topk_ids": ids[None],
                              "root_token": np.array([root], np.int32), "start": np.array([start], np.int32)},
                             {"budget": opt.budget})
@@ -264,7 +277,7 @@ def ddtree(model: TinyMLA, prompt: list[int], count: int, future: list[int], opt
                 inputs = {"q": q_rows[None].astype(np.float32),
                           "kv": np.concatenate([cache[layer], kv_rows])[None].astype(np.float32),
                           "prefix_len": np.array([len(cache[layer])], np.int32), "visibility": visibility}
-                out = backends.run(opt.backend, verify_attn, "fp32", inputs, {"sm_scale": cfg.sm_scale})["out"][0]
+                out = _run(opt.backend, verify_attn, "fp32", inputs, {"sm_scale": cfg.sm_scale})["out"][0]
             else:
                 pool.buffers[layer][tree_slots] = kv_rows.astype(NUMPY_DTYPES["bf16"])
                 prefix = len(pool.owned)
@@ -274,7 +287,7 @@ def ddtree(model: TinyMLA, prompt: list[int], count: int, future: list[int], opt
                           "kv_indptr": np.array([0, prefix], np.int32),
                           "kv_indices": np.array(pool.owned, np.int32), "tree_slots": tree_slots,
                           "custom_mask": mask.ravel(), "mask_indptr": np.array([0, mask.size], np.int32)}
-                out = backends.run(opt.backend, verify_attn, "bf16_paged", inputs, {"sm_scale": cfg.sm_scale})["out"]
+                out = _run(opt.backend, verify_attn, "bf16_paged", inputs, {"sm_scale": cfg.sm_scale})["out"]
             tree_kv.append(kv_rows)
             return out.astype(np.float64)
 
@@ -282,7 +295,7 @@ def ddtree(model: TinyMLA, prompt: list[int], count: int, future: list[int], opt
         logits, _ = model.forward(tokens, tree["positions"][0], attend_tree)
         forwards += 1
         # 3. accept greedily
-        accepted = backends.run(opt.backend, tree_accept, "default",
+        accepted = _run(opt.backend, tree_accept, "default",
                                 {"tokens": tree["tokens"], "parents": tree["parents"],
                                  "target_ids": np.argmax(logits, axis=-1).astype(np.int32)[None]}, {})
         tau = int(accepted["accept_len"][0])

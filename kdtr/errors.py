@@ -29,7 +29,7 @@ class KdtreeError(Exception):
         return where + self.message
 
 
-class KdtrError(KdtreeError):
+class BundleError(KdtreeError):
     """A KDTR bundle is malformed or unreadable."""
 
 
@@ -59,3 +59,16 @@ class DeviceError(KdtreeError):
 
 class LaunchError(DeviceError):
     """A kernel launch failed for one case (the case fails; others go on where possible)."""
+
+
+REASON_CHARS = 200     # a reason is one line of a table or a record row, not a log
+
+
+def reason(err: BaseException) -> str:
+    """The one-line reason an error gives in a row, a record or a message: `Type: first line`
+    (a kdtree error's own message is already a sentence for the user: no type in front)."""
+    lines = str(err).strip().splitlines()
+    text = lines[0][:REASON_CHARS] if lines else ""
+    if isinstance(err, KdtreeError):
+        return text or type(err).__name__
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__

@@ -25,7 +25,7 @@ import numpy as np
 
 from kdtr.atomic import atomic_open
 from kdtr.dtypes import NUMPY_DTYPES, kdtr_dtype
-from kdtr.errors import KdtrError
+from kdtr.errors import BundleError
 
 MAGIC = b"KDTR"
 MAJOR, MINOR = 1, 0
@@ -74,12 +74,12 @@ class Bundle:
         object.__setattr__(self, "_index", {e.name: e for e in self.entries})
 
     def entry(self, name: str) -> TensorEntry:
-        """The header entry of `name`; a KdtrError listing the names instead of a KeyError."""
+        """The header entry of `name`; a BundleError listing the names instead of a KeyError."""
         try:
             return self._index[name]
         except (KeyError, TypeError):
             have = ", ".join(repr(e.name) for e in self.entries) or "none"
-            raise KdtrError(f"no tensor {name!r} (has {have})", file=self.path) from None
+            raise BundleError(f"no tensor {name!r} (has {have})", file=self.path) from None
 
     def array(self, name: str) -> np.ndarray:
         """A read-only, zero-copy view of tensor `name`."""
@@ -93,7 +93,7 @@ class Bundle:
     def arrays(self, role: str) -> dict[str, np.ndarray]:
         """All tensors of `role` ("input", "output" or "aux"), in file order."""
         if role not in ROLES:
-            raise KdtrError(f"unknown role {role!r} (expected one of {', '.join(ROLES)})",
+            raise BundleError(f"unknown role {role!r} (expected one of {', '.join(ROLES)})",
                             file=self.path)
         return {e.name: self.array(e.name) for e in self.entries if e.role == role}
 
@@ -101,7 +101,7 @@ class Bundle:
 # ----------------------------------------------------------------------------------------- reading
 
 def read_bundle(path) -> Bundle:
-    """Open, validate completely and map a bundle; any fault is a one-line KdtrError."""
+    """Open, validate completely and map a bundle; any fault is a one-line BundleError."""
     path = Path(path)
     buf = _map_file(path)
     try:
@@ -129,26 +129,26 @@ def _read_mapped(path: Path, buf: mmap.mmap) -> Bundle:
 
 
 def _map_file(path: Path) -> mmap.mmap:
-    """mmap the whole file (never empty once it holds a preamble); OS faults become KdtrError."""
+    """mmap the whole file (never empty once it holds a preamble); OS faults become BundleError."""
     try:
         st = os.stat(path)
         if stat.S_ISDIR(st.st_mode):
-            raise KdtrError("is a directory, not a KDTR bundle", file=path)
+            raise BundleError("is a directory, not a KDTR bundle", file=path)
         if not stat.S_ISREG(st.st_mode):
-            raise KdtrError("is not a regular file", file=path)
+            raise BundleError("is not a regular file", file=path)
         with open(path, "rb") as f:
             if st.st_size < PREAMBLE.size:
                 _check_short(path, f.read(PREAMBLE.size))
             return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     except (OSError, ValueError) as e:      # ValueError: emptied between stat and mmap
-        raise KdtrError(f"cannot read: {getattr(e, 'strerror', None) or e}", file=path) from None
+        raise BundleError(f"cannot read: {getattr(e, 'strerror', None) or e}", file=path) from None
 
 
 def _check_short(path: Path, head: bytes) -> None:
     """A file shorter than the preamble: say 'not KDTR' if its first bytes already disagree."""
     if not MAGIC.startswith(head[:len(MAGIC)]):
-        raise KdtrError(f"bad magic {head[:4]!r}, not a KDTR file", file=path)
-    raise KdtrError(f"truncated: {len(head)} bytes, shorter than the {PREAMBLE.size}-byte preamble",
+        raise BundleError(f"bad magic {head[:4]!r}, not a KDTR file", file=path)
+    raise BundleError(f"truncated: {len(head)} bytes, shorter than the {PREAMBLE.size}-byte preamble",
                     file=path)
 
 
@@ -156,21 +156,21 @@ def _check_preamble(path: Path, buf: mmap.mmap) -> tuple[int, int, int]:
     """Magic, major, reserved, header length (against limit and file) and header crc32."""
     magic, major, minor, header_len, crc, reserved = PREAMBLE.unpack_from(buf, 0)
     if magic != MAGIC:
-        raise KdtrError(f"bad magic {magic!r}, not a KDTR file", file=path)
+        raise BundleError(f"bad magic {magic!r}, not a KDTR file", file=path)
     if major != MAJOR:
-        raise KdtrError(f"unsupported major version {major}.{minor} (this reader reads {MAJOR}.x)",
+        raise BundleError(f"unsupported major version {major}.{minor} (this reader reads {MAJOR}.x)",
                         file=path)
     if reserved != 0:
-        raise KdtrError(f"reserved field is 0x{reserved:08x}, must be 0", file=path)
+        raise BundleError(f"reserved field is 0x{reserved:08x}, must be 0", file=path)
     if header_len > MAX_HEADER_LEN:
-        raise KdtrError(f"header_len {header_len} exceeds the limit of {MAX_HEADER_LEN} bytes",
+        raise BundleError(f"header_len {header_len} exceeds the limit of {MAX_HEADER_LEN} bytes",
                         file=path)
     if header_len > len(buf) - PREAMBLE.size:
-        raise KdtrError(f"truncated: header_len {header_len} but only "
+        raise BundleError(f"truncated: header_len {header_len} but only "
                         f"{len(buf) - PREAMBLE.size} bytes follow the preamble", file=path)
     actual = zlib.crc32(memoryview(buf)[PREAMBLE.size:PREAMBLE.size + header_len])
     if actual != crc:
-        raise KdtrError(f"header crc32 mismatch (preamble 0x{crc:08x}, header 0x{actual:08x})",
+        raise BundleError(f"header crc32 mismatch (preamble 0x{crc:08x}, header 0x{actual:08x})",
                         file=path)
     return major, minor, header_len
 
@@ -208,21 +208,21 @@ def _parse_header(path: Path, raw: bytes) -> Any:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise KdtrError(f"header is not valid UTF-8 ({e.reason} at byte {e.start})",
+        raise BundleError(f"header is not valid UTF-8 ({e.reason} at byte {e.start})",
                         file=path) from None
     try:
         doc = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant,
                          parse_int=_parse_int)
     except _JsonFault as e:
-        raise KdtrError(f"invalid JSON header: {e}", file=path) from None
+        raise BundleError(f"invalid JSON header: {e}", file=path) from None
     except RecursionError:
-        raise KdtrError(f"invalid JSON header: nested deeper than {MAX_JSON_DEPTH} levels",
+        raise BundleError(f"invalid JSON header: nested deeper than {MAX_JSON_DEPTH} levels",
                         file=path) from None
     except ValueError as e:
-        raise KdtrError(f"invalid JSON header: {e}", file=path) from None
+        raise BundleError(f"invalid JSON header: {e}", file=path) from None
     fault = _json_fault(doc, 1, [])
     if fault:
-        raise KdtrError(f"invalid JSON header: {fault}", file=path)
+        raise BundleError(f"invalid JSON header: {fault}", file=path)
     return doc
 
 
@@ -283,25 +283,25 @@ def _check_keys(path: Path, obj: dict, known: tuple[str, ...], minor: int, where
     """Required keys present; unknown ones refused unless the file is of a newer minor."""
     missing = [k for k in known if k not in obj]
     if missing:
-        raise KdtrError(f"missing key {missing[0]!r}", file=path, field=where or None)
+        raise BundleError(f"missing key {missing[0]!r}", file=path, field=where or None)
     unknown = [k for k in obj if k not in known]
     if unknown and minor <= MINOR:
-        raise KdtrError(f"unknown key {unknown[0]!r} in a v{MAJOR}.{minor} file", file=path,
+        raise BundleError(f"unknown key {unknown[0]!r} in a v{MAJOR}.{minor} file", file=path,
                         field=where or None)
 
 
 def _check_top(path: Path, doc: Any, minor: int) -> tuple[dict, int, list]:
     """The top-level object: data_len, meta, tensors with their types."""
     if not isinstance(doc, dict):
-        raise KdtrError(f"header must be a JSON object, got {_show(doc)}", file=path)
+        raise BundleError(f"header must be a JSON object, got {_show(doc)}", file=path)
     _check_keys(path, doc, TOP_KEYS, minor, "")
     if not _is_int(doc["data_len"]) or doc["data_len"] < 0:
-        raise KdtrError(f"must be an integer >= 0, got {_show(doc['data_len'])}", file=path,
+        raise BundleError(f"must be an integer >= 0, got {_show(doc['data_len'])}", file=path,
                         field="data_len")
     if not isinstance(doc["meta"], dict):
-        raise KdtrError(f"must be an object, got {_show(doc['meta'])}", file=path, field="meta")
+        raise BundleError(f"must be an object, got {_show(doc['meta'])}", file=path, field="meta")
     if not isinstance(doc["tensors"], list):
-        raise KdtrError(f"must be an array, got {_show(doc['tensors'])}", file=path,
+        raise BundleError(f"must be an array, got {_show(doc['tensors'])}", file=path,
                         field="tensors")
     return doc["meta"], doc["data_len"], doc["tensors"]
 
@@ -312,7 +312,7 @@ def _check_entries(path: Path, raw: list, minor: int) -> tuple[TensorEntry, ...]
     seen: set[str] = set()
     for i, e in enumerate(entries):
         if e.name in seen:
-            raise KdtrError(f"duplicate tensor name {e.name!r}", file=path, field=f"tensors[{i}]")
+            raise BundleError(f"duplicate tensor name {e.name!r}", file=path, field=f"tensors[{i}]")
         seen.add(e.name)
     return entries
 
@@ -322,10 +322,10 @@ def _check_entry(path: Path, i: int, item: Any, minor: int) -> TensorEntry:
     where = f"tensors[{i}]"
 
     def fail(key: str, message: str):
-        raise KdtrError(message, file=path, field=f"{where}.{key}")
+        raise BundleError(message, file=path, field=f"{where}.{key}")
 
     if not isinstance(item, dict):
-        raise KdtrError(f"must be an object, got {_show(item)}", file=path, field=where)
+        raise BundleError(f"must be an object, got {_show(item)}", file=path, field=where)
     _check_keys(path, item, TENSOR_KEYS, minor, where)
     name, role, dtype, shape = item["name"], item["role"], item["dtype"], item["shape"]
     if not isinstance(name, str) or not name or "\0" in name:
@@ -360,22 +360,22 @@ def _check_layout(path: Path, entries, data_start: int, data_len: int, size: int
     """The declared layout covers the file exactly; tensors lie inside data_len, disjoint."""
     if size != data_start + data_len:
         kind = "truncated" if size < data_start + data_len else "trailing bytes"
-        raise KdtrError(f"{kind}: file is {size} bytes but data_start {data_start} + data_len "
+        raise BundleError(f"{kind}: file is {size} bytes but data_start {data_start} + data_len "
                         f"{data_len} = {data_start + data_len}", file=path)
     end = 0
     for e in entries:
         if e.offset + e.nbytes > data_len:
-            raise KdtrError(f"bytes [{e.offset}, {e.offset + e.nbytes}) run past data_len "
+            raise BundleError(f"bytes [{e.offset}, {e.offset + e.nbytes}) run past data_len "
                             f"{data_len}", file=path, field=f"tensor {e.name!r}")
         if e.nbytes:
             end = max(end, e.offset + e.nbytes)
     if end != data_len:
-        raise KdtrError(f"data_len {data_len} is not the end of the last tensor ({end}); "
+        raise BundleError(f"data_len {data_len} is not the end of the last tensor ({end}); "
                         "nothing may follow it", file=path, field="data_len")
     placed = sorted((e for e in entries if e.nbytes), key=lambda e: e.offset)
     for a, b in zip(placed, placed[1:]):
         if b.offset < a.offset + a.nbytes:
-            raise KdtrError(f"overlaps tensor {a.name!r} (bytes [{a.offset}, "
+            raise BundleError(f"overlaps tensor {a.name!r} (bytes [{a.offset}, "
                             f"{a.offset + a.nbytes}) and [{b.offset}, {b.offset + b.nbytes}))",
                             file=path, field=f"tensor {b.name!r}")
 
@@ -391,7 +391,7 @@ def _check_zero(path: Path, buf: mmap.mmap, start: int, stop: int, what: str) ->
         view = np.frombuffer(buf, dtype=np.uint8, count=min(_CHECK_CHUNK, stop - lo), offset=lo)
         at = _first(view != 0)
         if at is not None:
-            raise KdtrError(f"non-zero {what} byte 0x{view[at]:02x} at file offset {lo + at}", file=path)
+            raise BundleError(f"non-zero {what} byte 0x{view[at]:02x} at file offset {lo + at}", file=path)
 
 
 def _check_gaps(path: Path, buf: mmap.mmap, entries, data_start: int) -> None:
@@ -408,7 +408,7 @@ def _check_tensor_bytes(path: Path, buf: mmap.mmap, e: TensorEntry, data_start: 
     with memoryview(buf) as whole, whole[start:start + e.nbytes] as view:
         actual = zlib.crc32(view)
     if actual != e.crc32:
-        raise KdtrError(f"crc32 mismatch (header 0x{e.crc32:08x}, data 0x{actual:08x})",
+        raise BundleError(f"crc32 mismatch (header 0x{e.crc32:08x}, data 0x{actual:08x})",
                         file=path, field=f"tensor {e.name!r}")
     if e.dtype == "bool":
         for lo in range(0, e.nbytes, _CHECK_CHUNK):
@@ -416,7 +416,7 @@ def _check_tensor_bytes(path: Path, buf: mmap.mmap, e: TensorEntry, data_start: 
             chunk = np.frombuffer(buf, dtype=np.uint8, count=n, offset=start + lo)
             bad = _first(chunk > 1)
             if bad is not None:
-                raise KdtrError(f"bool byte 0x{chunk[bad]:02x} at element {lo + bad}"
+                raise BundleError(f"bool byte 0x{chunk[bad]:02x} at element {lo + bad}"
                                 " is neither 0 nor 1", file=path, field=f"tensor {e.name!r}")
 
 
@@ -445,7 +445,7 @@ def write_bundle(path, meta: dict, tensors: Iterable[tuple[str, str, np.ndarray]
                 handle.write(bytes(pad))
                 handle.write(raw)
     except OSError as e:
-        raise KdtrError(f"cannot write: {e.strerror or e}", file=path) from e
+        raise BundleError(f"cannot write: {e.strerror or e}", file=path) from e
     _fsync_dir(path.parent)
 
 
@@ -462,7 +462,7 @@ def _fsync_dir(folder: Path) -> None:
 def _plan(meta: dict, tensors, file) -> tuple[bytes, list[tuple[int, np.ndarray]]]:
     """Validate the inputs and lay them out: (preamble + header + padding, [(pad, bytes view)])."""
     if not isinstance(meta, dict):
-        raise KdtrError(f"meta must be a dict, got {type(meta).__name__}", file=file)
+        raise BundleError(f"meta must be a dict, got {type(meta).__name__}", file=file)
     entries, parts, cursor, seen = [], [], 0, set()
     for i, item in enumerate(tensors):
         name, role, array = _check_item(i, item, seen, file)
@@ -481,39 +481,39 @@ def _plan(meta: dict, tensors, file) -> tuple[bytes, list[tuple[int, np.ndarray]
 
 
 def _check_item(i: int, item, seen: set, file) -> tuple[str, str, np.ndarray]:
-    """One (name, role, array) the writer can store exactly as given, or a KdtrError saying why."""
+    """One (name, role, array) the writer can store exactly as given, or a BundleError saying why."""
     where = f"tensors[{i}]"
     try:
         name, role, array = item
     except (TypeError, ValueError):
-        raise KdtrError("must be a (name, role, array) triple", file=file, field=where) from None
+        raise BundleError("must be a (name, role, array) triple", file=file, field=where) from None
     if not isinstance(name, str) or not name or "\0" in name:
-        raise KdtrError(f"name must be a non-empty string without NUL, got {name!r}", file=file,
+        raise BundleError(f"name must be a non-empty string without NUL, got {name!r}", file=file,
                         field=where)
     where = f"tensor {name!r}"
     if name in seen:
-        raise KdtrError("duplicate tensor name", file=file, field=where)
+        raise BundleError("duplicate tensor name", file=file, field=where)
     seen.add(name)
     if role not in ROLES:
-        raise KdtrError(f"unknown role {role!r} (expected one of {', '.join(ROLES)})", file=file,
+        raise BundleError(f"unknown role {role!r} (expected one of {', '.join(ROLES)})", file=file,
                         field=where)
     if isinstance(array, np.generic):
         array = np.asarray(array)
     if not isinstance(array, np.ndarray):
-        raise KdtrError(f"is a {type(array).__name__}, not a numpy array", file=file, field=where)
+        raise BundleError(f"is a {type(array).__name__}, not a numpy array", file=file, field=where)
     try:
         kdtr_dtype(array.dtype)
     except ValueError:
-        raise KdtrError(f"unsupported dtype {array.dtype} (KDTR holds "
+        raise BundleError(f"unsupported dtype {array.dtype} (KDTR holds "
                         f"{', '.join(NUMPY_DTYPES)}, little-endian)", file=file,
                         field=where) from None
     if not array.flags.c_contiguous:
-        raise KdtrError("array is not C-contiguous (pass np.ascontiguousarray(a))", file=file,
+        raise BundleError("array is not C-contiguous (pass np.ascontiguousarray(a))", file=file,
                         field=where)
     if array.ndim > MAX_NDIM:
-        raise KdtrError(f"{array.ndim} dimensions, more than {MAX_NDIM}", file=file, field=where)
+        raise BundleError(f"{array.ndim} dimensions, more than {MAX_NDIM}", file=file, field=where)
     if array.dtype == NUMPY_DTYPES["bool"] and np.any(array.reshape(-1).view(np.uint8) > 1):
-        raise KdtrError("bool array holds bytes other than 0 and 1", file=file, field=where)
+        raise BundleError("bool array holds bytes other than 0 and 1", file=file, field=where)
     return name, role, array
 
 
@@ -521,13 +521,13 @@ def _encode_header(doc: dict, file) -> bytes:
     """Compact UTF-8 JSON in the given key order; refuses what a reader would refuse."""
     fault = _json_fault(doc, 1, [])
     if fault:
-        raise KdtrError(f"header cannot be written: {fault}", file=file)
+        raise BundleError(f"header cannot be written: {fault}", file=file)
     try:
         header = json.dumps(doc, separators=(",", ":"), ensure_ascii=False,
                             allow_nan=False).encode("utf-8")
     except (TypeError, ValueError) as e:
-        raise KdtrError(f"header cannot be written: {e}", file=file) from None
+        raise BundleError(f"header cannot be written: {e}", file=file) from None
     if len(header) > MAX_HEADER_LEN:
-        raise KdtrError(f"header of {len(header)} bytes exceeds the limit of {MAX_HEADER_LEN}",
+        raise BundleError(f"header of {len(header)} bytes exceeds the limit of {MAX_HEADER_LEN}",
                         file=file)
     return header

@@ -17,7 +17,7 @@ import numpy as np
 
 from . import __version__, parallel
 from .atomic import remove_stale_temps
-from .errors import KdtrError, LimitError, UsageError
+from .errors import BundleError, LimitError, UsageError
 from .format import MAJOR as FORMAT_MAJOR, MINOR as FORMAT_MINOR, read_bundle, write_bundle
 from .ops import OP_MODULES, get_op
 from .ops.base import Case
@@ -68,7 +68,7 @@ def _module_files(module: str) -> dict[str, Path]:
     """Module name -> file of `module` (a module, or a package and every module below it)."""
     spec = importlib.util.find_spec(module)
     if spec is None or spec.origin is None:
-        raise KdtrError(f"cannot find the code of module {module}")
+        raise BundleError(f"cannot find the code of module {module}")
     if not spec.submodule_search_locations:
         return {module: Path(spec.origin)}
     root = Path(spec.origin).parent
@@ -192,7 +192,7 @@ def is_fresh(path: Path, wanted: dict) -> bool:
         return False
     try:
         stored = read_bundle(path).meta.get("provenance")
-    except KdtrError:
+    except BundleError:
         return False                      # corrupt or foreign: rebuild it
     return isinstance(stored, dict) and all(stored.get(k) == wanted[k] for k in FRESHNESS_KEYS)
 
@@ -337,7 +337,7 @@ def _left_by(path: Path) -> str | None:
     """The suite a bundle's provenance names (None: unreadable, or no provenance)."""
     try:
         stored = read_bundle(path).meta.get("provenance")
-    except KdtrError:
+    except BundleError:
         return None
     return stored.get("spec") if isinstance(stored, dict) else None
 
@@ -351,6 +351,6 @@ def prune(paths: Iterable[Path]) -> list[Path]:
         except FileNotFoundError:
             continue
         except OSError as e:
-            raise KdtrError(f"cannot remove stale bundle: {e.strerror or e}", file=path) from e
+            raise BundleError(f"cannot remove stale bundle: {e.strerror or e}", file=path) from e
         removed.append(path)
     return removed

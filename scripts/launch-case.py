@@ -37,15 +37,15 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("launch-case: no CUDA GPU (torch.cuda.is_available() is False)", file=sys.stderr)
         return 2
-    from kdtr import backends
+    from kdtr.backends import upload
+    from kdtr.impl.builtin import CUDA
 
     [case] = cases
     op = get_op(case.op)
     gen = op.generate(case)
     kernel = op.kernel_choice(case.variant, gen.inputs, gen.params)
     with torch.no_grad():
-        call, _ = backends.prepare("cuda", op, case.variant, gen.inputs, backends.upload(gen.inputs, "cuda"),
-                                   gen.params, "cuda")
+        call = CUDA.prepare(op, case.variant, upload(gen.inputs, "cuda"), gen.params)
         for _ in range(args.times):
             call()
         torch.cuda.synchronize()

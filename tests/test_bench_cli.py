@@ -11,7 +11,7 @@ from kdtr.bench import runner as bench_runner
 from kdtr.ops import get_op
 from tests.bench_fakes import SUITES, record
 from tests.bench_fakes import suites  # noqa: F401  (fixture)
-from tests.test_cli import invoke
+from tests.test_cli import goldens, invoke  # noqa: F401  (goldens: a fixture)
 
 
 # -- the CLI: a degraded run on the CPU -------------------------------------------------------------
@@ -184,3 +184,42 @@ def test_a_device_error_at_cleanup_stops_the_run_with_a_record_not_a_traceback(s
     assert not data["complete"]
     assert any("the device failed after" in e and "illegal memory access" in e for e in data["errors"])
     assert data["not_run"], data
+
+
+def test_an_entry_point_whose_implementation_names_itself_otherwise_is_benched(suites, tmp_path, monkeypatch):
+    """Issue 27: `--impl myimpl` (an entry point) whose Implementation is named "plugged" passed the
+    up-front check, then every case errored "unknown implementation 'plugged'" (bench resolved the
+    name as a spec), exit 1."""
+    from kdtr.device import gpu_available
+    from tests.test_impl import _plugin
+
+    if gpu_available():
+        pytest.skip("CPU run: the plug-in is the torch backend on the host")
+    _plugin(tmp_path, monkeypatch, "kdtree_plugin_mod:IMPL", body="""
+        from kdtr.impl import Implementation, Serves
+        from kdtr.impl.builtin import TORCH
+        IMPL = Implementation("plugged", (Serves("tree_accept"),), TORCH.prepare, device="cpu", doc="torch, renamed")
+    """)
+    out = tmp_path / "run.json"
+    result = invoke("bench", suites, *FAST, "-k", "ta_small", "--impl", "myimpl", "--no-baselines", "--json", out)
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert not data["errors"], data["errors"]
+    plugged = [r for r in data["rows"] if r["impl"] == "plugged"]
+    assert len(plugged) == 1 and plugged[0]["check_passed"] and plugged[0]["timing"]["n"] >= 1
+
+
+def test_bench_items_are_plain_data_a_worker_receives(suites, goldens, tmp_path):
+    """Issue 27: a --devices worker gets its items pickled (it re-collected every suite before, a
+    bench item being a closure); an unpickled item draws or reads the same inputs."""
+    import pickle
+
+    bundle = sorted((goldens / "tree_accept").glob("*.kdtr"))[0]
+    items = bench.collect_items([suites, bundle], "*")
+    assert {i.case is not None for i in items} == {True, False}
+    job = bench.WorkerJob(tuple(items), bench.BenchSettings())
+    received = pickle.loads(pickle.dumps(job))
+    assert received == job and received.names == tuple(f"{i.op}/{i.name}" for i in items)
+    for sent, got in zip(items, received.items):
+        (a, pa), (b, pb) = sent.load(), got.load()
+        assert pa == pb and all(a[k].tobytes() == b[k].tobytes() for k in a)     # NaN-poisoned slots too

@@ -75,8 +75,7 @@ def test_case_runner_cuda_path_on_a_fake_device(monkeypatch, op_name, case_param
     env = _fake_gpu_env(monkeypatch, l2_bytes)
     variant = op.variants[-1]
     case = Case("c", op_name, variant, 9, dict(op._defaults, **case_params))
-    item = bench.BenchItem("c", op_name, variant, case.params, "test",
-                           lambda: (lambda g: (g.inputs, g.params))(op.generate(case)))
+    item = bench.BenchItem("c", op_name, variant, case.params, "test", case=case)
     settings = BenchSettings(timing=replace(OPTS, budget_s=0.05, min_samples=3), repeat=True,
                              baselines=("torch", "torch_bf16", "torch_fp32"))
     seen = []
@@ -103,8 +102,7 @@ def test_case_runner_reports_a_wrong_kernel_and_a_missing_one(monkeypatch):
     op = get_op("tree_accept")
     env = _fake_gpu_env(monkeypatch, modes=("hot",))
     case = Case("c", "tree_accept", "default", 9, dict(op._defaults, batch=4, budget=8, depth=4))
-    item = bench.BenchItem("c", "tree_accept", "default", case.params, "test",
-                           lambda: (lambda g: (g.inputs, g.params))(op.generate(case)))
+    item = bench.BenchItem("c", "tree_accept", "default", case.params, "test", case=case)
     settings = BenchSettings(timing=replace(OPTS, budget_s=0.05, min_samples=3), baselines=())
     monkeypatch.setattr(op, "run_cuda", _fake_run_cuda(op, wrong=True))
     [row_] = bench_runner._CaseRunner(env, settings, item, lambda s: None, None).run()

@@ -40,8 +40,7 @@ def _fake_kernels(op, fake, ms, nudge=(), calls=None):
 def _attn_fp32_item():
     op = get_op("verify_attn")
     case = Case("c", "verify_attn", "fp32", 9, dict(op._defaults, batch=2, heads=4, prefix=30, budget=6))
-    return op, bench.BenchItem("c", "verify_attn", "fp32", case.params, "test",
-                               lambda: (lambda g: (g.inputs, g.params))(op.generate(case)))
+    return op, bench.BenchItem("c", "verify_attn", "fp32", case.params, "test", case=case)
 
 
 def _run_builds(monkeypatch, builds, ms, nudge=(), repeat=False):

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from kdtr.capture import save_bundle
-from kdtr.errors import KdtrError
+from kdtr.errors import BundleError
 from kdtr.format import read_bundle
 from kdtr.verify import load_case
 from tests.impl_cases import ACCEPT_SMALL, VERIFY_SMALL, small_case
@@ -72,7 +72,7 @@ def test_refusals_name_the_fault(tmp_path, change, message):
     op, inputs, params = small_case("tree_accept", **ACCEPT_SMALL)
     outputs = op.reference("default", inputs, params)
     op_name, variant, i, o, p = change(inputs, outputs, params)
-    with pytest.raises(KdtrError, match=None) as info:
+    with pytest.raises(BundleError, match=None) as info:
         save_bundle(tmp_path / "x.kdtr", op_name, variant, i, o, params=p)
     assert message in str(info.value)
     assert not (tmp_path / "x.kdtr").exists()
@@ -80,11 +80,11 @@ def test_refusals_name_the_fault(tmp_path, change, message):
 
 def test_missing_kernel_params_and_reserved_meta(tmp_path):
     op, inputs, params = small_case("verify_attn", "fp32", **VERIFY_SMALL)
-    with pytest.raises(KdtrError, match="params lacks"):
+    with pytest.raises(BundleError, match="params lacks"):
         save_bundle(tmp_path / "x.kdtr", "verify_attn", "fp32", inputs, params={})
-    with pytest.raises(KdtrError, match="meta may not set"):
+    with pytest.raises(BundleError, match="meta may not set"):
         save_bundle(tmp_path / "x.kdtr", "verify_attn", "fp32", inputs, params=params, meta={"op": "x"})
-    with pytest.raises(KdtrError, match="no outputs were given"):
+    with pytest.raises(BundleError, match="no outputs were given"):
         save_bundle(tmp_path / "x.kdtr", "verify_attn", "fp32", inputs, params=params, captured_by="me")
 
 
@@ -92,7 +92,7 @@ def test_an_existing_file_is_replaced_only_when_asked(tmp_path):
     """Issue 30 row 18: save_bundle silently overwrote an earlier capture."""
     op, inputs, params = small_case("tree_accept", **ACCEPT_SMALL)
     path = save_bundle(tmp_path / "a.kdtr", "tree_accept", "default", inputs, params=params, case="first")
-    with pytest.raises(KdtrError, match="already exists; pass overwrite=True"):
+    with pytest.raises(BundleError, match="already exists; pass overwrite=True"):
         save_bundle(path, "tree_accept", "default", inputs, params=params, case="second")
     assert read_bundle(path).meta["case"] == "first"
     save_bundle(path, "tree_accept", "default", inputs, params=params, case="second", overwrite=True)
@@ -108,7 +108,7 @@ def test_nan_or_inf_where_the_op_reads_is_named_and_padding_is_not(tmp_path, var
     save_bundle(tmp_path / "padded.kdtr", "verify_attn", variant, inputs, params=params)   # NaN padding
     queries = dict(inputs, q=inputs["q"].copy())
     queries["q"].reshape(-1)[5] = poison
-    with pytest.raises(KdtrError, match=r"request 0's queries hold 1 NaN or Inf value\(s\)"):
+    with pytest.raises(BundleError, match=r"request 0's queries hold 1 NaN or Inf value\(s\)"):
         save_bundle(tmp_path / "q.kdtr", "verify_attn", variant, queries, params=params)
     keys = dict(inputs)
     kv_name = "kv" if variant == "fp32" else "kv_buffer"
@@ -116,7 +116,7 @@ def test_nan_or_inf_where_the_op_reads_is_named_and_padding_is_not(tmp_path, var
     read_row = 0 if variant == "fp32" else int(inputs["kv_indices"][0]) if inputs["kv_indices"].size \
         else int(inputs["tree_slots"][0])
     keys[kv_name][(0, read_row) if variant == "fp32" else read_row] = poison
-    with pytest.raises(KdtrError, match="request 0's keys hold"):
+    with pytest.raises(BundleError, match="request 0's keys hold"):
         save_bundle(tmp_path / "k.kdtr", "verify_attn", variant, keys, params=params)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["padded.kdtr"]
 
@@ -138,7 +138,7 @@ def test_numpy_scalar_params_are_stored_as_numbers(tmp_path):
 def test_a_bad_path_is_one_clear_error(tmp_path, path, message):
     op, inputs, params = small_case("tree_accept", **ACCEPT_SMALL)
     path = path.format(tmp=tmp_path) if isinstance(path, str) else path
-    with pytest.raises(KdtrError, match=message):
+    with pytest.raises(BundleError, match=message):
         save_bundle(path, "tree_accept", "default", inputs, params=params)
 
 
@@ -146,6 +146,6 @@ def test_a_bad_path_is_one_clear_error(tmp_path, path, message):
 def test_case_names_are_checked_like_suite_case_names(tmp_path, case):
     """Issue 30 row 18: `case='../../evil'` was accepted (reports and --json paths use it)."""
     op, inputs, params = small_case("tree_accept", **ACCEPT_SMALL)
-    with pytest.raises(KdtrError, match="a case name is a safe file stem"):
+    with pytest.raises(BundleError, match="a case name is a safe file stem"):
         save_bundle(tmp_path / "c.kdtr", "tree_accept", "default", inputs, params=params, case=case)
     assert list(tmp_path.iterdir()) == []

@@ -228,22 +228,29 @@ def test_a_bundle_with_equal_sibling_tokens_is_refused(tmp_path):
 
 
 def test_a_failed_launch_fails_its_case_and_a_lost_device_stops_the_run(goldens, monkeypatch):
-    from kdtr import backends
+    import dataclasses
+
     from kdtr.errors import DeviceError, LaunchError
+    from kdtr.impl import builtin
     from kdtr.verify import Options, verify_file
 
     bundle = sorted((goldens / "tree_accept").glob("*.kdtr"))[0]
 
-    def launch_fails(*args, **kwargs):
-        raise LaunchError("kernel tree_accept (tree_accept.cu, sm_90): cuLaunchKernel: too many resources")
-    monkeypatch.setattr(backends, "run", launch_fails)
+    def cuda_raising(err):
+        def prepare(op, variant, inputs, params):
+            def call():
+                raise err
+            return call
+        return dataclasses.replace(builtin.CUDA, probe=lambda: None, device="cpu", prepare=prepare)
+
+    launch_fails = LaunchError("kernel tree_accept (tree_accept.cu, sm_90): cuLaunchKernel: too many resources")
+    monkeypatch.setitem(builtin.BUILTINS, "cuda", cuda_raising(launch_fails))
     rows, problem = verify_file(bundle, Options(backend="cuda"))
     assert problem is None and len(rows) == 1 and not rows[0].passed
     assert bundle.stem in rows[0].error and "tree_accept.cu" in rows[0].error
 
-    def device_lost(*args, **kwargs):
-        raise DeviceError("tree_accept/default: the kernel failed on the device: illegal address")
-    monkeypatch.setattr(backends, "run", device_lost)
+    device_lost = DeviceError("tree_accept/default: the kernel failed on the device: illegal address")
+    monkeypatch.setitem(builtin.BUILTINS, "cuda", cuda_raising(device_lost))
     rows, problem = verify_file(bundle, Options(backend="cuda"))
     assert rows == [] and str(bundle) in problem and "illegal address" in problem
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from kdtr.dtypes import NUMPY_DTYPES
-from kdtr.errors import KdtrError
+from kdtr.errors import BundleError
 from kdtr.format import (MAJOR, MAX_HEADER_LEN, MAX_INT_DIGITS, MAX_JSON_DEPTH, MAX_NDIM, MINOR,
                          Bundle, TensorEntry, bundle_bytes, read_bundle, write_bundle)
 
@@ -214,11 +214,11 @@ REJECTIONS = {
 
 @pytest.mark.parametrize("case", sorted(REJECTIONS))
 def test_rejects(tmp_path, case):
-    """Every rule of the spec: a KdtrError naming the file and the fault, on one line."""
+    """Every rule of the spec: a BundleError naming the file and the fault, on one line."""
     build, word = REJECTIONS[case]
     path = tmp_path / f"{case}.kdtr"
     path.write_bytes(build())
-    with pytest.raises(KdtrError) as info:
+    with pytest.raises(BundleError) as info:
         read_bundle(path)
     message = str(info.value)
     assert message.startswith(str(path) + ": ")
@@ -240,7 +240,7 @@ def test_unreadable_path(tmp_path, what):
     path = tmp_path / "nope.kdtr"
     if what == "directory":
         path.mkdir()
-    with pytest.raises(KdtrError, match="nope.kdtr: (cannot read|is a directory)"):
+    with pytest.raises(BundleError, match="nope.kdtr: (cannot read|is a directory)"):
         read_bundle(path)
 
 
@@ -253,7 +253,7 @@ def test_terabyte_claim_in_small_file(tmp_path):
     path.write_bytes(spec_file(header, bytes(1024 - 24 - _align(len(json.dumps(header))))))
     tracemalloc.start()
     try:
-        with pytest.raises(KdtrError, match="truncated"):
+        with pytest.raises(BundleError, match="truncated"):
             read_bundle(path)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
@@ -407,7 +407,7 @@ def test_higher_minor_ignores_unknown_keys(tmp_path):
     assert bundle.version == (1, MINOR + 1) and bundle.entry("q").shape == (2, 3)
     header["tensors"][0]["shape"] = [2.0, 3]        # a known key is still checked
     path.write_bytes(spec_file(header, data, minor=MINOR + 1))
-    with pytest.raises(KdtrError, match="dimension"):
+    with pytest.raises(BundleError, match="dimension"):
         read_bundle(path)
 
 
@@ -427,9 +427,9 @@ def test_lookup_errors_are_kdtr_errors(tmp_path):
     write_bundle(tmp_path / "l.kdtr", {}, [("a", "input", np.zeros(2, "u1"))])
     bundle = read_bundle(tmp_path / "l.kdtr")
     assert isinstance(bundle, Bundle) and isinstance(bundle.entry("a"), TensorEntry)
-    with pytest.raises(KdtrError, match=r"l\.kdtr: no tensor 'b' \(has 'a'\)"):
+    with pytest.raises(BundleError, match=r"l\.kdtr: no tensor 'b' \(has 'a'\)"):
         bundle.array("b")
-    with pytest.raises(KdtrError, match="unknown role"):
+    with pytest.raises(BundleError, match="unknown role"):
         bundle.arrays("inputs")
     assert bundle.arrays("aux") == {}
 
@@ -458,9 +458,9 @@ def test_empty_bundle(tmp_path):
     ({}, [("a", "input", np.array([0, 1, 2], "u1").view("?"))], "bool"),
 ])
 def test_writer_refuses(tmp_path, meta, tensors, word):
-    """A clear KdtrError naming the target, and nothing left behind in the folder."""
+    """A clear BundleError naming the target, and nothing left behind in the folder."""
     target = tmp_path / "out" / "w.kdtr"
-    with pytest.raises(KdtrError) as info:
+    with pytest.raises(BundleError) as info:
         write_bundle(target, meta, tensors)
     assert str(info.value).startswith(str(target)) and word in str(info.value)
     assert not target.exists()
@@ -483,7 +483,7 @@ def test_failure_mid_write_leaves_nothing(tmp_path, monkeypatch):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "fsync", broken_fsync)
-    with pytest.raises(KdtrError, match="keep.kdtr: cannot write: No space left"):
+    with pytest.raises(BundleError, match="keep.kdtr: cannot write: No space left"):
         write_bundle(target, {"v": 2}, [("a", "input", np.zeros(1 << 16, "<f4"))])
     monkeypatch.undo()
     assert target.read_bytes() == before
@@ -502,6 +502,6 @@ def test_failing_tensor_iterable_leaves_nothing(tmp_path):
 
 def test_writer_refuses_a_directory_target(tmp_path):
     (tmp_path / "d.kdtr").mkdir()
-    with pytest.raises(KdtrError, match="cannot write"):
+    with pytest.raises(BundleError, match="cannot write"):
         write_bundle(tmp_path / "d.kdtr", {}, [])
     assert [p.name for p in tmp_path.iterdir()] == ["d.kdtr"]

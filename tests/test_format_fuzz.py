@@ -1,5 +1,5 @@
 """Hypothesis on KDTR: a round trip of random bundles, and random corruptions of a valid bundle,
-which read_bundle must refuse with KdtrError (or, where the corruption left a valid file, read) and
+which read_bundle must refuse with BundleError (or, where the corruption left a valid file, read) and
 never answer with any other exception."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kdtr.dtypes import NUMPY_DTYPES
-from kdtr.errors import KdtrError
+from kdtr.errors import BundleError
 from kdtr.format import bundle_bytes, read_bundle, write_bundle
 
 SETTINGS = settings(max_examples=300, deadline=None, derandomize=True,
@@ -51,12 +51,12 @@ HEADER_LEN = struct.unpack_from("<Q", VALID, 8)[0]
 
 
 def read(folder: Path, raw: bytes):
-    """read_bundle on `raw`: the Bundle (every array touched) or the KdtrError; nothing else."""
+    """read_bundle on `raw`: the Bundle (every array touched) or the BundleError; nothing else."""
     path = folder / f"{next(_COUNTER)}.kdtr"
     path.write_bytes(raw)
     try:
         bundle = read_bundle(path)
-    except KdtrError as e:
+    except BundleError as e:
         assert str(e).startswith(f"{path}: ") and "\n" not in str(e), str(e)
         return e
     finally:
@@ -77,7 +77,7 @@ def with_header(text: bytes, data: bytes | None = None) -> bytes:
 
 
 def test_valid_bundle_reads(folder):
-    assert not isinstance(read(folder, VALID), KdtrError)
+    assert not isinstance(read(folder, VALID), BundleError)
 
 
 @SETTINGS
@@ -90,31 +90,31 @@ def test_byte_flips(folder, flips):
     changed = {i for i in range(len(raw)) if raw[i] != VALID[i]}
     result = read(folder, bytes(raw))
     if not changed <= MINOR_FIELD:
-        assert isinstance(result, KdtrError)
+        assert isinstance(result, BundleError)
 
 
 @SETTINGS
 @given(st.integers(0, len(VALID) - 1))
 def test_truncation(folder, length):
-    assert isinstance(read(folder, VALID[:length]), KdtrError)
+    assert isinstance(read(folder, VALID[:length]), BundleError)
 
 
 @settings(SETTINGS, max_examples=100)
 @given(st.binary(min_size=1, max_size=200))
 def test_appended_bytes(folder, tail):
-    assert isinstance(read(folder, VALID + tail), KdtrError)
+    assert isinstance(read(folder, VALID + tail), BundleError)
 
 
 @settings(SETTINGS, max_examples=100)
 @given(st.binary(min_size=4, max_size=4).filter(lambda m: m != b"KDTR"))
 def test_other_magic(folder, magic):
-    assert isinstance(read(folder, magic + VALID[4:]), KdtrError)
+    assert isinstance(read(folder, magic + VALID[4:]), BundleError)
 
 
 @settings(SETTINGS, max_examples=100)
 @given(st.integers(0, 0xFFFF).filter(lambda v: v != 1))
 def test_other_major(folder, major):
-    assert isinstance(read(folder, VALID[:4] + struct.pack("<H", major) + VALID[6:]), KdtrError)
+    assert isinstance(read(folder, VALID[:4] + struct.pack("<H", major) + VALID[6:]), BundleError)
 
 
 @SETTINGS
@@ -147,7 +147,7 @@ FIELDS = ["data_len", "meta", "tensors", "extra", "t.name", "t.role", "t.dtype",
 @SETTINGS
 @given(st.sampled_from(FIELDS), st.integers(0, 5), JSON)
 def test_replaced_header_values(folder, field, index, value):
-    """One header value replaced by arbitrary JSON: KdtrError or (rarely) still valid."""
+    """One header value replaced by arbitrary JSON: BundleError or (rarely) still valid."""
     doc = json.loads(VALID[24:24 + HEADER_LEN])
     entries = doc["tensors"]
     entry = entries[index % len(entries)]

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import kdtr.summary  # noqa: F401 - imported before fuzz_format so atheris leaves kdtr alone here
-from kdtr.errors import KdtrError
+from kdtr.errors import BundleError
 from kdtr.format import read_bundle
 
 FUZZ = Path(__file__).resolve().parent / "fuzz"
@@ -131,7 +131,7 @@ def traced(target, tmp_path):
 
 
 def test_fuzz_format(seeds, tmp_path, capsys):
-    """read_bundle on FUZZ_SECONDS of atheris's inputs: KdtrError or a consistent Bundle, never
+    """read_bundle on FUZZ_SECONDS of atheris's inputs: BundleError or a consistent Bundle, never
     another exception, and peak allocation within the target's bound."""
     _need_atheris()
     run = RUN.run_fuzzer("format", RUN.format_target(), FUZZ_SECONDS, tmp_path, seeds)
@@ -143,13 +143,13 @@ def test_format_target_passes_seeds_and_faults(traced, seeds):
     for path in sorted(seeds.iterdir()):
         raw = path.read_bytes()
         traced.TestOneInput(raw)
-        traced.TestOneInput(raw[:-1])                       # truncated: a KdtrError
-        traced.TestOneInput(raw[:30] + b"\xff" + raw[31:])  # header crc: a KdtrError
+        traced.TestOneInput(raw[:-1])                       # truncated: a BundleError
+        traced.TestOneInput(raw[:30] + b"\xff" + raw[31:])  # header crc: a BundleError
 
 
 def test_format_target_flags_other_exceptions(traced, seeds, monkeypatch):
     def broken(path):
-        raise ValueError("not a KdtrError")
+        raise ValueError("not a BundleError")
 
     monkeypatch.setattr(traced, "read_bundle", broken)
     with pytest.raises(ValueError):
@@ -171,7 +171,7 @@ def test_format_target_flags_header_sized_allocations(traced, seeds, monkeypatch
 
 def test_format_target_flags_multiline_errors(traced, seeds, monkeypatch):
     def multiline(path):
-        raise KdtrError("two\nlines", file=path)
+        raise BundleError("two\nlines", file=path)
 
     monkeypatch.setattr(traced, "read_bundle", multiline)
     with pytest.raises(traced.Finding, match="one line"):
@@ -209,7 +209,7 @@ def _reads(path: Path, raw: bytes) -> int:
     try:
         read_bundle(path)
         return 1
-    except KdtrError:
+    except BundleError:
         return 0
 
 
@@ -228,7 +228,7 @@ def test_fault_scan_allocates_within_the_input(tmp_path):
     path.write_bytes(raw)
     tracemalloc.start()
     try:
-        with pytest.raises(KdtrError, match="non-zero padding"):
+        with pytest.raises(BundleError, match="non-zero padding"):
             read_bundle(path)
         peak = tracemalloc.get_traced_memory()[1]
     finally:

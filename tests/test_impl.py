@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from kdtr.errors import UsageError
-from kdtr.impl import ImplUnavailable, builtin_names, check_outputs, resolve, resolve_all, run
+from kdtr.impl import (CaseData, Status, builtin_names, check_outputs, evaluate, resolve, resolve_all,
+                       resolved)
 from tests.impl_cases import ACCEPT_SMALL, VERIFY_SMALL, small_case
 
 
@@ -55,8 +56,8 @@ def test_a_user_file_serves_its_op_and_runs(tmp_path):
     impl = resolve(f"tree_accept={path}:accept")
     assert impl.serves("tree_accept", "default") and not impl.serves("tree_build", "default")
     op, inputs, params = small_case("tree_accept", **ACCEPT_SMALL)
-    result = run(impl, op, "default", inputs, params)
-    assert result.ok, result.reason
+    result = evaluate(impl, CaseData(op, "default", inputs, params))
+    assert result.passed, result.reason
     expected = op.reference("default", inputs, params)
     for name in op.outputs:
         np.testing.assert_array_equal(result.outputs[name], expected[name])
@@ -84,6 +85,7 @@ def _plugin(tmp_path, monkeypatch, value, name="myimpl", body=""):
     (info / "entry_points.txt").write_text(f"[kdtree.implementations]\n{name} = {value}\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     sys.modules.pop("kdtree_plugin_mod", None)
+    resolved.cache_clear()          # specs resolve once per process: this one is new
 
 
 def test_an_entry_point_callable_declares_what_it_serves(tmp_path, monkeypatch):
@@ -152,8 +154,8 @@ def test_a_nan_where_the_reference_has_none_fails():
 def test_a_float_output_may_come_wider_but_an_exact_one_may_not():
     """numpy's bf16_paged `out` is f32 (goldens' precision); the check allows it, as compare does."""
     op, inputs, params = small_case("verify_attn", "bf16_paged", **VERIFY_SMALL)
-    result = run(resolve("numpy"), op, "bf16_paged", inputs, params)
-    assert result.ok, result.reason
+    result = evaluate(resolve("numpy"), CaseData(op, "bf16_paged", inputs, params))
+    assert result.passed, result.reason
     assert result.outputs["out"].dtype == np.float32
     bad = {"accept_len": torch.zeros(6, dtype=torch.float32)}
     accept, accept_inputs, accept_params = small_case("tree_accept", **ACCEPT_SMALL)
@@ -165,16 +167,17 @@ def test_a_float_output_may_come_wider_but_an_exact_one_may_not():
 def test_a_raising_implementation_fails_its_case_with_the_first_line(tmp_path):
     path = write(tmp_path, "def fn(inputs, params):\n    raise ValueError('bad tree\\nmore detail')\n")
     op, inputs, params = small_case("tree_accept", **ACCEPT_SMALL)
-    result = run(resolve(f"tree_accept={path}:fn"), op, "default", inputs, params)
-    assert not result.ok and result.reason == "ValueError: bad tree" and result.outputs == {}
+    result = evaluate(resolve(f"tree_accept={path}:fn"), CaseData(op, "default", inputs, params))
+    assert result.status is Status.ERROR and result.reason == "ValueError: bad tree" and result.outputs is None
 
 
 def test_an_unavailable_implementation_is_not_run():
     if torch.cuda.is_available():
         pytest.skip("a GPU is present: cuda is available")
     op, inputs, params = small_case("tree_accept", **ACCEPT_SMALL)
-    with pytest.raises(ImplUnavailable, match="cuda: no CUDA GPU"):
-        run(resolve("cuda"), op, "default", inputs, params)
+    result = evaluate(resolve("cuda"), CaseData(op, "default", inputs, params))
+    assert result.status is Status.SKIPPED and result.reason.startswith("cuda: no CUDA GPU")
+    assert not result.passed and not result.failed
 
 
 @pytest.mark.parametrize("op_name, variant, size", [("verify_attn", "fp32", VERIFY_SMALL),
@@ -183,8 +186,8 @@ def test_an_unavailable_implementation_is_not_run():
 def test_the_torch_implementation_meets_the_tolerance(op_name, variant, size):
     op, inputs, params = small_case(op_name, variant, **size)
     reference = op.reference(variant, inputs, params)
-    result = run(resolve("torch"), op, variant, inputs, params, reference=reference)
-    assert result.ok, result.reason
+    result = evaluate(resolve("torch"), CaseData(op, variant, inputs, params), reference)
+    assert result.passed, result.reason
     for name, tol in op.tolerances(variant).items():
         got, ref = result.outputs[name].astype(np.float64), reference[name].astype(np.float64)
         if tol.exact:

@@ -21,7 +21,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from kdtr.errors import KdtrError
+from kdtr.errors import BundleError
 from kdtr.format import read_bundle, write_bundle
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -278,7 +278,7 @@ def test_fuzz_parity_with_python(reader, tmp_path):
     for path in paths:
         try:
             py = python_view(read_bundle(path))
-        except KdtrError:
+        except BundleError:
             py = None
         c = results[str(path)]
         assert ("error" in c[0]) == (py is None), f"{path.name}: C {c[0]}, Python {py}"

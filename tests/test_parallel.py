@@ -253,7 +253,7 @@ def test_trials_drawn_in_threads_give_the_rows_of_one_at_a_time(goldens, monkeyp
     from kdtr.verify import Options, find_bundles, verify_bundle
 
     drawn_in = []
-    real_map = verify.parallel.threaded_map
+    real_map = verify.run.parallel.threaded_map
 
     def recording_map(work, items, *, window):
         def drawing(case):
@@ -261,14 +261,14 @@ def test_trials_drawn_in_threads_give_the_rows_of_one_at_a_time(goldens, monkeyp
             return work(case)
         return real_map(drawing, items, window=window)
 
-    monkeypatch.setattr(verify.parallel, "threaded_map", recording_map)
+    monkeypatch.setattr(verify.run.parallel, "threaded_map", recording_map)
     options = Options(backend="numpy", trials=4)
     for bundle in find_bundles([goldens]):
-        monkeypatch.setattr(verify, "trial_window", lambda *args: 1)
+        monkeypatch.setattr(verify.run, "trial_window", lambda *args: 1)
         alone = verify_bundle(bundle, options)
         assert set(drawn_in) == {threading.current_thread().name}
         drawn_in.clear()
-        monkeypatch.setattr(verify, "trial_window", lambda *args: 3)
+        monkeypatch.setattr(verify.run, "trial_window", lambda *args: 3)
         threaded = verify_bundle(bundle, options)
         assert threading.current_thread().name not in drawn_in and len(drawn_in) == 4
         drawn_in.clear()
@@ -284,14 +284,14 @@ def test_the_trial_window_takes_the_cores_and_the_gen_refs_memory_bound(monkeypa
     op = get_op("verify_attn")
     params = {"batch": 8, "heads": 16, "prefix": 8192, "budget": 16}
     estimate = op.estimate_bytes("bf16_paged", params)
-    monkeypatch.setattr(verify.parallel, "cpu_count", lambda: 16)
+    monkeypatch.setattr(verify.run.parallel, "cpu_count", lambda: 16)
     try:
         monkeypatch.setenv("KDTREE_MEM_LIMIT", str(100 * estimate))
         config.cache_clear()
         assert verify.trial_window(op, "bf16_paged", params, 5) == 5          # the trials
-        monkeypatch.setattr(verify.parallel, "cpu_count", lambda: 2)
+        monkeypatch.setattr(verify.run.parallel, "cpu_count", lambda: 2)
         assert verify.trial_window(op, "bf16_paged", params, 5) == 2          # the cores
-        monkeypatch.setattr(verify.parallel, "cpu_count", lambda: 16)
+        monkeypatch.setattr(verify.run.parallel, "cpu_count", lambda: 16)
         monkeypatch.setenv("KDTREE_MEM_LIMIT", str(4 * estimate))
         config.cache_clear()
         assert verify.trial_window(op, "bf16_paged", params, 5) == 3          # memory, beside the golden

@@ -151,13 +151,13 @@ def test_captured_outputs_are_that_implementations_row_against_the_reference(tmp
 def test_trials_record_which_reference_computed_their_expected_outputs(goldens, monkeypatch):  # noqa: F811
     """On the CPU the numpy reference computes a trial's expected outputs, as before (the record
     leaves the field out); where the float64 device reference does (a GPU), the row says so."""
-    from kdtr.impl import builtin
+    from kdtr.verify import run as verify_run
 
     bundle = next((goldens / "verify_attn").glob("bf16_paged*.kdtr"))
     golden, trial = verify_bundle(bundle, Options(backend="torch", trials=1))
     assert golden.expected_from == trial.expected_from == GOLDEN and "expected_from" not in trial.to_plain()
-    numpy_reference = builtin.reference_outputs
-    monkeypatch.setattr(builtin, "reference_outputs", lambda *args: (numpy_reference(*args)[0], True))
+    numpy_reference = verify_run.reference_outputs
+    monkeypatch.setattr(verify_run, "reference_outputs", lambda *args: (numpy_reference(*args)[0], True))
     golden, trial = verify_bundle(bundle, Options(backend="torch", trials=1))
     assert golden.expected_from == GOLDEN and trial.passed and trial.expected_from == DEVICE_REFERENCE
     assert VerifyRow.from_plain(trial.to_plain()).expected_from == DEVICE_REFERENCE

@@ -49,11 +49,11 @@ from .ceilings import CEILING_OPTIONS, EMPTY_KERNEL_SOURCE, Ceilings, gpu_clocks
 from .record import (BENCH_FORMAT, CSV_HEADER, RECORD_KIND, TIME_LIMIT_SKIP, BenchRecord, BenchRow, bench_csv,
                     bench_meta, csv_table, default_record_path, load_record, merge_records, merge_shards,
                     record_text, samples_path, settings_dict, with_figures, with_speedups, write_record)
-from .compare import CompareRow, Comparison, compare_records, exit_status, judge
+from .regression import CompareRow, Comparison, compare_records, exit_status, judge
 from .cases import (BenchItem, collect_items, estimated_cost, items_for_kernels, items_from_bundles,
                     items_from_suites, selection_meta)
 from .sanity import sanity_rows
-from .runner import WorkerJob, check_outputs, run_bench, run_worker
+from .runner import WorkerJob, check_note, run_bench, run_worker
 
 __all__ = ["Z95", "Timing", "agree", "between_rounds", "median_ci", "relative_spread", "summarize", "t95",
            "COMPUTE_UNITS", "FLAG_LIMIT", "MODES", "QUICK_CASES_PER_SUITE", "QUICK_TIMING", "SLOW_CALL_MS",
@@ -66,4 +66,4 @@ __all__ = ["Z95", "Timing", "agree", "between_rounds", "median_ci", "relative_sp
            "samples_path", "settings_dict", "with_figures", "with_speedups", "write_record", "CompareRow",
            "Comparison", "compare_records", "exit_status", "judge", "BenchItem", "collect_items",
            "estimated_cost", "items_for_kernels", "items_from_bundles", "items_from_suites", "selection_meta",
-           "sanity_rows", "WorkerJob", "check_outputs", "run_bench", "run_worker"]
+           "sanity_rows", "WorkerJob", "check_note", "run_bench", "run_worker"]

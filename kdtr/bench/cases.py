@@ -3,27 +3,44 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
 from ..errors import UsageError
+from ..ops.base import Case
 from ..report import portable
 from .settings import QUICK_CASES_PER_SUITE, KernelBuild
 
 
 @dataclass(frozen=True)
 class BenchItem:
-    """One case to bench: where its inputs come from (a suite's generator or a bundle)."""
+    """One case to bench, as plain data (it pickles: --devices workers receive their items): where
+    its inputs come from, a suite's case (its generator draws them) or a bundle (its stored ones)."""
 
     name: str
     op: str
     variant: str
     params: dict[str, Any]
     source: str
-    load: Callable[[], tuple[dict[str, np.ndarray], dict[str, Any]]] = field(compare=False, repr=False)
+    case: Case | None = None          # a suite's case
+    bundle: str | None = None         # a bundle's path
+
+    def load(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """The case's inputs and params (drawn, or read and checked as `kdtree verify` checks them)."""
+        if self.case is not None:
+            from ..ops import get_op
+
+            generated = get_op(self.op).generate(self.case)
+            return generated.inputs, generated.params
+        if self.bundle is None:
+            raise ValueError(f"bench item {self.name!r} names neither a case nor a bundle")
+        from ..cases import load_case
+
+        loaded = load_case(self.bundle)
+        return dict(loaded.inputs), dict(loaded.params)
 
 
 def collect_items(paths: Sequence[str | Path], pattern: str | None = None, quick: bool = False) -> list[BenchItem]:
@@ -56,31 +73,24 @@ def items_from_suites(suites, pattern: str | None = None, quick: bool = False) -
         if quick:
             cases = cases[:QUICK_CASES_PER_SUITE]
         for case in cases:
-            op = get_op(case.op)
-
-            def load(op=op, case=case):
-                generated = op.generate(case)
-                return generated.inputs, generated.params
             items.append(BenchItem(case.name, case.op, case.variant, dict(case.params),
-                                   portable(case.source or str(suite.path)), load))
+                                   portable(case.source or str(suite.path)), case=case))
     return items
 
 
 def items_from_bundles(paths: Iterable[str | Path], pattern: str | None = None) -> list[BenchItem]:
     """Cases from golden bundles (their stored inputs), checked as `kdtree verify` checks them."""
     from ..spec import name_matches
-    from ..verify import load_case
+    from ..cases import load_case
 
     items = []
     for path in map(Path, paths):
         loaded = load_case(path)
-        bundle, op, variant, params, case, inputs = (loaded.bundle, loaded.op, loaded.variant, loaded.params,
-                                                     loaded.case, loaded.inputs)
+        bundle, op, variant, params, case = loaded.bundle, loaded.op, loaded.variant, loaded.params, loaded.case
         if not name_matches(case, pattern):
             continue
         case_params = bundle.meta.get("case_params") if isinstance(bundle.meta.get("case_params"), dict) else params
-        items.append(BenchItem(case, op.name, variant, dict(case_params), portable(str(path)),
-                               lambda inputs=inputs, params=params: (dict(inputs), dict(params))))
+        items.append(BenchItem(case, op.name, variant, dict(case_params), portable(str(path)), bundle=str(path)))
     return items
 
 

@@ -9,7 +9,8 @@ from typing import Any, Mapping
 from ..errors import KdtreeError
 from .settings import COMPUTE_UNITS, TimingOptions
 from .stats import Timing, _fields
-from .timers import DeviceTimer, _first_line
+from ..errors import reason
+from .timers import DeviceTimer
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,7 @@ def _empty_kernel():
     except Exception as err:  # noqa: BLE001 - fall back, and say why
         import torch
 
-        return (lambda: torch.cuda._sleep(0)), "torch", f"NVRTC empty kernel unavailable ({type(err).__name__}: {_first_line(err)})"
+        return (lambda: torch.cuda._sleep(0)), "torch", f"NVRTC empty kernel unavailable ({reason(err)})"
 
 
 def gpu_clocks() -> dict[str, str] | None:

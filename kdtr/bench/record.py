@@ -11,11 +11,12 @@ import time
 import zipfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, ClassVar, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from ..errors import UsageError
+from ..record import Record
 from .ceilings import Ceilings
 from .settings import FLAG_LIMIT, BenchSettings
 from .stats import Timing, _fields, _num
@@ -81,7 +82,12 @@ class BenchRow:
 
 
 @dataclass(frozen=True)
-class BenchRecord:
+class BenchRecord(Record):
+    """What `bench --json` writes: meta, settings, ceilings, sanity and case rows, errors, the cases
+    a time limit left out; `bench_format` is the layout of its rows."""
+
+    KIND: ClassVar[str] = RECORD_KIND
+    LABEL: ClassVar[str] = "bench"
     meta: dict[str, Any]
     settings: dict[str, Any]
     ceilings: Ceilings | None
@@ -99,9 +105,8 @@ class BenchRecord:
         return str(self.settings.get("primary", "cuda"))
 
     @staticmethod
-    def from_plain(d: Mapping[str, Any]) -> "BenchRecord":
-        if not isinstance(d, Mapping) or d.get("kind") != RECORD_KIND:
-            raise UsageError(f"not a kdtree bench record (kind {d.get('kind') if isinstance(d, Mapping) else None!r})")
+    def from_plain(d: Mapping[str, Any], file: str | Path | None = None) -> "BenchRecord":
+        BenchRecord.check_kind(d, file)
         if d.get("bench_format") != BENCH_FORMAT:
             raise UsageError(f"bench record format {d.get('bench_format')!r}; this kdtree reads {BENCH_FORMAT}")
         return BenchRecord(
@@ -119,12 +124,7 @@ def load_record(path: str | Path) -> BenchRecord:
     sidecar every Timing keeps its summary and no samples); UsageError (exit 2) naming the file
     when it is not one. Records with their samples inline (before the sidecar) load as they are."""
     path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise UsageError(f"cannot read bench record: {err.strerror or err}", file=path) from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise UsageError(f"not JSON: {err}", file=path) from None
+    data = BenchRecord.read_json(path)
     try:
         if isinstance(data, dict) and data.get("samples_file") is not None:
             _restore_samples(data, path)

@@ -10,10 +10,10 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from ..errors import UsageError
+from ..errors import reason
 from ..gpu_identity import with_ceilings
-from ..impl import ImplUnavailable, resolved
-from ..ops.base import Baseline
-from .cases import BenchItem, collect_items
+from ..impl import CaseData, Implementation, Serves, Status
+from .cases import BenchItem
 from .ceilings import Ceilings, gpu_clocks, measure_ceilings
 from .record import (TIME_LIMIT_SKIP, BenchRecord, BenchRow, _jsonable, bench_meta, settings_dict, with_figures,
                      with_speedups)
@@ -22,25 +22,25 @@ from .schedule import Sampler, back_to_back, interleave
 from .settings import MODES, BenchSettings, KernelBuild, Progress
 from .stats import Timing, agree
 from .telemetry import watching
-from .timers import DEFAULT_L2_BYTES, DeviceTimer, HostTimer, _first_line, rotation_sets
+from .timers import DEFAULT_L2_BYTES, DeviceTimer, HostTimer, rotation_sets
 
 
 @dataclass(frozen=True)
 class WorkerJob:
-    """What a bench worker process needs to rebuild its share of the cases (closures don't pickle)."""
+    """What a bench worker process receives: its share of the cases (plain data) and the settings."""
 
-    paths: tuple[str, ...]
-    pattern: str | None
-    quick: bool
-    names: tuple[str, ...]            # "op/case" keys of this worker's share
+    items: tuple[BenchItem, ...]
     settings: "BenchSettings"
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """"op/case" keys of this worker's share."""
+        return tuple(f"{i.op}/{i.name}" for i in self.items)
 
 
 def run_worker(job: WorkerJob) -> BenchRecord:
     """One worker: its share of the cases on the GPU it was pinned to, with its own ceilings."""
-    wanted = set(job.names)
-    items = [i for i in collect_items(job.paths, job.pattern, job.quick) if f"{i.op}/{i.name}" in wanted]
-    return run_bench(items, job.settings)
+    return run_bench(list(job.items), job.settings)
 
 
 class _Env:
@@ -85,7 +85,10 @@ class _Env:
             torch.cuda.empty_cache()
 
 
-def _is_oom(err: BaseException) -> bool:
+def _is_oom(err: BaseException | str) -> bool:
+    """An out-of-memory error (or the reason one gave)."""
+    if isinstance(err, str):
+        return "out of memory" in err.lower()
     try:
         import torch
 
@@ -104,27 +107,23 @@ def _to_numpy(value: Any) -> np.ndarray:
     return to_numpy(value)
 
 
-def check_outputs(op, got: Mapping[str, Any], expected: Mapping[str, np.ndarray], tolerances, *,
-                  require_all: bool) -> tuple[bool, str]:
-    """Compare an implementation's outputs with the reference; (passed, what was compared or why not).
-    Baselines may produce a subset of the outputs (`require_all=False`); our kernel produces all."""
+def check_note(outcome) -> str:
+    """What a passing evaluation compared ("checked out (rel. L2 3e-07), lse; it gives no ..."), or
+    why it did not pass (kdtr.impl.Outcome.reason)."""
+    if not outcome.passed:
+        return outcome.reason
+    checked = ", ".join(c.name if c.tolerance.exact else f"{c.name} (rel. L2 {c.rel_l2:.2g})" for c in outcome.checks)
+    gives_no = f"; it gives no {', '.join(outcome.not_compared)}" if outcome.not_compared else ""
+    return f"checked {checked}{gives_no}"
+
+
+def _still_within(op, got: Mapping[str, np.ndarray], expected, tolerances) -> str | None:
+    """Why outputs read back after timing miss the tolerances (None: they keep them)."""
     from ..compare import compare_output
 
-    names = [n for n in op.outputs if n in got]
-    missing = [n for n in op.outputs if n not in got]
-    if require_all and missing:
-        return False, f"produced no {', '.join(missing)}"
-    if not names:
-        return False, "produced none of the op's outputs"
-    failures, checked = [], []
-    for name in names:
-        result = compare_output(name, _to_numpy(got[name]), expected[name], tolerances[name])
-        if not result.passed:
-            failures.append(f"{name}: {result.reason}")
-        checked.append(name if tolerances[name].exact else f"{name} (rel. L2 {result.rel_l2:.2g})")
-    if failures:
-        return False, "; ".join(failures)
-    return True, f"checked {', '.join(checked)}" + (f"; it gives no {', '.join(missing)}" if missing else "")
+    failures = [f"{name}: {check.reason}" for name in got
+                for check in (compare_output(name, got[name], expected[name], tolerances[name]),) if not check.passed]
+    return "; ".join(failures) or None
 
 
 def _bitwise_equal(a: np.ndarray, b: np.ndarray) -> bool:
@@ -254,9 +253,10 @@ class _CaseRunner:
         entries: list[tuple[BenchRow, Sampler | None]] = [(o.row, o.sampler) for o in ours]
         for name, baseline in self.baselines.items():
             if self._wanted(name, baseline):
-                entries.append(self._baseline(name, baseline, mode))
-        for spec in self.settings.impls:
-            impl = resolved(spec)
+                entries.append(self._baseline(self._baseline_impl(name, baseline), mode, skip=baseline.skip,
+                                              clock=baseline.clock, slow_setup=baseline.slow_setup))
+        for ref in self.settings.impls:
+            impl = ref.load()
             if impl.serves(self.op.name, self.item.variant):
                 entries.append(self._implementation(impl, mode))
         slots = [i for i, (_, sampler) in enumerate(entries) if sampler is not None]
@@ -285,8 +285,7 @@ class _CaseRunner:
             if second is None or rows[i].timing is None:      # None: the timed calls' outputs failed
                 continue
             if isinstance(second, Exception):
-                rows[i] = replace(rows[i], check=f"{rows[i].check}; repeat failed: {type(second).__name__}: "
-                                                 f"{_first_line(second)}")
+                rows[i] = replace(rows[i], check=f"{rows[i].check}; repeat failed: {reason(second)}")
             else:
                 rows[i] = replace(rows[i], repeat=second, repeat_agrees=agree(rows[i].timing, second))
         del entries, samplers, ours
@@ -296,9 +295,9 @@ class _CaseRunner:
     def _timed(self, row: BenchRow, result: Timing | Exception) -> BenchRow:
         if not isinstance(result, Exception):
             return replace(row, timing=result)
-        why = f"{type(result).__name__}: {_first_line(result)}"
+        why = reason(result)
         if _is_oom(result):
-            return replace(row, skip=f"out of memory while timing: {_first_line(result)}")
+            return replace(row, skip=f"out of memory while timing: {why}")
         return replace(row, check=f"{row.check}; timing failed: {why}")
 
     def _prepare(self, calls, mode: str, graph: bool, timer=None) -> Sampler:
@@ -306,61 +305,66 @@ class _CaseRunner:
         return timer.prepare(calls, options=self.settings.timing, mode="cold" if mode == "cold" else "hot",
                              graph=graph)
 
+    def _ours_impl(self, build: KernelBuild | None) -> Implementation:
+        """The implementation under test as this run holds it: the backend (or `build`: a kernel
+        forced by name, with its defines), on the run's device (the GPU was checked up front)."""
+        from ..impl.builtin import builtin, cuda_build
+
+        env = self.env
+        impl = cuda_build(build.label, build.name, build.defines) if build else builtin(env.primary)
+        return replace(impl, probe=lambda: None, device=env.device)
+
     def _primary(self, mode: str, build: KernelBuild | None = None,
                  earlier: Sequence[tuple[KernelBuild, dict[str, np.ndarray]]] = ()) -> _Ours:
-        """Our implementation (run_cuda, or run_torch for the torch backend; `build`: a kernel forced
-        by name, with its defines): check against the reference and against the `earlier` builds'
-        outputs (`_against`), then prepare its timing. Returns its row (not yet timed), its sampler
-        (None: it is not timed), what checks the timed calls' outputs once the rounds are done, and
-        its checked outputs."""
+        """Our implementation (the cuda backend, or the torch one; `build`: a kernel forced by name,
+        with its defines), evaluated against the reference (kdtr.impl.evaluate) and against the
+        `earlier` builds' outputs (`_against`), then its timing prepared. Returns its row (not yet
+        timed), its sampler (None: it is not timed), what checks the timed calls' outputs once the
+        rounds are done, and its checked outputs."""
         op, item, env = self.op, self.item, self.env
-        impl = build.label if build else env.primary
+        impl = self._ours_impl(build)
+        name = impl.name
         forced = dict(kernel=build.name, defines=dict(build.defines)) if build else {}
         unit = op.compute_unit(item.variant, build.name if build else self.base["extra"].get("kernel"))
-        self.progress(f"{item.name}: {impl} ({mode})")
+        self.progress(f"{item.name}: {name} ({mode})")
         started = time.perf_counter()
 
         def untimed(**kw: Any) -> _Ours:
-            return _Ours(self._row(impl, mode, True, timing=None, compute_unit=unit, **forced, **kw), None,
+            return _Ours(self._row(name, mode, True, timing=None, compute_unit=unit, **forced, **kw), None,
                          lambda row: row, None, build)
 
-        def make_call(inputs):
-            from .. import backends
+        from ..impl import evaluate       # looked up per call: one evaluator (a test may watch it)
 
-            return backends.prepare("torch" if impl == "torch" else "cuda", op, item.variant, self.inputs,
-                                    inputs, self.params, env.device, **forced)
-
-        call, outputs = make_call(self.device_inputs)
-        try:
-            result = call()
-            env.sync()
-        except NotImplementedError:
-            method = "run_cuda" if impl != "torch" else "run_torch"
+        outcome = evaluate(impl, CaseData(op, item.variant, self.inputs, self.params), self.expected,
+                           self.tolerances, device_inputs=self.device_inputs)
+        if outcome.status is Status.ERROR and outcome.error_type == "NotImplementedError":
+            method = "run_cuda" if env.primary == "cuda" else "run_torch"
             return untimed(skip=f"{op.name}/{item.variant} has no {method} yet")
-        except Exception as err:  # noqa: BLE001 - the case fails with the reason; others go on
+        if outcome.status is Status.ERROR:
             env.cleanup()
-            return untimed(check_passed=False, check=f"failed: {type(err).__name__}: {_first_line(err)}")
-        got = {n: _to_numpy(t) for n, t in (outputs if outputs is not None else result).items()}
-        del result
-        passed, note = check_outputs(op, got, self.expected, self.tolerances, require_all=True)
+            return untimed(check_passed=False, check=f"failed: {outcome.reason}")
+        passed, note, got = outcome.passed, check_note(outcome), outcome.outputs
         if passed and build is not None:
             passed, note = _against(build, got, earlier, note)
         if not passed:
             return untimed(check_passed=False, check=note)
+        call = outcome.call
+        outputs = getattr(call, "outputs", None)         # the buffers our kernels write (cuda)
         calls, sets = [call], [outputs]
-        if impl != "torch" and mode == "cold":
+        if outputs is not None and mode == "cold":
             set_bytes = sum(t.nbytes for t in self.device_inputs.values()) + sum(t.nbytes for t in outputs.values())
             count = rotation_sets(set_bytes, env.timer.flush_bytes)
             for _ in range(count - 1):
-                extra_call, extra_outputs = make_call({n: t.clone() for n, t in self.device_inputs.items()})
-                calls.append(extra_call)
-                sets.append(extra_outputs)
+                extra = impl.prepare(op, item.variant, {n: t.clone() for n, t in self.device_inputs.items()},
+                                     dict(self.params))
+                calls.append(extra)
+                sets.append(extra.outputs)
         try:
             sampler = self._prepare(calls, mode, graph=True, timer=env.timer if env.gpu else env.host_timer)
         except Exception as err:  # noqa: BLE001
             env.cleanup()
-            return untimed(check_passed=True, check=f"{note}; timing failed: {type(err).__name__}: {_first_line(err)}")
-        row = self._row(impl, mode, True, timing=None, check_passed=True, check=note,
+            return untimed(check_passed=True, check=f"{note}; timing failed: {reason(err)}")
+        row = self._row(name, mode, True, timing=None, check_passed=True, check=note,
                         setup_s=round(time.perf_counter() - started, 3), compute_unit=unit, **forced)
 
         def after(row: BenchRow) -> BenchRow:
@@ -370,50 +374,48 @@ class _CaseRunner:
             for written in sets:
                 now = {n: _to_numpy(t) for n, t in written.items()}
                 if not all(_bitwise_equal(now[n], got[n]) for n in got):
-                    ok, why = check_outputs(op, now, self.expected, self.tolerances, require_all=True)
+                    why = _still_within(op, now, self.expected, self.tolerances)
                     row = replace(row, check=row.check + "; outputs of the timed calls differ bitwise from the "
-                                  "checked call" + ("" if ok else f" and fail: {why}"))
-                    if not ok:
+                                  "checked call" + ("" if why is None else f" and fail: {why}"))
+                    if why is not None:
                         row = replace(row, timing=None, repeat=None, repeat_agrees=None, check_passed=False)
                     break
             return row
         return _Ours(row, sampler, after, got, build)
 
-    def _implementation(self, impl, mode: str) -> tuple[BenchRow, Sampler | None]:
+    def _baseline_impl(self, name: str, baseline) -> Implementation:
+        """An op's Baseline as the Implementation it is: it serves this case, with the outputs it
+        declares, on the run's device."""
+        return Implementation(name, (Serves(self.op.name, self.item.variant, baseline.outputs),),
+                              lambda op, variant, inputs, params: baseline.prepare(variant, inputs, params),
+                              device=self.env.device, doc=baseline.doc)
+
+    def _implementation(self, impl: Implementation, mode: str) -> tuple[BenchRow, Sampler | None]:
         """Another implementation (--impl) as a baseline: its prepare untimed, its call timed (a host
-        clock where it runs on the CPU), its outputs held to docs/ops/'s contract and the op's own
+        clock where it runs on the CPU), its outputs held to the op's contract (docs/ops/) and its own
         tolerances; its versions() in the row's extra."""
-        from ..impl.base import check_outputs as contract, device_for
+        from ..impl.base import HOST, device_for
 
-        op, variant = self.op, self.item.variant
-        skip = impl.unavailable()
-        device = device_for(impl)
-        if skip is None and device != self.env.device:
+        device = None if impl.unavailable() else device_for(impl)
+        device = "cpu" if device == HOST else device       # numpy in and out: a host call
+        skip = None
+        if device is not None and device != self.env.device:
             skip = f"runs on {device}; this run's inputs are on {self.env.device}"
-
-        def prepare(variant, inputs, params):
-            return impl.prepare(op, variant, inputs, params)
-
-        def fault(got):
-            return contract(op, variant, got, op.output_specs(variant, self.inputs, self.params),
-                            impl.provides(op, variant), self.expected)
-
-        baseline = Baseline(prepare, clock="host" if device == "cpu" else "device", skip=skip, doc=impl.doc)
-        row, sampler = self._baseline(impl.name, baseline, mode, self.tolerances, fault)
+        row, sampler = self._baseline(impl, mode, tolerances=self.tolerances, skip=skip,
+                                      clock="host" if device == "cpu" else "device")
         return replace(row, extra={**row.extra, "implementation": {"versions": impl.versions(), "doc": impl.doc}}), \
             sampler
 
-    def _baseline(self, name: str, baseline, mode: str, tolerances=None,
-                  fault: Callable[[Mapping[str, Any]], str | None] | None = None) -> tuple[BenchRow, Sampler | None]:
-        """A baseline's row (not yet timed) and its sampler (None: skipped, failed or wrong): its
-        outputs on the case's inputs are checked against the reference (with `tolerances`, default
-        the op's baseline ones; `fault`: why the raw outputs break a contract, first) before it may
-        be timed. An ImplUnavailable from its setup skips it with the reason."""
-        env, item = self.env, self.item
-        skip = baseline.skip
-        if skip is None and self.settings.quick and baseline.slow_setup:
+    def _baseline(self, impl: Implementation, mode: str, *, clock: str, skip: str | None = None,
+                  slow_setup: bool = False, tolerances=None) -> tuple[BenchRow, Sampler | None]:
+        """A baseline's row (not yet timed) and its sampler (None: skipped, failed or wrong): it is
+        evaluated on the case's inputs against the reference (kdtr.impl.evaluate; `tolerances`,
+        default the op's baseline ones) before it may be timed. An implementation that cannot run
+        here is skipped with the reason."""
+        env, item, name = self.env, self.item, impl.name
+        if skip is None and self.settings.quick and slow_setup:
             skip = "--quick leaves out baselines with a slow setup (compilers)"
-        if skip is None and baseline.clock == "device" and not env.gpu:
+        if skip is None and clock == "device" and not env.gpu:
             skip = "needs a GPU (this run has none)"
         if skip is None and self.late():
             skip = TIME_LIMIT_SKIP
@@ -422,38 +424,31 @@ class _CaseRunner:
             return self._row(name, row_mode, False, timing=None, skip=skip), None
         self.progress(f"{item.name}: {name} ({mode})")
         started = time.perf_counter()
-        try:
-            call = baseline.prepare(item.variant, self.device_inputs, self.params)
-            got = call()
-            env.sync()
-            broken = fault(got) if fault is not None else None
-            if broken is None:
-                got = {n: _to_numpy(t) for n, t in got.items()}
-        except ImplUnavailable as err:
-            return self._row(name, row_mode, False, timing=None, skip=str(err)), None
-        except Exception as err:  # noqa: BLE001
+        from ..impl import evaluate
+
+        outcome = evaluate(impl, CaseData(self.op, item.variant, self.inputs, self.params), self.expected,
+                           tolerances or self.baseline_tolerances, device_inputs=self.device_inputs)
+        if outcome.status is Status.SKIPPED:
+            return self._row(name, row_mode, False, timing=None, skip=outcome.reason), None
+        if outcome.status is Status.ERROR:
             env.cleanup()
-            if _is_oom(err):
-                return self._row(name, row_mode, False, timing=None, skip=f"out of memory: {_first_line(err)}"), None
+            if _is_oom(outcome.reason):
+                return self._row(name, row_mode, False, timing=None, skip=f"out of memory: {outcome.reason}"), None
             return self._row(name, row_mode, False, timing=None, check_passed=False,
-                             check=f"failed: {type(err).__name__}: {_first_line(err)}"), None
-        if broken is not None:
-            return self._row(name, row_mode, False, timing=None, check_passed=False, check=broken), None
-        passed, note = check_outputs(self.op, got, self.expected, tolerances or self.baseline_tolerances,
-                                     require_all=False)
-        del got
-        if not passed:
+                             check=f"failed: {outcome.reason}"), None
+        note = check_note(outcome)
+        if not outcome.passed:
             return self._row(name, row_mode, False, timing=None, check_passed=False, check=note), None
         try:
-            timer = env.host_timer if baseline.clock == "host" else env.timer
-            sampler = self._prepare([call], mode, graph=True, timer=timer)     # eager where capture fails
+            timer = env.host_timer if clock == "host" else env.timer
+            sampler = self._prepare([outcome.call], mode, graph=True, timer=timer)     # eager where capture fails
         except Exception as err:  # noqa: BLE001
             env.cleanup()
             if _is_oom(err):
                 return self._row(name, row_mode, False, timing=None, check_passed=True, check=note,
-                                 skip=f"out of memory while timing: {_first_line(err)}"), None
+                                 skip=f"out of memory while timing: {reason(err)}"), None
             return self._row(name, row_mode, False, timing=None, check_passed=True,
-                             check=f"{note}; timing failed: {type(err).__name__}: {_first_line(err)}"), None
+                             check=f"{note}; timing failed: {reason(err)}"), None
         return (self._row(name, row_mode, False, timing=None, check_passed=True, check=note,
                           setup_s=round(time.perf_counter() - started, 3)), sampler)
 
@@ -499,14 +494,14 @@ def run_bench(items: Sequence[BenchItem], settings: BenchSettings = BenchSetting
             try:
                 env.ceilings = measure_ceilings(env.timer)
             except Exception as err:  # noqa: BLE001 - the cases still run; no % figures then
-                errors.append(f"ceilings: {type(err).__name__}: {_first_line(err)}")
+                errors.append(f"ceilings: {reason(err)}")
                 env.cleanup()
             if settings.sanity:
                 report("sanity cases", done, total)
                 try:
                     sanity.extend(sanity_rows(env, settings))
                 except Exception as err:  # noqa: BLE001
-                    errors.append(f"sanity cases: {type(err).__name__}: {_first_line(err)}")
+                    errors.append(f"sanity cases: {reason(err)}")
                     env.cleanup()
             done += 1
         lost = None
@@ -523,14 +518,14 @@ def run_bench(items: Sequence[BenchItem], settings: BenchSettings = BenchSetting
                 raise
             except Exception as err:  # noqa: BLE001 - one failing case does not stop the others
                 errors.append(f"{item.op}/{item.variant} {item.name} ({item.source}): "
-                              f"{type(err).__name__}: {_first_line(err)}")
+                              f"{reason(err)}")
             finally:
                 del runner
                 case_seconds[f"{item.op}/{item.variant} {item.name}"] = round(time.perf_counter() - case_started, 3)
                 try:
                     env.cleanup()
                 except Exception as err:  # noqa: BLE001 - e.g. a kernel's illegal address, reported late
-                    lost = f"{type(err).__name__}: {_first_line(err)}"
+                    lost = f"{reason(err)}"
             if lost:                      # a sticky device error: nothing after it can be trusted
                 errors.append(f"the device failed after {item.op}/{item.variant} {item.name} ({item.source}): "
                               f"{lost}; the remaining cases were not run")

@@ -5,9 +5,12 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, replace
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from ..errors import UsageError
+
+if TYPE_CHECKING:
+    from ..impl import ImplRef
 
 SLOW_CALL_MS = 10.0               # calls slower than this are calibrated from one run
 QUICK_CASES_PER_SUITE = 2         # --quick: the first cases of each suite (suites list small ones first)
@@ -119,7 +122,7 @@ class BenchSettings:
     kernels: tuple[KernelBuild, ...] = ()
     # Other implementations (kdtr.impl specs: --impl), each timed as a row of its own in the cases
     # whose op and variant it serves, checked against the reference with the op's tolerances first.
-    impls: tuple[str, ...] = ()
+    impls: tuple[ImplRef, ...] = ()   # --impl, resolved (picklable: workers load them)
     # After the interleaved rounds, every implementation again alone, call after call: the table
     # quotes the slower of the two figures (docs/timing.md).
     back_to_back: bool = True

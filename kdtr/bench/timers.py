@@ -8,6 +8,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ..errors import reason
 from .schedule import Sampler, _one, _warm
 from .settings import SLOW_CALL_MS, TimingOptions
 from .stats import Timing
@@ -134,7 +135,7 @@ class DeviceTimer:
                 single = self._capture(calls[:1], 1)
                 one, method = single.replay, "graph"
             except Exception as err:  # noqa: BLE001 - not capturable: time it eagerly, say so
-                notes.append(f"graph capture failed ({type(err).__name__}: {_first_line(err)}); timed eagerly")
+                notes.append(f"graph capture failed ({reason(err)}); timed eagerly")
                 torch.cuda.synchronize()
         per_call = self._time_once(one, False)
         if per_call < SLOW_CALL_MS:
@@ -174,11 +175,6 @@ class DeviceTimer:
                 graph: bool = True, clock: Callable[[], float] = time.perf_counter) -> Timing:
         """One implementation alone, in rounds of its own (`interleave` with one slot)."""
         return _one([self.prepare(calls, options=options, mode=mode, graph=graph)], options, clock=clock)
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return text[0][:200] if text else ""
 
 
 def rotation_sets(set_bytes: int, flush_bytes: int) -> int:

@@ -4,15 +4,20 @@ The public API (verify, bench and the CLI wire it in):
 - `resolve(spec) -> Implementation` (`resolved(spec)`: cached), `resolve_all(specs)`, `builtin_names()`;
 - `Implementation.serves(op, variant)`, `.provides(op, variant)`, `.unavailable()`, `.versions()`,
   `.prepare(op, variant, inputs, params) -> call`, `impl(op, variant, inputs, params) -> outputs`;
-- `run(impl, op, variant, inputs, params, reference=None) -> ImplResult` and
-  `check_outputs(op, variant, outputs, expected_specs, provides=None, reference=None) -> str | None`;
+- `resolve_refs(specs) -> (ImplRef, ...)`: picklable records of resolved implementations
+  (`.load()`), what verify and bench carry to the end of a run and into worker processes;
+- `evaluate(impl, CaseData(op, variant, inputs, params), expected, tolerances) -> Outcome`: the one
+  evaluator (run, output contract, comparison; Status: passed, failed, error, skipped, not run);
+- `check_outputs(op, variant, outputs, expected_specs, provides=None, reference=None) -> str | None`;
 - `parity(op, variant, ours, theirs, reference=None, inputs=None, params=None) -> ParityReport`.
 Importing it imports neither torch nor any peer.
 """
 
-from .base import Implementation, ImplResult, ImplUnavailable, Serves, check_outputs, run
+from .base import Implementation, ImplUnavailable, Serves, check_outputs
+from .evaluation import CaseData, Outcome, Status, evaluate
 from .parity import OutputParity, ParityReport, bf16_ulp, parity
-from .resolve import GROUP, builtin_names, resolve, resolve_all, resolved
+from .resolve import GROUP, ImplRef, builtin_names, resolve, resolve_all, resolve_refs, resolved
 
-__all__ = ["GROUP", "ImplResult", "ImplUnavailable", "Implementation", "OutputParity", "ParityReport",
-           "Serves", "bf16_ulp", "builtin_names", "check_outputs", "parity", "resolve", "resolve_all", "resolved", "run"]
+__all__ = ["GROUP", "CaseData", "ImplRef", "ImplUnavailable", "Implementation", "Outcome", "OutputParity",
+           "ParityReport", "Serves", "Status", "bf16_ulp", "builtin_names", "check_outputs", "evaluate",
+           "parity", "resolve", "resolve_all", "resolve_refs", "resolved"]

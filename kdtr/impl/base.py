@@ -4,15 +4,15 @@ An `Implementation` is a name, the (op, variant) pairs it serves (each with the 
 all of the op's, or a declared subset such as a peer without `lse`), and `prepare`, which does the
 once-per-case work (layout conversion, planning) and returns the zero-argument call that computes
 the outputs. `impl(op, variant, inputs, params)` is prepare-then-call; `kdtree bench` times only
-the call. `run` executes one and checks what came back (`check_outputs`): an implementation that
-raises, or returns a missing name, a wrong shape or dtype, a non-tensor, or a NaN where the reference
-has none, fails with that reason in an `ImplResult`; the run goes on.
+the call. `check_outputs` is the output contract; `kdtr.impl.evaluate` runs an implementation and
+judges it (an implementation that raises, or returns a missing name, a wrong shape or dtype, a
+non-tensor, a sparse or meta tensor, or a NaN where the reference has none, fails with that reason;
+the run goes on).
 """
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -22,6 +22,7 @@ from ..errors import KdtreeError
 from ..ops.base import Op
 
 Outputs = Mapping[str, Any]
+HOST = "numpy"             # the device of an implementation that takes and returns numpy arrays
 Prepare = Callable[[Op, str, Mapping[str, Any], Mapping[str, Any]], Callable[[], Outputs]]
 ALL_VARIANTS = None
 
@@ -53,7 +54,9 @@ class Implementation:
 
     `probe()` says why it cannot run on this machine (None: it can); it is called on first use, never
     at import, and may import heavy packages. `version_info()` names the packages that ran (JSON-ready).
-    `device` is where its inputs live: "cuda", "cpu", or "auto" (the GPU when there is one).
+    `device` is where its inputs live: "cuda", "cpu", "auto" (the GPU when there is one), or
+    HOST: numpy arrays in and out, no torch at all (the numpy reference: `verify -b numpy` never
+    imports torch).
     """
 
     name: str
@@ -84,25 +87,6 @@ class Implementation:
         return self.prepare(op, variant, inputs, params)()
 
 
-@dataclass(frozen=True)
-class ImplResult:
-    """What one implementation gave for one case: numpy outputs (the provided ones), or why not."""
-
-    impl: str
-    outputs: dict[str, np.ndarray] = field(default_factory=dict)
-    reason: str | None = None        # None: it ran and its outputs fit the contract
-    seconds: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        return self.reason is None
-
-
-def first_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {text[0]}" if text else type(err).__name__
-
-
 def _torch_kind(tensor) -> str | None:
     from ..dtypes import torch_dtype
 
@@ -114,17 +98,15 @@ def _torch_kind(tensor) -> str | None:
 
 def check_outputs(op: Op, variant: str, outputs: Any, expected_specs: Mapping[str, tuple[str, tuple[int, ...]]],
                   provides: tuple[str, ...] | None = None,
-                  reference: Mapping[str, np.ndarray] | None = None) -> str | None:
+                  reference: Mapping[str, np.ndarray] | None = None, *, host: bool = False) -> str | None:
     """Why `outputs` break the contract (None: they keep it).
 
     Every name of `provides` (default: all the op's outputs) must be there and nothing else; each a
-    torch tensor of the spec's shape and dtype, except that a toleranced float output may come in
+    torch tensor (a numpy array with `host`: a HOST implementation's) of the spec's shape and dtype, except that a toleranced float output may come in
     any float dtype (the numpy reference gives bf16 outputs at f32, as goldens store them; the
     comparison casts). Where `reference` is given, a float output must be NaN only where the
     reference is (the first such element is named).
     """
-    import torch
-
     if not isinstance(outputs, Mapping):
         return f"returned a {type(outputs).__name__}, not a mapping of output names to tensors"
     wanted = tuple(op.outputs) if provides is None else tuple(provides)
@@ -137,11 +119,12 @@ def check_outputs(op: Op, variant: str, outputs: Any, expected_specs: Mapping[st
     tolerances = op.tolerances(variant)
     for name in wanted:
         value, (kind, shape) = outputs[name], expected_specs[name]
-        if not isinstance(value, torch.Tensor):
-            return f"output {name!r} is a {type(value).__name__}, not a torch tensor"
+        fault = _array_fault(name, value, host)
+        if fault:
+            return fault
         if tuple(value.shape) != tuple(shape):
             return f"output {name!r} has shape {list(value.shape)}, expected {list(shape)}"
-        got = _torch_kind(value)
+        got = _numpy_kind(value.dtype) if host else _torch_kind(value)
         loose = kind in FLOAT_DTYPES and got in FLOAT_DTYPES and not tolerances[name].exact
         if got != kind and not loose:
             return f"output {name!r} has dtype {got or value.dtype}, expected {kind}"
@@ -152,10 +135,38 @@ def check_outputs(op: Op, variant: str, outputs: Any, expected_specs: Mapping[st
     return None
 
 
-def _new_nan(name: str, value, reference: np.ndarray) -> str | None:
+def _array_fault(name: str, value: Any, host: bool) -> str | None:
+    """Why `value` is not an array the contract takes: a numpy array (host) or a dense torch tensor
+    holding values (not sparse, not on the meta device)."""
+    if host:
+        return None if isinstance(value, np.ndarray) else f"output {name!r} is a {type(value).__name__}, not a numpy array"
     import torch
 
-    got_nan = torch.isnan(value).reshape(-1).cpu().numpy()
+    if not isinstance(value, torch.Tensor):
+        return f"output {name!r} is a {type(value).__name__}, not a torch tensor"
+    if value.layout != torch.strided:
+        return f"output {name!r} is a {str(value.layout).replace('torch.', '')} tensor, not a dense one"
+    if value.device.type == "meta":
+        return f"output {name!r} is on the meta device: it holds no values"
+    return None
+
+
+def _numpy_kind(dtype) -> str | None:
+    from ..dtypes import kdtr_dtype
+
+    try:
+        return kdtr_dtype(dtype)
+    except ValueError:
+        return None
+
+
+def _new_nan(name: str, value, reference: np.ndarray) -> str | None:
+    if isinstance(value, np.ndarray):
+        got_nan = np.isnan(value.astype(np.float32)).reshape(-1)
+    else:
+        import torch
+
+        got_nan = torch.isnan(value).reshape(-1).cpu().numpy()
     if not got_nan.any():
         return None
     ref = np.asarray(reference).reshape(-1)
@@ -169,40 +180,9 @@ def _new_nan(name: str, value, reference: np.ndarray) -> str | None:
 
 
 def device_for(impl: Implementation) -> str:
+    """Where its inputs go: its own device, or (auto) the GPU when there is one, else the CPU."""
     if impl.device != "auto":
         return impl.device
     from ..backends import torch_device
 
     return torch_device()
-
-
-def run(impl: Implementation, op: Op, variant: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any],
-        *, reference: Mapping[str, np.ndarray] | None = None) -> ImplResult:
-    """Run `impl` on one case's numpy inputs (uploaded to its device), wait for the device, check
-    the outputs; any exception from the implementation becomes the result's reason (its first line).
-    ImplUnavailable propagates: the case is not run, which is not a failure."""
-    import torch
-
-    from ..backends import upload
-    from ..dtypes import to_numpy
-
-    reason = impl.unavailable()
-    if reason:
-        raise ImplUnavailable(f"{impl.name}: {reason}")
-    device = device_for(impl)
-    started = time.perf_counter()
-    try:
-        with torch.no_grad():
-            got = impl(op, variant, upload(inputs, device), params)
-        if device == "cuda":
-            torch.cuda.synchronize()
-    except ImplUnavailable:
-        raise
-    except Exception as err:  # noqa: BLE001 - an implementation that fails fails its case, with the reason
-        return ImplResult(impl.name, reason=first_line(err), seconds=time.perf_counter() - started)
-    seconds = time.perf_counter() - started
-    provides = impl.provides(op, variant)
-    fault = check_outputs(op, variant, got, op.output_specs(variant, inputs, params), provides, reference)
-    if fault:
-        return ImplResult(impl.name, reason=fault, seconds=seconds)
-    return ImplResult(impl.name, outputs={n: to_numpy(got[n]) for n in provides}, seconds=seconds)

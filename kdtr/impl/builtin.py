@@ -4,24 +4,32 @@ backend), `numpy` (the reference). They serve every op and variant, with all out
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 from typing import Any, Mapping
 
 from ..ops import op_names
-from .base import Implementation, Serves
+from .base import HOST, Implementation, Serves
 
 EVERY_OP = tuple(Serves(name) for name in op_names())
 
 
-def _cuda_prepare(op, variant, inputs, params):
-    """Poisoned outputs (what an unwritten element holds is never a correct value), then the launch."""
+def _cuda_prepare(op, variant, inputs, params, kernel: str | None = None, defines: Mapping[str, Any] | None = None):
+    """Poisoned outputs, allocated once (what an unwritten element holds is never a correct value;
+    bench times the launch alone), then the call: the launch, writing them. `kernel` and `defines`
+    force one of our kernels and its compile-time knobs (None: the launch's own choice). The
+    buffers sit on the inputs' device."""
     from ..backends import poisoned
 
-    specs = op.output_specs(variant, inputs, params)
+    device = next(iter(inputs.values())).device
+    outputs = {name: poisoned(kind, shape, device) for name, (kind, shape) in op.output_specs(variant, inputs, params).items()}
+    forced: dict[str, Any] = {"kernel": kernel} if kernel is not None else {}
+    if defines:
+        forced["defines"] = dict(defines)
 
     def call():
-        outputs = {name: poisoned(kind, shape, "cuda") for name, (kind, shape) in specs.items()}
-        op.run_cuda(variant, inputs, params, outputs)
+        op.run_cuda(variant, inputs, params, outputs, **forced)
         return outputs
+    call.outputs = outputs          # the buffers it writes: bench re-reads them after timing
     return call
 
 
@@ -43,15 +51,9 @@ def _torch_prepare(op, variant, inputs, params):
 
 
 def _numpy_prepare(op, variant, inputs: Mapping[str, Any], params):
-    """The reference on the host: inputs copied down, outputs handed back as CPU tensors (at the
-    reference's precision: bf16 outputs come as f32, the way goldens store them)."""
-    from ..dtypes import to_numpy, to_torch
-
-    host = {name: to_numpy(tensor) for name, tensor in inputs.items()}
-
-    def call():
-        return {name: to_torch(array) for name, array in op.reference(variant, host, params).items()}
-    return call
+    """The reference on the host, numpy in and out (at the reference's precision: bf16 outputs come
+    as f32, the way goldens store them)."""
+    return functools.partial(op.reference, variant, inputs, params)
 
 
 def _torch_versions() -> dict:
@@ -64,25 +66,22 @@ CUDA = Implementation("cuda", EVERY_OP, _cuda_prepare, probe=_cuda_probe, versio
                       device="cuda", doc="our kernels (kernels/*.cu through NVRTC), launched by op.run_cuda")
 TORCH = Implementation("torch", EVERY_OP, _torch_prepare, version_info=_torch_versions,
                        doc="the torch backend (op.run_torch), on the GPU when there is one")
-NUMPY = Implementation("numpy", EVERY_OP, _numpy_prepare, device="cpu",
+NUMPY = Implementation("numpy", EVERY_OP, _numpy_prepare, device=HOST,
                        doc="the numpy reference (op.reference), float64 math; re-derives a golden")
 
 BUILTINS = {impl.name: impl for impl in (CUDA, TORCH, NUMPY)}
 
 
-def reference_outputs(op, variant: str, inputs, params) -> tuple[dict, bool]:
-    """Expected outputs for fresh-input trials and bundles without a golden, as numpy arrays, and
-    whether they came from the device: the op's float64 device reference (`op.bench_reference`,
-    torch on the GPU, independent of our kernels; the numpy reference runs on the host and takes
-    minutes at serving sizes) when a GPU is present and the op has one, else the numpy reference."""
-    from ..backends import torch_device, upload
-    from ..dtypes import to_numpy
+def cuda_build(name: str = "cuda", kernel: str | None = None,
+               defines: Mapping[str, Any] | None = None) -> Implementation:
+    """Our kernels with one kernel forced by name (and its compile-time knobs), named `name`
+    (bench: the build's label); no kernel: the launch's own choice."""
+    if kernel is None and not defines:
+        return BUILTINS["cuda"] if name == "cuda" else replace(BUILTINS["cuda"], name=name)
+    return replace(BUILTINS["cuda"], name=name,
+                   prepare=functools.partial(_cuda_prepare, kernel=kernel, defines=defines))
 
-    if torch_device() == "cuda":
-        import torch
 
-        with torch.no_grad():
-            got = op.bench_reference(variant, upload(inputs, "cuda"), params)
-        if got is not None:
-            return {name: to_numpy(t) for name, t in got.items()}, True
-    return op.reference(variant, inputs, params), False
+def builtin(name: str) -> Implementation:
+    """The built-in implementation `--backend NAME` runs (looked up when used, so a test may swap it)."""
+    return BUILTINS[name]

@@ -18,14 +18,16 @@ import hashlib
 import importlib
 import importlib.util
 import sys
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from ..errors import UsageError
+from ..errors import UsageError, reason
 from ..ops import get_op, op_names
-from .base import Implementation, Serves, first_line
+from .base import Implementation, Serves
 from .builtin import BUILTINS
+from .evaluation import stdout_to_stderr
 from .peers import PEER_MODULES, peer
 
 GROUP = "kdtree.implementations"
@@ -69,10 +71,30 @@ def resolved(spec: str) -> Implementation:
 
 def resolve_all(specs: Iterable[str]) -> tuple[Implementation, ...]:
     """Each spec resolved once, in order; a name given twice is one implementation."""
-    out: dict[str, Implementation] = {}
+    return tuple(ref.load() for ref in resolve_refs(specs))
+
+
+@dataclass(frozen=True)
+class ImplRef:
+    """A resolved implementation as a picklable record: the spec it was resolved from and the name
+    it answers to (which need not be the spec: an entry point's Implementation names itself).
+    `load()` gives the Implementation back (the per-process cache; a worker process resolves the
+    spec once)."""
+
+    spec: str
+    name: str
+
+    def load(self) -> Implementation:
+        return resolved(self.spec)
+
+
+def resolve_refs(specs: Iterable[str]) -> tuple[ImplRef, ...]:
+    """Each spec resolved once (a UsageError up front for one that does not resolve), in order; a
+    name given twice is one implementation."""
+    out: dict[str, ImplRef] = {}
     for spec in specs:
-        impl = resolve(spec)
-        out.setdefault(impl.name, impl)
+        out.setdefault(resolved(spec).name, ImplRef(spec.strip() if isinstance(spec, str) else spec,
+                                                     resolved(spec).name))
     return tuple(out.values())
 
 
@@ -101,9 +123,12 @@ def _load(target: str, spec: str) -> Callable:
         module = _load_file(Path(where), spec)
     else:
         try:
-            module = importlib.import_module(where)
-        except Exception as err:  # noqa: BLE001 - a module that fails to import is the user's to fix
-            raise UsageError(f"{spec}: cannot import {where}: {first_line(err)}") from None
+            with stdout_to_stderr():
+                module = importlib.import_module(where)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as err:  # noqa: BLE001 - a module that fails (or exits) at import is the user's to fix
+            raise UsageError(f"{spec}: cannot import {where}: {reason(err)}") from None
     fn = getattr(module, name, None)
     if fn is None:
         raise UsageError(f"{spec}: {where} has no {name!r}")
@@ -126,10 +151,14 @@ def _load_file(path: Path, spec: str):
     module = importlib.util.module_from_spec(loader_spec)
     sys.modules[name] = module
     try:
-        loader_spec.loader.exec_module(module)
-    except Exception as err:  # noqa: BLE001 - a file that fails to run is the user's to fix
+        with stdout_to_stderr():
+            loader_spec.loader.exec_module(module)
+    except KeyboardInterrupt:
         del sys.modules[name]
-        raise UsageError(f"{spec}: {path} failed to load: {first_line(err)}") from None
+        raise
+    except BaseException as err:  # noqa: BLE001 - a file that fails (or exits) as it runs is the user's to fix
+        del sys.modules[name]
+        raise UsageError(f"{spec}: {path} failed to load: {reason(err)}") from None
     return module
 
 
@@ -143,9 +172,12 @@ def _callable_impl(name: str, fn: Callable, serves: tuple[Serves, ...]) -> Imple
 def _from_entry_point(ep: metadata.EntryPoint) -> Implementation:
     where = f"entry point {ep.name!r} ({ep.value}) of group {GROUP}"
     try:
-        obj = ep.load()
-    except Exception as err:  # noqa: BLE001 - a broken plug-in is reported, not raised
-        raise UsageError(f"{where}: cannot be loaded: {first_line(err)}") from None
+        with stdout_to_stderr():
+            obj = ep.load()
+    except KeyboardInterrupt:
+        raise
+    except BaseException as err:  # noqa: BLE001 - a broken plug-in is reported, not raised
+        raise UsageError(f"{where}: cannot be loaded: {reason(err)}") from None
     if isinstance(obj, Implementation):
         return obj
     if not callable(obj):

@@ -116,7 +116,8 @@ class Baseline:
     includes its own device<->host copies). `skip` is why it does not run for this case; `slow_setup`
     baselines (compilers) are skipped by `kdtree bench --quick`. `default=False` baselines run only
     when `--baseline` names them. `backend` names the backend a baseline is ("torch": run_torch); it
-    is left out when that backend is the implementation under test.
+    is left out when that backend is the implementation under test. `outputs` are the op's outputs it
+    returns (None: all of them); bench holds it to that contract like any implementation.
     """
 
     prepare: Callable[[str, Mapping[str, Any], Mapping[str, Any]], Callable[[], Mapping[str, Any]]]
@@ -126,6 +127,7 @@ class Baseline:
     doc: str = ""
     default: bool = True
     backend: str | None = None
+    outputs: tuple[str, ...] | None = None
 
 
 ROLES = ("default", "fallback", "experimental")

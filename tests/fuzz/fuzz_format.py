@@ -4,7 +4,7 @@
     python tests/fuzz/seeds.py seeds && python tests/fuzz/fuzz_format.py -max_total_time=60 \\
         -dict=tests/fuzz/kdtr.dict corpus seeds
 
-(tests/test_fuzz.py and scripts/fuzz.sh do both.) Every input must end in a KdtrError, whose text
+(tests/test_fuzz.py and scripts/fuzz.sh do both.) Every input must end in a BundleError, whose text
 is one line "<path>: <fault>", or in a Bundle whose arrays are views of the file at the header's
 offsets with the header's crc32 (and kdtree inspect's statistics run on them); any other exception
 is a finding. So is memory: read_bundle may allocate in proportion to the input (the JSON header
@@ -34,7 +34,7 @@ from pathlib import Path
 import atheris
 
 with atheris.instrument_imports(include=["kdtr"]):
-    from kdtr.errors import KdtrError
+    from kdtr.errors import BundleError
     from kdtr.format import read_bundle
     from kdtr.summary import tensor_stats
     from kdtr.dtypes import NUMPY_DTYPES
@@ -93,7 +93,7 @@ def TestOneInput(data: bytes) -> None:
     before = tracemalloc.get_traced_memory()[0]
     try:
         bundle = read_bundle(path)
-    except KdtrError as e:
+    except BundleError as e:
         text = str(e)
         if not text.startswith(f"{path}: ") or "\n" in text or "\r" in text:
             raise Finding(f"error message is not one line '<path>: <fault>': {text!r}") from e

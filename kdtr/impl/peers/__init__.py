@@ -26,12 +26,12 @@ def peer(name: str):
 
 def missing_module(name: str) -> str | None:
     """Why `import name` fails (its first line), or None when it imports."""
-    from ..base import first_line
+    from ...errors import reason
 
     try:
         importlib.import_module(name)
     except Exception as err:  # noqa: BLE001 - any import failure is the reason itself
-        return f"{name} is not importable ({first_line(err)})"
+        return f"{name} is not importable ({reason(err)})"
     return None
 
 

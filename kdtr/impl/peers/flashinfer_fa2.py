@@ -17,7 +17,8 @@ import math
 from typing import Any, Mapping
 
 from . import missing_module, package_version
-from ..base import Implementation, Serves, first_line
+from ...errors import reason
+from ..base import Implementation, Serves
 
 LATENT, ROW = 512, 576
 WORKSPACE_BYTES = 128 << 20            # FlashInfer's float workspace, as its examples size it
@@ -115,7 +116,7 @@ def _probe() -> str | None:
         torch.cuda.synchronize()
     except Exception as err:  # noqa: BLE001 - what failed is the reason
         return (f"flashinfer {package_version('flashinfer-python')} {BACKEND} paged prefill with a custom "
-                f"mask at head_dim_qk {ROW} / head_dim_vo {LATENT} failed: {first_line(err)}")
+                f"mask at head_dim_qk {ROW} / head_dim_vo {LATENT} failed: {reason(err)}")
     return None
 
 

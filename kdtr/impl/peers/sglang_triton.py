@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from . import package_version
-from ..base import Implementation, ImplUnavailable, Serves, first_line
+from ...errors import reason
+from ..base import Implementation, ImplUnavailable, Serves
 
 LATENT, ROW = 512, 576
 MODULES = ("sglang.kernels.ops.attention.extend_attention",          # 0.5.23 and later
@@ -116,7 +117,7 @@ def _kernel() -> tuple[Any, str, str | None] | str:
             stand_in = _platform_probes()
             module = _import_light(name)
         except Exception as err:  # noqa: BLE001 - each module path's failure is part of the reason
-            faults.append(f"{name}: {first_line(err)}")
+            faults.append(f"{name}: {reason(err)}")
             continue
         fn = getattr(module, KERNEL, None)
         if fn is not None:
@@ -183,7 +184,7 @@ def _platform_probes() -> str | None:
         for name in [n for n in sys.modules if n == UTILS or n.startswith(UTILS + ".")]:
             del sys.modules[name]           # half-imported leftovers of the failed import
         sys.modules[UTILS] = _stand_in()
-        return first_line(err)
+        return reason(err)
 
 
 def _stand_in() -> types.ModuleType:

@@ -194,7 +194,7 @@ class VerifyAttn(Op):
         torch.compile, the fair baselines; the torch backend (`torch_fp32`: bf16 inputs upcast, fp32
         GEMMs, slower than a user's bf16 code, kept as the exact-math baseline; its torch.compile
         only on request: --baseline torch_compile_fp32); SDPA with the tree mask."""
-        sdpa = Baseline(torch_impl.sdpa_runner, skip=torch_impl.sdpa_skip(variant, inputs),
+        sdpa = Baseline(torch_impl.sdpa_runner, skip=torch_impl.sdpa_skip(variant, inputs), outputs=("out",),
                         doc="F.scaled_dot_product_attention with a bool tree mask over "
                             "contiguous KV (layout built once, untimed)")
         compiled = "torch.compile(run_torch, dynamic=True)"
