@@ -17,6 +17,7 @@ from . import backends, parallel, report
 from .compare import OutputCheck, compare_output
 from .errors import KdtrError, KdtreeError, LaunchError, UsageError
 from .format import MAGIC, PREAMBLE, Bundle, read_bundle
+from .numerics import derived_bounds
 from .ops import get_op
 from .ops.base import Case, Op, Tolerance
 
@@ -282,7 +283,8 @@ def check_case(op: Op, variant: str, inputs: Mapping[str, np.ndarray], expected:
         return VerifyRow(passed=False, error=ran.error, skipped=ran.skipped,
                          seconds=time.perf_counter() - started, **base), None
     names = list(op.outputs) if ours else [n for n in op.outputs if n in ran.outputs]
-    checks = tuple(compare_output(name, ran.outputs.get(name), expected[name], tols[name]) for name in names)
+    bounds = derived_bounds(op, variant, inputs, params, name)    # docs/numerics.md
+    checks = tuple(compare_output(n, ran.outputs.get(n), expected[n], tols[n], bounds.get(n)) for n in names)
     if not options.keep_worst:
         checks = tuple(c if not c.passed else replace(c, worst=()) for c in checks)
     return VerifyRow(passed=all(c.passed for c in checks), outputs=checks, deterministic=deterministic,

@@ -241,6 +241,14 @@ class Op:
         """Default tolerance per output (each with its reason written beside it)."""
         raise NotImplementedError
 
+    def error_bound(self, variant: str, inputs: Mapping[str, np.ndarray],
+                    params: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """Per output, a derived bound on |x - exact| for every element (float64, the output's
+        shape) that holds for any implementation in the op's arithmetic whatever order it sums in
+        (docs/numerics.md); verify holds implementations other than the reference and our kernels
+        to it beside the tolerance. By default none (the tolerances alone)."""
+        return {}
+
     def estimate_bytes(self, variant: str, params: Mapping[str, Any]) -> int | None:
         """Peak host memory that generate + reference take for a case with these (suite) params,
         read off the shapes they allocate, so gen-refs can refuse a case before it exhausts the

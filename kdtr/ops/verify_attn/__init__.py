@@ -16,7 +16,7 @@ from ...dtypes import NUMPY_DTYPES
 from .._common import fill_normal, name_from, rng_for
 from ..base import Baseline, Case, Cost, Generated, Gpu, Op, Param
 from ..tree_build import OP as TREE_BUILD
-from . import cuda, torch_impl
+from . import bound, cuda, torch_impl
 from .layouts import LATENT, LAYOUTS, ROPE, ROW, check_scale
 from .reference import REFERENCE_CHUNK, attend_reference, dense_reference, reference
 from .torch_impl import attend_torch_bf16
@@ -114,6 +114,10 @@ class VerifyAttn(Op):
 
     def tolerances(self, variant):
         return dict(LAYOUTS[variant].tolerances)
+
+    def error_bound(self, variant, inputs, params):
+        """fp32 scores, softmax and P·V in any summation order (bound.py; docs/numerics.md)."""
+        return bound.error_bound(variant, inputs, params)
 
     def output_specs(self, variant, inputs, params):
         return LAYOUTS[variant].output_specs(inputs)
