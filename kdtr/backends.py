@@ -73,9 +73,10 @@ def prepare(backend: str, op: Op, variant: str, inputs: Mapping[str, np.ndarray]
 
 
 def run(backend: str, op: Op, variant: str, inputs: Mapping[str, np.ndarray],
-        params: Mapping[str, Any], kernel: str | None = None) -> dict[str, np.ndarray]:
+        params: Mapping[str, Any], kernel: str | None = None,
+        defines: Mapping[str, Any] | None = None) -> dict[str, np.ndarray]:
     """Outputs of `op` on `inputs` as numpy arrays, computed by `backend` (already resolved);
-    `kernel` forces one of the op's CUDA kernels (cuda backend only)."""
+    `kernel` forces one of the op's CUDA kernels and `defines` its knobs (cuda backend only)."""
     if backend == "numpy":
         return op.reference(variant, inputs, params)
     if backend not in ("torch", "cuda"):
@@ -88,7 +89,8 @@ def run(backend: str, op: Op, variant: str, inputs: Mapping[str, np.ndarray],
         require_gpu()
     device = "cuda" if backend == "cuda" else torch_device()
     with torch.no_grad():
-        call, outputs = prepare(backend, op, variant, inputs, upload(inputs, device), params, device, kernel)
+        call, outputs = prepare(backend, op, variant, inputs, upload(inputs, device), params, device, kernel,
+                                defines)
         result = call()
     if backend == "cuda":
         try:

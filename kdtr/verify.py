@@ -17,6 +17,7 @@ from . import backends, parallel, report
 from .compare import OutputCheck, compare_output
 from .errors import KdtrError, KdtreeError, LaunchError, UsageError
 from .format import MAGIC, PREAMBLE, Bundle, read_bundle
+from .invariance import with_invariance
 from .numerics import derived_bounds
 from .ops import get_op
 from .ops.base import Case, Op, Tolerance
@@ -61,6 +62,7 @@ class VerifyRow:
     skipped: str | None = None         # why the implementation could not run here (not a pass)
     not_compared: tuple[str, ...] = ()  # outputs the implementation does not give
     parity: dict[str, Any] | None = None   # --against: kdtr.impl.ParityReport.to_json(), or {"reason"}
+    invariance: dict[str, Any] | None = None   # --invariance: kdtr.invariance.to_plain()
 
     def to_plain(self) -> dict[str, Any]:
         """JSON form; optional fields at their default (no error, trial 0, not probed, not loosened,
@@ -71,11 +73,11 @@ class VerifyRow:
                 "seed": self.seed, "seconds": round(self.seconds, 6), "deterministic": self.deterministic,
                 "loosened": self.loosened, "impl": self.impl, "expected_from": self.expected_from,
                 "captured": self.captured, "skipped": self.skipped, "not_compared": list(self.not_compared),
-                "parity": self.parity}
+                "parity": self.parity, "invariance": self.invariance}
         return report.drop_defaults(full, {"error": None, "trial": 0, "seed": None, "deterministic": None,
                                            "loosened": False, "impl": None, "expected_from": GOLDEN,
                                            "captured": False, "skipped": None, "not_compared": [],
-                                           "parity": None})
+                                           "parity": None, "invariance": None})
 
     @staticmethod
     def from_plain(data: dict[str, Any]) -> "VerifyRow":
@@ -87,7 +89,7 @@ class VerifyRow:
                          data.get("deterministic"), bool(data.get("loosened", False)), data.get("impl"),
                          str(data.get("expected_from", GOLDEN)), bool(data.get("captured", False)),
                          data.get("skipped"), tuple(map(str, data.get("not_compared", ()))),
-                         data.get("parity"))
+                         data.get("parity"), data.get("invariance"))
 
     @property
     def failed(self) -> bool:
@@ -115,6 +117,7 @@ class Options:
     keep_worst: bool = False          # keep worst elements of passing outputs too (records grow)
     impls: tuple[str, ...] = ()       # --impl specs: these implementations run instead of the backend
     against: str | None = None        # --against spec: run beside the backend, parity reported
+    invariance: bool = False          # probe batch, order and split invariance (kdtr.invariance)
 
     def implementations(self) -> tuple[Implementation, ...]:
         return tuple(map(self.implementation, self.impls))
@@ -396,9 +399,10 @@ def verify_bundle(path: str | Path, options: Options) -> list[VerifyRow]:
 
     def rows_for(inputs, expected, params, **row) -> list[VerifyRow]:
         if impls:
-            return [check_case(op, variant, inputs, expected, params, tols, options, impl, **row)[0]
-                    for impl in impls]
+            return [with_invariance(*check_case(op, variant, inputs, expected, params, tols, options, impl, **row),
+                                    op, variant, inputs, params, options, impl) for impl in impls]
         got, ours = check_case(op, variant, inputs, expected, params, tols, options, **row)
+        got = with_invariance(got, ours, op, variant, inputs, params, options)
         if against is not None:
             got = with_parity(got, ours, against, op, variant, inputs, params, expected)
         return [got]

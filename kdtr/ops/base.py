@@ -255,6 +255,24 @@ class Op:
         machine; None: no estimate (small enough not to matter)."""
         return None
 
+    # -- requests (verify --invariance) ----------------------------------------------------
+    def request_count(self, variant: str, inputs: Mapping[str, Any]) -> int | None:
+        """How many independent requests the inputs batch; None: they are not batched by request
+        (the invariance probe then says n/a, with `unbatched_reason`)."""
+        return None
+
+    unbatched_reason: str = "its inputs are not batched by request"
+
+    def take_requests(self, variant: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any],
+                      indices) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """A batch of the given requests (in that order): inputs and params (numpy)."""
+        raise NotImplementedError
+
+    def by_request(self, variant: str, outputs: Mapping[str, np.ndarray],
+                   batch: int) -> dict[str, np.ndarray]:
+        """Each output of a `batch`-request run viewed with one leading axis per request."""
+        raise NotImplementedError
+
     # -- backends -------------------------------------------------------------------------
     def run_torch(self, variant: str, inputs: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:
         """The vectorised torch implementation; inputs are torch tensors on one device."""

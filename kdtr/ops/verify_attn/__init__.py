@@ -122,6 +122,17 @@ class VerifyAttn(Op):
     def output_specs(self, variant, inputs, params):
         return LAYOUTS[variant].output_specs(inputs)
 
+    # -- requests (verify --invariance) ----------------------------------------------------
+    def request_count(self, variant, inputs):
+        return LAYOUTS[variant].dims(inputs)[0]
+
+    def take_requests(self, variant, inputs, params, indices):
+        return LAYOUTS[variant].take(inputs, indices), dict(params) | (
+            {"batch": len(indices)} if "batch" in params else {})
+
+    def by_request(self, variant, outputs, batch):
+        return {name: LAYOUTS[variant].by_request(array, batch) for name, array in outputs.items()}
+
     # -- backends -------------------------------------------------------------------------
     def run_torch(self, variant, inputs, params):
         return torch_impl.run_torch(variant, inputs, params)
