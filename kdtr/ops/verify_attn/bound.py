@@ -13,6 +13,10 @@ import numpy as np
 from .layouts import LATENT, LAYOUTS, ROW
 from .reference import REFERENCE_CHUNK
 
+# float64 score elements per block: a quarter of the reference's, as the bound holds about ten
+# block-sized temporaries to the reference's three (peak ~ 2.5 reference blocks, 160 MB)
+BOUND_CHUNK = REFERENCE_CHUNK // 4
+
 U32 = 2.0 ** -24                 # unit roundoff of float32
 UNIT = {"f32": U32, "bf16": 2.0 ** -8}   # the output dtype's unit roundoff (its own last rounding)
 FUNCTION_ULPS = 2                # exp and log within 2 ulps (CUDA's expf/logf; MKL/Sleef: 1)
@@ -44,7 +48,7 @@ def request_bound(q: np.ndarray, keys: np.ndarray, prefix_len: int, visibility: 
     score_gamma = abs(sm_scale) * float(gamma(width + 2))
     out_b = np.empty((nq, heads, LATENT))
     lse_b = np.empty((nq, heads))
-    rows_per_chunk = max(1, REFERENCE_CHUNK // max(1, keys.shape[0] * heads))
+    rows_per_chunk = max(1, BOUND_CHUNK // max(1, keys.shape[0] * heads))
     for lo in range(0, nq, rows_per_chunk):
         hi = min(nq, lo + rows_per_chunk)
         block = (hi - lo, heads, keys.shape[0])
@@ -73,9 +77,11 @@ def request_bound(q: np.ndarray, keys: np.ndarray, prefix_len: int, visibility: 
         spread_weights = (sum_gamma * p + (1 + sum_gamma) * dp).reshape((hi - lo) * heads, -1)
         out = (p.reshape((hi - lo) * heads, -1) @ keys[:, :LATENT]).reshape(hi - lo, heads, LATENT)
         inherited = (spread_weights @ abs_values).reshape(hi - lo, heads, LATENT)
-        out_b[lo:hi] = inherited + (gamma(n) + out_unit + U32) * np.abs(out)
-        lse = peak + np.log(total)
+        # the output's own rounding is relative to the value computed, exact + its error
+        computed_err = inherited + (gamma(n) + U32) * np.abs(out)
+        out_b[lo:hi] = computed_err * (1 + out_unit) + out_unit * np.abs(out)
         log_sum = np.log(total)
+        lse = peak + log_sum
         # log Σŵ - log Σw (scores, weights), the sum's rounding, log's ulps, the final add and the
         # golden's float32 rounding
         lse_err = (grow * mean_e - np.log1p(-gamma(n - 1)) + FUNCTION_ULPS * ULP * log_sum
