@@ -136,6 +136,10 @@ def verify_table(rows, *, quiet: bool, verbose: bool, not_run=()) -> None:
 
     summary = verify_summary(rows, not_run)
     if quiet:
+        for row in rows:
+            if getattr(row, "invariance", None):
+                cells = "  ".join(f"{name}={_invariance_cell(v)}" for name, v in row.invariance.items())
+                print(f"INVARIANCE {_row_name(row)} {row.impl or row.backend}: {cells}")
         for line in not_run:
             print(f"NOT RUN {line}")
         print(summary)
@@ -170,6 +174,8 @@ def verify_table(rows, *, quiet: bool, verbose: bool, not_run=()) -> None:
     out.print(table)
     if any(r.parity is not None for r in rows):
         parity_table(rows)
+    if any(getattr(r, "invariance", None) for r in rows):
+        invariance_table(rows)
     for row in rows:
         if row.passed:
             continue
@@ -194,6 +200,34 @@ def verify_table(rows, *, quiet: bool, verbose: bool, not_run=()) -> None:
     for line in not_run:
         out.print(f"not run: {line}", markup=False)
     out.print(summary)
+
+
+def _invariance_cell(verdict: dict) -> str:
+    """kdtr.invariance.Verdict.to_plain() in a few words: yes, n/a (why), or the worst difference."""
+    if verdict.get("holds") is None:
+        return f"n/a ({verdict.get('reason')})"
+    if verdict["holds"]:
+        return "yes"
+    worst = verdict.get("worst")
+    if not worst:
+        return f"no ({verdict.get('reason')})"
+    ulps = worst["ulps"]
+    ulps = f"{ulps:.0f}" if isinstance(ulps, (int, float)) else str(ulps)
+    return f"no: {ulps} ulp in {worst['output']}, request {worst['request']} at {worst['index']}"
+
+
+def invariance_table(rows) -> None:
+    """--invariance: per case and implementation, which invariances hold bitwise."""
+    table = Table(title="invariance — bitwise against the batched run (ulps: of the output's dtype; "
+                        "at: row, then element, within the request)", title_justify="left")
+    names = ("batch", "order", "split")
+    for name in ("case", "impl") + names:
+        table.add_column(name, justify="left", overflow="fold")
+    for row in rows:
+        if getattr(row, "invariance", None):
+            table.add_row(_row_name(row), row.impl or row.backend,
+                          *(_invariance_cell(row.invariance[n]) for n in names if n in row.invariance))
+    out.print(table, markup=False)
 
 
 def _where(position: dict) -> str:

@@ -27,6 +27,10 @@ def verify_cmd(
     rtol: Optional[float] = typer.Option(None, help="Override rtol of every toleranced output."),
     trials: int = typer.Option(0, min=0, help="Also re-run each case on N fresh random inputs from its generator."),
     determinism: bool = flag("--determinism", help="Run twice and report whether outputs are bitwise equal."),
+    invariance: bool = flag("--invariance", help="Also re-run each case's requests one at a time, in another "
+                            "batch order, and (our cuda kernels) with the split count forced to 1, and report "
+                            "per case which invariances hold bitwise (batch, order, split) and, where one does "
+                            "not, the worst difference in ulps and where (docs/invariance.md)."),
     pattern: Optional[str] = PatternOpt,
     shard: Optional[str] = ShardOpt,
     shard_count: Optional[int] = ShardCountOpt,
@@ -83,7 +87,8 @@ def verify_cmd(
         _sanitized_verify(sanitize, files, atol, rtol, trials, forced, quiet, json_out)
     options = Options(backend=resolved, atol=atol, rtol=rtol, trials=trials, determinism=determinism,
                       kernels=forced, keep_worst=keep_worst, impls=refs if impl else (),
-                      against=refs[0] if against else None, case_timeout=case_timeout)
+                      against=refs[0] if against else None, case_timeout=case_timeout,
+                      invariance=invariance)
     if devices:
         selection = replace(selection, devices=tuple(parallel.parse_devices(devices, gpu_count())))
     names = ", ".join(ref.name for ref in options.impls) or options.backend

@@ -26,6 +26,26 @@ class Element:
 
 
 @dataclass(frozen=True)
+class DerivedBound:
+    """How an output fared against its derived error bound (kdtr.numerics; docs/numerics.md):
+    the bound's largest element and where, and the share of the bound the worst element used."""
+
+    largest: float                  # max_i b_i
+    at: tuple[int, ...]             # where it is
+    share: float                    # max_i |x_i - r_i| / b_i (<= 1: within the bound)
+    rel_l2: float                   # ||b|| / ||r||: the norm-wise allowance the bound gives
+
+    def to_plain(self) -> dict[str, Any]:
+        return {"largest": _num(self.largest), "at": list(self.at), "share": _num(self.share),
+                "rel_l2": _num(self.rel_l2)}
+
+    @staticmethod
+    def from_plain(data: dict[str, Any]) -> "DerivedBound":
+        return DerivedBound(float(data["largest"]), tuple(int(i) for i in data["at"]),
+                            float(data["share"]), float(data["rel_l2"]))
+
+
+@dataclass(frozen=True)
 class OutputCheck:
     name: str
     passed: bool
@@ -41,6 +61,7 @@ class OutputCheck:
     # rel_l2 / l2 where an l2 bound is set); <= 1 passes. Exact outputs: 0 equal, inf otherwise;
     # a NaN/Inf where the bound is finite is inf.
     tol_share: float = 0.0
+    derived: DerivedBound | None = None   # compared under a derived bound too (see compare_output)
 
     def to_plain(self) -> dict[str, Any]:
         """JSON form; a field at its default (no reason, no worst elements, zero metrics) is left
@@ -49,9 +70,11 @@ class OutputCheck:
                 "tolerance": self.tolerance.to_json(), "count": self.count, "mismatches": self.mismatches,
                 "max_abs": _num(self.max_abs), "max_rel": _num(self.max_rel), "rel_l2": _num(self.rel_l2),
                 "tol_share": _num(self.tol_share),
-                "worst": [[list(e.index), _num(e.got), _num(e.expected)] for e in self.worst]}
+                "worst": [[list(e.index), _num(e.got), _num(e.expected)] for e in self.worst],
+                "derived": None if self.derived is None else self.derived.to_plain()}
         return drop_defaults(full, {"reason": None, "count": 0, "mismatches": 0, "max_abs": 0.0,
-                                    "max_rel": 0.0, "rel_l2": 0.0, "tol_share": 0.0, "worst": []})
+                                    "max_rel": 0.0, "rel_l2": 0.0, "tol_share": 0.0, "worst": [],
+                                    "derived": None})
 
     @staticmethod
     def from_plain(data: dict[str, Any]) -> "OutputCheck":
@@ -62,7 +85,8 @@ class OutputCheck:
                            Tolerance.parse(data["tolerance"]), int(data.get("count", 0)),
                            int(data.get("mismatches", 0)), float(data.get("max_abs", 0.0)),
                            float(data.get("max_rel", 0.0)), float(data.get("rel_l2", 0.0)), worst,
-                           float(data.get("tol_share", 0.0)))
+                           float(data.get("tol_share", 0.0)),
+                           None if data.get("derived") is None else DerivedBound.from_plain(data["derived"]))
 
 
 def _num(value: float) -> float | str:
@@ -75,9 +99,14 @@ COMPARE_THREADS = 8            # chunks compared at once (numpy frees the GIL): 
 
 
 def compare_output(name: str, got: np.ndarray | None, expected: np.ndarray,
-                   tolerance: Tolerance) -> OutputCheck:
+                   tolerance: Tolerance, bound: np.ndarray | None = None) -> OutputCheck:
     """Exact outputs must match bit for bit in their dtype; toleranced ones elementwise
-    (|x - r| <= atol + rtol·|r|, NaN/Inf never pass) and, if set, in relative L2 norm."""
+    (|x - r| <= atol + rtol·|r|, NaN/Inf never pass) and, if set, in relative L2 norm.
+
+    `bound` (expected's shape): a derived per-element error bound b (kdtr.numerics) for an
+    implementation that sums in its own order; element i then passes within max(atol + rtol·|r_i|,
+    b_i) and the norm within max(l2, ||b|| / ||r||). The tolerance is kept beside it: it is what
+    our kernels meet, and it covers what the fp32 bound does not (a bf16 output's weights)."""
     if got is None:
         return OutputCheck(name, False, "the backend produced no such output", tolerance)
     if tuple(got.shape) != tuple(expected.shape):
@@ -89,10 +118,14 @@ def compare_output(name: str, got: np.ndarray | None, expected: np.ndarray,
         return OutputCheck(name, False, f"dtype {got_dtype} != expected {exp_dtype}", tolerance)
     flat_got = np.ascontiguousarray(got).reshape(-1)
     flat_exp = np.ascontiguousarray(expected).reshape(-1)
+    if tolerance.exact:
+        bound = None                              # bitwise equality admits no bound
+    flat_bound = None if bound is None else np.ascontiguousarray(bound, np.float64).reshape(-1)
 
     def chunk(lo: int) -> _Totals:
         part = _Totals()
-        part.add(lo, flat_got[lo:lo + CHUNK], flat_exp[lo:lo + CHUNK], tolerance)
+        part.add(lo, flat_got[lo:lo + CHUNK], flat_exp[lo:lo + CHUNK], tolerance,
+                 None if flat_bound is None else flat_bound[lo:lo + CHUNK])
         return part
 
     starts = range(0, flat_exp.size, CHUNK)
@@ -102,20 +135,27 @@ def compare_output(name: str, got: np.ndarray | None, expected: np.ndarray,
     count = int(expected.size)
     rule = ("bitwise equality" if tolerance.exact
             else f"|x-r| <= {tolerance.atol:g} + {tolerance.rtol:g}·|r|")
+    rel_l2, l2, derived = totals.rel_l2(), tolerance.l2, None
+    if flat_bound is not None and flat_bound.size:
+        bound_l2 = totals.rel_l2(totals.bound_sq)
+        l2 = None if l2 is None else max(l2, bound_l2)
+        at = int(np.argmax(flat_bound))
+        derived = DerivedBound(float(flat_bound[at]), tuple(int(i) for i in np.unravel_index(at, expected.shape)),
+                               totals.bound_share, bound_l2)
+        rule += " or the derived bound b_i"
     reasons = []
     if totals.mismatches:
         reasons.append(f"{totals.mismatches} of {count} elements fail {rule}"
                        + (f" ({totals.nonfinite} NaN/Inf)" if totals.nonfinite else ""))
-    rel_l2 = totals.rel_l2()
-    if tolerance.l2 is not None and not tolerance.exact and not rel_l2 <= tolerance.l2:
-        reasons.append(f"||x-r||/||r|| = {rel_l2:.3g} > {tolerance.l2:g}")
+    if l2 is not None and not tolerance.exact and not rel_l2 <= l2:
+        reasons.append(f"||x-r||/||r|| = {rel_l2:.3g} > {l2:g}")
     worst = tuple(Element(tuple(int(i) for i in np.unravel_index(flat, expected.shape)),
                           float(flat_got[flat]), float(flat_exp[flat])) for flat in totals.worst())
     share = totals.share
-    if tolerance.l2 is not None and not tolerance.exact:
-        share = max(share, _ratio(rel_l2, tolerance.l2))
+    if l2 is not None and not tolerance.exact:
+        share = max(share, _ratio(rel_l2, l2))
     return OutputCheck(name, not reasons, "; ".join(reasons) or None, tolerance, count, totals.mismatches,
-                       totals.max_abs, totals.max_rel, rel_l2, worst, share)
+                       totals.max_abs, totals.max_rel, rel_l2, worst, share, derived)
 
 
 def _ratio(value: float, bound: float) -> float:
@@ -125,6 +165,16 @@ def _ratio(value: float, bound: float) -> float:
     if bound > 0:
         return value / bound
     return 0.0 if value == 0 else math.inf
+
+
+def _largest_share(diff: np.ndarray, bound: np.ndarray) -> float:
+    """max diff / bound (0 / 0 = 0; a difference over a zero bound, or a NaN, is inf)."""
+    if not diff.size:
+        return 0.0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = np.divide(diff, bound, out=np.where(diff == 0, 0.0, np.inf), where=bound > 0)
+    top = float(share.max())
+    return top if top == top else math.inf
 
 
 LARGEST_BLOCK = 1024        # largest(): elements per block maximum
@@ -160,12 +210,16 @@ class _Totals:
     """Running metrics over chunks: maxima, squared norms, mismatch counts, worst candidates."""
 
     def __init__(self):
-        self.max_abs = self.max_rel = self.err_sq = self.ref_sq = 0.0
+        self.max_abs = self.max_rel = self.err_sq = self.ref_sq = self.bound_sq = 0.0
         self.mismatches = self.nonfinite = 0
         self.share = 0.0                                        # see OutputCheck.tol_share
+        self.bound_share = 0.0                                  # see DerivedBound.share
         self.candidates: list[tuple[float, int]] = []          # (-score, flat index)
 
-    def add(self, lo: int, got: np.ndarray, expected: np.ndarray, tolerance: Tolerance) -> None:
+    def add(self, lo: int, got: np.ndarray, expected: np.ndarray, tolerance: Tolerance,
+            derived: np.ndarray | None = None) -> None:
+        if derived is not None:
+            self.bound_sq += float(np.square(derived).sum())
         if self._add_equal(lo, got, expected):
             return
         g64, e64 = got.astype(np.float64), expected.astype(np.float64)
@@ -190,6 +244,9 @@ class _Totals:
                 share = np.where(bad, np.inf, 0.0)
             else:
                 bound = tolerance.atol + tolerance.rtol * np.abs(e64)
+                if derived is not None:
+                    self.bound_share = max(self.bound_share, _largest_share(diff, derived))
+                    bound = np.maximum(bound, derived)
                 bad = ~(gap <= bound)
                 bad |= ~np.isfinite(g64)
                 share = np.divide(diff, bound, out=np.where(diff == 0, 0.0, np.inf), where=bound > 0)
@@ -225,10 +282,14 @@ class _Totals:
         self.mismatches += part.mismatches
         self.nonfinite += part.nonfinite
         self.share = max(self.share, part.share)
+        self.bound_sq += part.bound_sq
+        self.bound_share = max(self.bound_share, part.bound_share)
         self.candidates += part.candidates
 
-    def rel_l2(self) -> float:
-        ref_norm, err_norm = np.sqrt(self.ref_sq), np.sqrt(self.err_sq)
+    def rel_l2(self, err_sq: float | None = None) -> float:
+        """||x - r|| / ||r|| (or, given another sum of squares, its norm over ||r||)."""
+        ref_norm = np.sqrt(self.ref_sq)
+        err_norm = np.sqrt(self.err_sq if err_sq is None else err_sq)
         return float(err_norm / ref_norm if ref_norm > 0 else err_norm)
 
     def worst(self) -> list[int]:

@@ -12,7 +12,7 @@ import torch
 
 from kdtr.backends import upload
 from kdtr.dtypes import to_numpy
-from kdtr.impl import ImplUnavailable, check_outputs, parity, resolve, run
+from kdtr.impl import CaseData, ImplUnavailable, Status, check_outputs, evaluate, parity, resolve
 from kdtr.impl.peers import flashmla
 from tests import peer_models
 from tests.impl_cases import small_case
@@ -113,13 +113,12 @@ def test_flashmla_meets_the_op_tolerance_and_parity_with_ours(slots):
     op, inputs, params = small_case("verify_attn", "bf16_paged", 5, batch=4, heads=16, prefix=2048, budget=3,
                                     tree="chain", slots=slots)
     reference = op.reference("bf16_paged", inputs, params)
-    try:
-        theirs = run(resolve("flashmla"), op, "bf16_paged", inputs, params, reference=reference)
-        ours = run(resolve("cuda"), op, "bf16_paged", inputs, params, reference=reference)
-    except ImplUnavailable as err:
-        pytest.skip(str(err))
-    assert theirs.ok, theirs.reason
-    assert ours.ok, ours.reason
+    case = CaseData(op, "bf16_paged", inputs, params)
+    theirs, ours = (evaluate(resolve(name), case, reference) for name in ("flashmla", "cuda"))
+    for outcome in (theirs, ours):
+        if outcome.status is Status.SKIPPED:
+            pytest.skip(outcome.reason)
+        assert outcome.status is Status.PASSED, outcome.reason
     assert_within(op, "bf16_paged", theirs.outputs, reference, ("out", "lse"))
     report = parity(op, "bf16_paged", ours.outputs, theirs.outputs, ours_name="cuda", theirs_name="flashmla",
                     reference=reference, inputs=inputs, params=params)

@@ -197,12 +197,14 @@ def _run_once(impl: Implementation, case: CaseData, device: str, device_inputs, 
 
 def evaluate(impl: Implementation, case: CaseData, expected: Mapping[str, np.ndarray] | None = None,
              tolerances: Mapping[str, Tolerance] | None = None, *, determinism: bool = False,
-             timeout_s: float | None = None, device_inputs: Mapping[str, Any] | None = None) -> Outcome:
+             timeout_s: float | None = None, device_inputs: Mapping[str, Any] | None = None,
+             bounds: Mapping[str, np.ndarray] | None = None) -> Outcome:
     """Run `impl` on `case` and judge it (see the module docstring and Status). `expected` (numpy,
     the op's names) also catches a NaN where it has none; with `tolerances` too, every output the
     implementation provides is compared (kdtr.compare.compare_output). `determinism` runs it a
     second time and says whether the outputs are bitwise equal. `device_inputs`: torch inputs the
-    caller uploaded (bench keeps them for the timed calls); default: uploaded here."""
+    caller uploaded (bench keeps them for the timed calls); default: uploaded here. `bounds`: per
+    output, a derived per-element error bound that widens its tolerance (docs/numerics.md)."""
     from ..compare import compare_output
     from ..dtypes import to_numpy
 
@@ -237,7 +239,9 @@ def evaluate(impl: Implementation, case: CaseData, expected: Mapping[str, np.nda
             _bitwise_equal(outputs[n], readback(again.raw[n])) for n in provides)
     checks: tuple = ()
     if expected is not None and tolerances is not None:
-        checks = tuple(compare_output(name, outputs[name], expected[name], tolerances[name]) for name in provides)
+        bounds = bounds or {}
+        checks = tuple(compare_output(name, outputs[name], expected[name], tolerances[name], bounds.get(name))
+                       for name in provides)
     missed = "; ".join(f"{c.name}: {c.reason}" for c in checks if not c.passed)
     return Outcome(Status.FAILED if missed else Status.PASSED, impl.name, missed or None, checks,
                    tuple(n for n in op.outputs if n not in provides), deterministic, seconds,

@@ -7,6 +7,14 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 
+def take_leading(inputs: Mapping[str, np.ndarray], params: Mapping[str, Any],
+                 indices: Sequence[int]) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """The requests `indices` of inputs whose every tensor has one leading request axis; params'
+    `batch` (where it has one) follows."""
+    taken = {name: np.ascontiguousarray(array[np.asarray(indices, np.int64)]) for name, array in inputs.items()}
+    return taken, dict(params) | ({"batch": len(indices)} if "batch" in params else {})
+
+
 def rng_for(seed: int, stream: int = 0) -> np.random.Generator:
     """numpy's PCG64 Generator: the same bytes on every machine, no global state."""
     return np.random.default_rng([int(seed), int(stream)])
@@ -62,3 +70,19 @@ def inline_array(inline: Mapping[str, Any], name: str, dtype, ndim: int, batch: 
         raise ValueError(f"inline input {name!r} must have {ndim} (or {ndim - 1}) dimensions, "
                          f"got shape {list(array.shape)}")
     return np.ascontiguousarray(array.astype(dtype))
+
+
+class LeadingRequests:
+    """Op mixin for the request hooks (kdtr.ops.base.Op.request_count ...) of an op whose every
+    input and output has one leading request axis; `request_input` names the input that counts them."""
+
+    request_input = ""
+
+    def request_count(self, variant, inputs) -> int:
+        return int(inputs[self.request_input].shape[0])
+
+    def take_requests(self, variant, inputs, params, indices):
+        return take_leading(inputs, params, indices)
+
+    def by_request(self, variant, outputs, batch):
+        return dict(outputs)

@@ -277,11 +277,37 @@ class Op:
         """Default tolerance per output (each with its reason written beside it)."""
         raise NotImplementedError
 
+    def error_bound(self, variant: str, inputs: Mapping[str, np.ndarray],
+                    params: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """Per output, a derived bound on |x - exact| for every element (float64, the output's
+        shape) that holds for any implementation in the op's arithmetic whatever order it sums in
+        (docs/numerics.md); verify holds implementations other than the reference and our kernels
+        to it beside the tolerance. By default none (the tolerances alone)."""
+        return {}
+
     def estimate_bytes(self, variant: str, params: Mapping[str, Any]) -> int | None:
         """Peak host memory that generate + reference take for a case with these (suite) params,
         read off the shapes they allocate, so gen-refs can refuse a case before it exhausts the
         machine; None: no estimate (small enough not to matter)."""
         return None
+
+    # -- requests (verify --invariance) ----------------------------------------------------
+    def request_count(self, variant: str, inputs: Mapping[str, Any]) -> int | None:
+        """How many independent requests the inputs batch; None: they are not batched by request
+        (the invariance probe then says n/a, with `unbatched_reason`)."""
+        return None
+
+    unbatched_reason: str = "its inputs are not batched by request"
+
+    def take_requests(self, variant: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any],
+                      indices) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """A batch of the given requests (in that order): inputs and params (numpy)."""
+        raise NotImplementedError
+
+    def by_request(self, variant: str, outputs: Mapping[str, np.ndarray],
+                   batch: int) -> dict[str, np.ndarray]:
+        """Each output of a `batch`-request run viewed with one leading axis per request."""
+        raise NotImplementedError
 
     # -- backends -------------------------------------------------------------------------
     def run_torch(self, variant: str, inputs: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import inline_array, name_from, rng_for
+from ._common import LeadingRequests, inline_array, name_from, rng_for
 from .base import Case, CudaKernel, Generated, Op, Param, Tolerance
 from .tree_build import OP as TREE_BUILD
 
@@ -49,8 +49,9 @@ def _first_shared_sibling_token(tokens: np.ndarray, parents: np.ndarray,
     return None
 
 
-class TreeAccept(Op):
+class TreeAccept(LeadingRequests, Op):
     name = "tree_accept"
+    request_input = "tokens"
     variants = ("default",)
     params = (
         Param("batch", int, 4, 1, 65536, doc="requests B"),

@@ -10,7 +10,7 @@ import heapq
 
 import numpy as np
 
-from ._common import inline_array, name_from, rng_for
+from ._common import LeadingRequests, inline_array, name_from, rng_for
 from .base import Case, CudaKernel, Generated, Gpu, Op, Param, Tolerance
 
 OUTPUT_DTYPES = {
@@ -86,8 +86,9 @@ def build_one(topk_logp: np.ndarray, budget: int) -> list[tuple[tuple[int, ...],
     return nodes
 
 
-class TreeBuild(Op):
+class TreeBuild(LeadingRequests, Op):
     name = "tree_build"
+    request_input = "topk_logp"
     variants = ("default",)
     params = (
         Param("batch", int, 1, 1, 65536, doc="requests B"),

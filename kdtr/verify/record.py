@@ -57,6 +57,7 @@ class VerifyRow:
     skipped: str | None = None         # why the implementation could not run here (not a pass)
     not_compared: tuple[str, ...] = ()  # outputs the implementation does not give
     parity: dict[str, Any] | None = None   # --against: kdtr.impl.ParityReport.to_json(), or {"reason"}
+    invariance: dict[str, Any] | None = None   # --invariance: kdtr.invariance.to_plain()
 
     def to_plain(self) -> dict[str, Any]:
         """JSON form; optional fields at their default (no error, trial 0, not probed, not loosened,
@@ -67,11 +68,11 @@ class VerifyRow:
                 "seed": self.seed, "seconds": round(self.seconds, 6), "deterministic": self.deterministic,
                 "loosened": self.loosened, "impl": self.impl, "expected_from": self.expected_from,
                 "captured": self.captured, "skipped": self.skipped, "not_compared": list(self.not_compared),
-                "parity": self.parity}
+                "parity": self.parity, "invariance": self.invariance}
         return report.drop_defaults(full, {"error": None, "trial": 0, "seed": None, "deterministic": None,
                                            "loosened": False, "impl": None, "expected_from": GOLDEN,
                                            "captured": False, "skipped": None, "not_compared": [],
-                                           "parity": None})
+                                           "parity": None, "invariance": None})
 
     @staticmethod
     def from_plain(data: dict[str, Any]) -> "VerifyRow":
@@ -83,7 +84,7 @@ class VerifyRow:
                          data.get("deterministic"), bool(data.get("loosened", False)), data.get("impl"),
                          str(data.get("expected_from", GOLDEN)), bool(data.get("captured", False)),
                          data.get("skipped"), tuple(map(str, data.get("not_compared", ()))),
-                         data.get("parity"))
+                         data.get("parity"), data.get("invariance"))
 
     @property
     def failed(self) -> bool:

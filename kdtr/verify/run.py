@@ -15,6 +15,8 @@ import numpy as np
 from .. import parallel, report
 from ..cases import GOLDEN, load_case, reference_outputs
 from ..errors import DeviceError, KdtreeError, UsageError
+from ..invariance import with_invariance
+from ..numerics import derived_bounds
 from ..ops.base import Case, Op, Tolerance
 from .options import Options
 from .record import (DEVICE_REFERENCE, REFERENCE, VerifyRecord, VerifyRow, implementation_info, shard_key,
@@ -86,7 +88,9 @@ def check_case(op: Op, variant: str, inputs: Mapping[str, np.ndarray], expected:
     name = options.backend if ours else impl.name
     base = dict(op=op.name, variant=variant, backend=name, config=config, impl=None if ours else name,
                 captured=stored is not None, **row)
-    outcome = evaluate(impl, CaseData(op, variant, inputs, params), expected, tols,
+    overridden = options.atol is not None or options.rtol is not None    # the user's bound, alone
+    bounds = {} if overridden else derived_bounds(op, variant, inputs, params, name)    # docs/numerics.md
+    outcome = evaluate(impl, CaseData(op, variant, inputs, params), expected, tols, bounds=bounds,
                        determinism=options.determinism and stored is None, timeout_s=options.case_timeout)
     if ours and outcome.status is Status.SKIPPED:
         raise DeviceError(outcome.reason)          # no GPU for the cuda backend: the run cannot go on
@@ -162,9 +166,10 @@ def verify_bundle(path: str | Path, options: Options,
 
     def rows_for(inputs, expected, params, **row) -> list[VerifyRow]:
         if impls:
-            return [check_case(op, variant, inputs, expected, params, tols, options, impl, **row)[0]
-                    for impl in impls]
+            return [with_invariance(*check_case(op, variant, inputs, expected, params, tols, options, impl, **row),
+                                    op, variant, inputs, params, options, impl) for impl in impls]
         got, ours = check_case(op, variant, inputs, expected, params, tols, options, **row)
+        got = with_invariance(got, ours, op, variant, inputs, params, options)
         if against is not None:
             got = with_parity(got, ours, against, op, variant, inputs, params, expected, options)
         return [got]

@@ -16,7 +16,7 @@ from ...dtypes import NUMPY_DTYPES
 from .._common import fill_normal, name_from, rng_for
 from ..base import Baseline, Case, Cost, Generated, Gpu, Op, Param
 from ..tree_build import OP as TREE_BUILD
-from . import cuda, torch_impl
+from . import bound, cuda, torch_impl
 from .layouts import LATENT, LAYOUTS, ROPE, ROW, check_scale
 from .paging import SLOT_LAYOUTS, TREE_SHAPES, chain_visibility
 from .reference import REFERENCE_CHUNK, attend_reference, dense_reference, reference
@@ -138,8 +138,23 @@ class VerifyAttn(Op):
     def tolerances(self, variant):
         return dict(LAYOUTS[variant].tolerances)
 
+    def error_bound(self, variant, inputs, params):
+        """fp32 scores, softmax and P·V in any summation order (bound.py; docs/numerics.md)."""
+        return bound.error_bound(variant, inputs, params)
+
     def output_specs(self, variant, inputs, params):
         return LAYOUTS[variant].output_specs(inputs)
+
+    # -- requests (verify --invariance) ----------------------------------------------------
+    def request_count(self, variant, inputs):
+        return LAYOUTS[variant].dims(inputs)[0]
+
+    def take_requests(self, variant, inputs, params, indices):
+        return LAYOUTS[variant].take(inputs, indices), dict(params) | (
+            {"batch": len(indices)} if "batch" in params else {})
+
+    def by_request(self, variant, outputs, batch):
+        return {name: LAYOUTS[variant].by_request(array, batch) for name, array in outputs.items()}
 
     # -- backends -------------------------------------------------------------------------
     def run_torch(self, variant, inputs, params):

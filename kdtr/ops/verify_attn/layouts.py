@@ -14,6 +14,7 @@ from typing import Iterator, Mapping
 import numpy as np
 
 from ...dtypes import NUMPY_DTYPES
+from .._common import take_leading
 from ..base import Tolerance
 from .paging import pool_rows, request_slots
 
@@ -136,6 +137,14 @@ class Dense:
     def flat(self, tensor):
         """An output computed as [B, Q, H, ...] in this layout's shape."""
         return tensor
+
+    def take(self, inputs, indices) -> dict[str, np.ndarray]:
+        """The requests `indices` (in that order) as a batch of their own (numpy)."""
+        return take_leading(inputs, {}, indices)[0]
+
+    def by_request(self, output: np.ndarray, batch: int) -> np.ndarray:
+        """An output with one leading axis per request."""
+        return output
 
     def output_specs(self, inputs):
         batch, q_len, heads, _ = inputs["q"].shape
@@ -290,6 +299,28 @@ class Paged:
 
     def flat(self, tensor):
         return tensor.reshape((-1,) + tuple(tensor.shape[2:]))
+
+    def take(self, inputs, indices) -> dict[str, np.ndarray]:
+        """The requests `indices` (in that order) as a batch of their own, over the same pool."""
+        indptr, mask_indptr = inputs["kv_indptr"], inputs["mask_indptr"]
+        q_len = len(inputs["tree_slots"]) // (len(indptr) - 1)
+
+        def rows(name, starts, ends):
+            return np.concatenate([inputs[name][starts[b]:ends[b]] for b in indices])
+
+        def offsets(starts, ends):
+            return np.concatenate([[0], np.cumsum([ends[b] - starts[b] for b in indices])]).astype(np.int32)
+
+        per_q = np.arange(len(indptr)) * q_len
+        return {"q": rows("q", per_q, per_q + q_len), "kv_buffer": inputs["kv_buffer"],
+                "kv_indptr": offsets(indptr[:-1], indptr[1:]),
+                "kv_indices": rows("kv_indices", indptr[:-1], indptr[1:]),
+                "tree_slots": rows("tree_slots", per_q, per_q + q_len),
+                "custom_mask": rows("custom_mask", mask_indptr[:-1], mask_indptr[1:]),
+                "mask_indptr": offsets(mask_indptr[:-1], mask_indptr[1:])}
+
+    def by_request(self, output: np.ndarray, batch: int) -> np.ndarray:
+        return output.reshape((batch, -1) + tuple(output.shape[1:]))
 
     def output_specs(self, inputs):
         rows, heads, _ = inputs["q"].shape
