@@ -175,7 +175,7 @@ def test_records_run_as_another_gpu_say_so_in_bench_and_compare():
     from dataclasses import replace
 
     from cli.bench_view import _header
-    from kdtr.bench.compare import compare_records
+    from kdtr.bench.regression import compare_records
 
     from .bench_fakes import record
 

@@ -58,6 +58,13 @@ class BenchRow:
     defines: dict[str, str] = field(default_factory=dict)   # the compile-time defines of a knob build
     alone: Timing | None = None          # back to back: the same calls timed alone, after the rounds
 
+    def to_plain(self) -> dict[str, Any]:
+        """Every field; `alone` only where it was timed (so records from before it read the same)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        if self.alone is None:
+            del out["alone"]
+        return out
+
     @property
     def headline(self) -> Timing | None:
         """The figure a table quotes: the slower of the interleaved and the back-to-back timing."""

@@ -88,6 +88,14 @@ class Timing:
     throttled_samples: int = 0            # samples of throttled turns left out of the figure (telemetry.py)
     telemetry: tuple[dict, ...] = ()      # per turn, in order: its samples, clocks, power, throttle reasons
 
+    def to_plain(self) -> dict[str, Any]:
+        """Every field; the telemetry ones only where the run gathered some (a record without NVML
+        reads as records did before telemetry existed)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        if not self.telemetry and not self.throttled_samples:
+            del out["telemetry"], out["throttled_samples"]
+        return out
+
     @staticmethod
     def from_plain(d: Mapping[str, Any]) -> "Timing":
         values = _fields(Timing, d)
