@@ -11,9 +11,10 @@ from typing import List, Optional
 import typer
 from kdtr.errors import UsageError
 
-from .app import (EXIT_FAILED, EXIT_OK, DevicesOpt, JsonOut, ShardOpt, app, check_writable, default_specs_dir,
-                  flag, guarded)
-from .app import gpu_count as _gpu_count
+from .app import (EXIT_FAILED, EXIT_OK, DevicesOpt, JsonOut, ShardOpt, app, check_writable, deduplicated,
+                  default_specs_dir, flag, guarded, parse_devices_option, refuse_overwriting_inputs)
+
+MAX_SECONDS = 7 * 24 * 3600     # a --time-budget or --time-limit past a week is a typo (1e308, inf)
 
 BENCH_HELP = (
     "Time our kernels and their baselines on the same inputs in one run, against ceilings measured "
@@ -182,8 +183,9 @@ def bench_cmd(
         raise UsageError(f"--mode {mode!r}: choose one of {', '.join(bench.MODES)}")
     if not threshold > 0:
         raise UsageError("--threshold must be > 0")
-    old = bench.load_record(compare) if compare else None
     paths = list(paths or [])
+    refuse_overwriting_inputs({"--json": json_path, "--csv": csv_path}, [*paths, *([compare] if compare else [])])
+    old = bench.load_record(compare) if compare else None
     json_out = JsonOut(json_path)      # with --json -, stdout carries the JSON alone
     if old is not None and len(paths) == 1 and paths[0].suffix == ".json":
         comparison = bench.compare_records(old, bench.load_record(paths[0]), threshold)
@@ -196,14 +198,17 @@ def bench_cmd(
     if any(p.suffix == ".json" for p in paths):
         raise UsageError("a .json argument is only read with --compare OLD.json NEW.json")
 
+    for option, value in (("--time-budget", time_budget), ("--time-limit", time_limit), ("--target", target)):
+        if value is not None and not 0 < value <= MAX_SECONDS:
+            raise UsageError(f"{option} {value}: must be a number of seconds in (0, {MAX_SECONDS}]"
+                             if option != "--target" else f"--target {value}: must be a fraction > 0")
+    impl = deduplicated(impl, "--impl")
     timing = bench.QUICK_TIMING if quick else bench.TimingOptions()
     if time_budget is not None:
         timing = replace(timing, budget_s=time_budget)
     if target is not None:
         timing = replace(timing, target=target)
     timing.check()
-    if time_limit is not None and not time_limit > 0:
-        raise UsageError("--time-limit must be > 0")
     builds = bench.kernel_builds(kernel, define)
     if builds:
         from kdtr.backends import resolve_backend
@@ -268,7 +273,7 @@ def _run(paths, pattern, quick, shard, devices, settings, targets, quiet):
         for path in targets:
             bench.write_record(path, stamped(record))
 
-    device_list = parallel.parse_devices(devices, _gpu_count())
+    device_list = parse_devices_option(devices)
     with _Progress(quiet) as progress:
         if device_list:
             return stamped(_run_on_devices(device_list, items, paths or _default_specs(), pattern, quick, settings,
@@ -293,6 +298,13 @@ def report_cmd(
     from kdtr import bench
     from kdtr.atomic import atomic_write
 
+    refuse_overwriting_inputs({"--merge": merge, "--csv": csv_path, "--plot": plot}, record_paths)
+    for option, path in (("--merge", merge), ("--csv", csv_path), ("--plot", plot)):
+        check_writable(path, option)
+    if plot:
+        from kdtr.plot import require_matplotlib
+
+        require_matplotlib()           # before the CSV is written, not after
     if merge:
         _merge(record_paths, merge)
     if len(record_paths) != 1:

@@ -10,7 +10,7 @@ import typer
 from kdtr.errors import CompileError
 
 from . import render
-from .app import JsonOpt, JsonOut, app, guarded
+from .app import JsonOpt, JsonOut, app, guarded, refuse_overwriting_inputs
 
 
 @app.command("inspect")
@@ -22,6 +22,7 @@ def inspect_cmd(
     """A bundle's header, and per tensor: role, dtype, shape, min/max/mean, NaN/Inf counts."""
     from kdtr.summary import summarize
 
+    refuse_overwriting_inputs({"--json": json_path}, [file])
     _show(summarize(file), JsonOut(json_path), render.inspect_view)
 
 

@@ -12,7 +12,8 @@ from kdtr.errors import KdtreeError, UsageError
 
 from . import render
 from .app import (EXIT_FAILED, EXIT_INPUT, EXIT_OK, DevicesOpt, JsonOpt, JsonOut, PatternOpt, QuietOpt,
-                  ShardOpt, app, check_writable, flag, gpu_count, guarded)
+                  ShardOpt, app, check_writable, deduplicated, flag, guarded, note, parse_devices_option,
+                  refuse_overwriting_inputs)
 
 
 @app.command("verify")
@@ -64,8 +65,13 @@ def verify_cmd(
     for name, value in (("--atol", atol), ("--rtol", rtol)):
         if value is not None and not value >= 0:
             raise UsageError(f"{name} {value}: must be >= 0")
+    if impl and backend != "auto":
+        raise UsageError(f"--backend {backend} with --impl: --impl runs the given implementations instead of "
+                         "a backend; give one or the other")
+    impl = deduplicated(impl, "--impl")
     shard_spec = parallel.Shard.parse(shard) if shard else None
-    selected = find_bundles(paths or [Path("goldens")])
+    selected = _unique_bundles(find_bundles(paths or [Path("goldens")]))
+    refuse_overwriting_inputs({"--json": json_path, "--junit": junit}, selected)
     if pattern:
         from kdtr.spec import name_matches    # YAML's import is not free: only for -k
 
@@ -86,13 +92,26 @@ def verify_cmd(
         _sanitized_verify(sanitize, files, atol, rtol, trials, forced, quiet, json_out)
     options = Options(backend=resolved, atol=atol, rtol=rtol, trials=trials, determinism=determinism,
                       kernels=forced, keep_worst=keep_worst, impls=tuple(impl), against=against)
-    device_list = parallel.parse_devices(devices, gpu_count()) if devices else None
+    device_list = parse_devices_option(devices)
     with json_out.tables():
         rows, errors, not_run = _run(files, options, device_list, quiet, verbose)
     _write_records(rows, errors, options, device_list, json_out, junit, selected, shard_spec, not_run, impls)
     if not errors:
         _nothing_ran(rows, options, not_run)
     raise typer.Exit(EXIT_INPUT if errors else (EXIT_FAILED if any(r.failed for r in rows) else EXIT_OK))
+
+
+def _unique_bundles(files: list[Path]) -> list[Path]:
+    """A bundle named twice (`verify goldens goldens`, a file and its folder) is verified once, and said so."""
+    seen, unique = set(), []
+    for file in files:
+        key = file.resolve()
+        if key not in seen:
+            seen.add(key)
+            unique.append(file)
+    if len(unique) != len(files):
+        note(f"{len(files) - len(unique)} bundle(s) named more than once: each is verified once")
+    return unique
 
 
 def _implementations(specs, against, kernel, sanitize):

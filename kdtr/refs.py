@@ -230,11 +230,18 @@ def parse_bytes(text: str, what: str = "--mem-limit") -> int:
     match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([KMGT]?)i?B?\s*", text, re.IGNORECASE)
     if match is None or float(match.group(1)) <= 0:
         raise UsageError(f"{what} {text!r}: expected a size like 8G, 512M or a byte count")
-    return int(float(match.group(1)) * _UNITS[match.group(2).upper()])
+    count = int(float(match.group(1)) * _UNITS[match.group(2).upper()])
+    if count < 1:
+        raise UsageError(f"{what} {text!r}: is {count} bytes; expected at least 1 byte (e.g. 8G, 512M)")
+    return count
 
 
 def _gib(count: int) -> str:
-    return f"{count / (1 << 30):.2f} GiB"
+    """A size in the largest binary unit that shows it (bytes, KiB, MiB, GiB), never `0.00 GiB`."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if count >= size:
+            return f"{count / size:.2f} {unit}"
+    return f"{count} bytes"
 
 
 def check_memory(case: Case, limit: int | None) -> None:

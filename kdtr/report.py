@@ -213,6 +213,10 @@ def junit_xml(record: Any) -> str:
         name = row.case + (f"[trial{row.trial}]" if row.trial else "") + (f"[{row.impl}]" if row.impl else "")
         case = ElementTree.SubElement(suite, "testcase", classname=f"{row.op}.{row.variant}", name=name,
                                       time=f"{row.seconds:.6f}")
+        if row.loosened:           # the bundle's (or --atol/--rtol's) tolerance is looser than the op's
+            properties = ElementTree.SubElement(case, "properties")
+            ElementTree.SubElement(properties, "property", name="loosened",
+                                   value="tolerance looser than the op's default")
         if row.skipped is not None:
             ElementTree.SubElement(case, "skipped", message=row.skipped)
         elif not row.passed:
