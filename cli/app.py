@@ -82,6 +82,17 @@ DevicesOpt = typer.Option(None, "--devices", help="One worker process per GPU: '
                                                   "(cases spread by estimated cost, one merged table).")
 
 
+MemLimitOpt = typer.Option(None, "--mem-limit", help="Refuse a case whose memory estimate is over this (e.g. 8G) "
+                                                     "\\[default: KDTREE_MEM_LIMIT, else half of MemAvailable].")
+
+
+def mem_limit_bytes(text: str | None) -> int | None:
+    """--mem-limit in bytes, or gen-refs' default bound (None: no bound known)."""
+    from kdtr import refs
+
+    return refs.parse_bytes(text) if text else refs.default_mem_limit()
+
+
 def check_writable(path: str | Path | None, option: str) -> None:
     """`kdtr.atomic.check_writable` for an output option that may be absent; `-` (stdout) is for
     --json alone (`--junit -` and `--csv -` are refused: one stream cannot carry two documents)."""

@@ -11,8 +11,9 @@ from typing import List, Optional
 import typer
 from kdtr.errors import UsageError
 
-from .app import (EXIT_FAILED, EXIT_OK, DevicesOpt, JsonOut, ShardOpt, app, check_writable, deduplicated,
-                  default_specs_dir, flag, guarded, parse_devices_option, refuse_overwriting_inputs)
+from .app import (EXIT_FAILED, EXIT_OK, DevicesOpt, JsonOut, MemLimitOpt, ShardOpt, app, check_writable,
+                  deduplicated, default_specs_dir, flag, guarded, mem_limit_bytes, parse_devices_option,
+                  refuse_overwriting_inputs)
 
 MAX_SECONDS = 7 * 24 * 3600     # a --time-budget or --time-limit past a week is a typo (1e308, inf)
 
@@ -169,6 +170,7 @@ def bench_cmd(
                                                                  "rewritten after every case while running."),
     save: bool = flag("--save", help="Also write the record to results/bench-<UTC time>.json."),
     csv_path: Optional[Path] = typer.Option(None, "--csv", help="Write one CSV line per row here."),
+    mem_limit: Optional[str] = MemLimitOpt,
     compare: Optional[Path] = typer.Option(None, "--compare", help="OLD.json: judge this run (or NEW.json) against it."),
     threshold: float = typer.Option(0.10, "--threshold", help="--compare: slower by more than this fraction "
                                                               "(beyond the noise) is a regression."),
@@ -229,8 +231,9 @@ def bench_cmd(
         check_writable(targets[-1], "--save")
     if csv_path:
         check_writable(csv_path, "--csv")
+    limit = mem_limit_bytes(mem_limit)
     with json_out.tables():
-        record = _run(paths, pattern, quick, shard, devices, settings, targets, quiet)
+        record = _run(paths, pattern, quick, shard, devices, settings, targets, quiet, limit)
         if not json_out.to_stdout:
             from .bench_view import bench_view
 
@@ -258,13 +261,17 @@ def bench_cmd(
     raise typer.Exit(code)
 
 
-def _run(paths, pattern, quick, shard, devices, settings, targets, quiet):
+def _run(paths, pattern, quick, shard, devices, settings, targets, quiet, mem_limit):
     """The cases on one GPU (or the host), or spread over --devices; the record, rewritten to
     `targets` after every case on one device."""
     from kdtr import bench, parallel
 
     items, selection = _items(paths or _default_specs(), pattern, quick, shard)
     items = bench.items_for_kernels(items, settings.kernels)
+    from kdtr.backends import resolve_backend
+    from kdtr.memory import check_items
+
+    check_items(items, resolve_backend(settings.backend), mem_limit)
 
     def stamped(record):
         return replace(record, meta=record.meta | selection)

@@ -11,9 +11,9 @@ import typer
 from kdtr.errors import KdtreeError, UsageError
 
 from . import render
-from .app import (EXIT_FAILED, EXIT_INPUT, EXIT_OK, DevicesOpt, JsonOpt, JsonOut, PatternOpt, QuietOpt,
-                  ShardOpt, app, check_writable, deduplicated, flag, guarded, note, parse_devices_option,
-                  refuse_overwriting_inputs)
+from .app import (EXIT_FAILED, EXIT_INPUT, EXIT_OK, DevicesOpt, JsonOpt, JsonOut, MemLimitOpt, PatternOpt,
+                  QuietOpt, ShardOpt, app, check_writable, deduplicated, flag, guarded, mem_limit_bytes, note,
+                  parse_devices_option, refuse_overwriting_inputs)
 
 
 @app.command("verify")
@@ -51,6 +51,7 @@ def verify_cmd(
     verbose: bool = flag("-v", "--verbose", help="Show the worst elements of failing outputs and the raw max_rel."),
     keep_worst: bool = flag("--keep-worst", help="Keep passing outputs' worst elements in the record too."),
     json_path: Optional[str] = JsonOpt,
+    mem_limit: Optional[str] = MemLimitOpt,
     junit: Optional[Path] = typer.Option(None, "--junit", help="Write a JUnit XML report here."),
 ):
     """Run each bundle's case on a backend and compare every output with the golden.
@@ -79,6 +80,11 @@ def verify_cmd(
     files = parallel.shard_items(selected, shard_key, shard_spec)
     resolved = backends.resolve_backend("cuda" if sanitize else backend)
     forced = check_kernels(kernel, resolved)
+    limit = mem_limit_bytes(mem_limit)
+    from kdtr import memory
+
+    for name in dict.fromkeys(impl or [resolved]):   # built-ins named like a backend have its estimate
+        memory.check_bundles(files, name, limit)
     impls = _implementations(impl, against, kernel, sanitize)
     if resolved == "cuda" and files and not devices and not impl:
         from kdtr.device import require_gpu

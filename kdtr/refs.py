@@ -236,7 +236,7 @@ def parse_bytes(text: str, what: str = "--mem-limit") -> int:
     return count
 
 
-def _gib(count: int) -> str:
+def size_text(count: int) -> str:
     """A size in the largest binary unit that shows it (bytes, KiB, MiB, GiB), never `0.00 GiB`."""
     for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if count >= size:
@@ -248,8 +248,8 @@ def check_memory(case: Case, limit: int | None) -> None:
     """LimitError when the op's estimate for the case is over `limit` bytes (None: no bound)."""
     estimate = get_op(case.op).estimate_bytes(case.variant, case.params)
     if limit is not None and estimate is not None and estimate > limit:
-        raise LimitError(f"case {case.op}/{case.name} needs about {_gib(estimate)} to generate, over the "
-                         f"memory limit of {_gib(limit)} (--mem-limit; default {MEM_FRACTION:g} of "
+        raise LimitError(f"case {case.op}/{case.name} needs about {size_text(estimate)} to generate, over the "
+                         f"memory limit of {size_text(limit)} (--mem-limit; default {MEM_FRACTION:g} of "
                          "MemAvailable)", file=case.source)
 
 
@@ -303,7 +303,7 @@ def write_case(task: tuple[Case, Path, dict]) -> float:
         meta, tensors = make_bundle(case, prov)
     except MemoryError:
         raise LimitError(f"case {case.op}/{case.name} ran out of memory while generating "
-                         f"(estimated {_gib(_estimate(task))})", file=case.source) from None
+                         f"(estimated {size_text(_estimate(task))})", file=case.source) from None
     write_bundle(path, meta, tensors)
     return time.perf_counter() - started
 

@@ -19,6 +19,7 @@ from .errors import KdtrError, KdtreeError, LaunchError, UsageError
 from .format import MAGIC, PREAMBLE, Bundle, read_bundle
 from .ops import get_op
 from .ops.base import Case, Op, Tolerance
+from .walk import files_below
 
 if TYPE_CHECKING:        # kdtr.impl is imported where --impl / --against use it, not at start-up
     from .impl import Implementation
@@ -145,12 +146,13 @@ def check_kernels(names: Iterable[str], backend: str) -> tuple[str, ...]:
 
 
 def find_bundles(paths: Iterable[str | Path]) -> list[Path]:
-    """Files as given; directories expanded to every *.kdtr below them, sorted. A *.kdtr that is
+    """Files as given; directories expanded to every *.kdtr below them (linked subfolders followed,
+    each folder once), sorted. A *.kdtr that is
     not a regular file (a dangling link, a FIFO) is an error, never silently skipped."""
     found: list[Path] = []
     for raw in paths:
         path = Path(raw)
-        candidates = sorted(p for p in path.rglob("*.kdtr") if not p.is_dir()) if path.is_dir() else [path]
+        candidates = files_below(path, "*.kdtr") if path.is_dir() else [path]
         for candidate in candidates:
             if not candidate.exists():
                 raise UsageError(f"{candidate}: no such file or directory"

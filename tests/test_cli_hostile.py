@@ -181,6 +181,22 @@ def test_an_output_that_is_an_input_is_refused(goldens, accept_golden, tmp_path)
     assert {p: p.read_bytes() for p in before} == before
 
 
+# -- row 2: a case over the memory bound ------------------------------------------------------------
+def test_verify_and_bench_refuse_a_case_over_the_memory_limit(tmp_path):
+    """A verify_attn case whose torch run takes ~430 MiB (its scores: 4 x B x Q x H x (P + Q) x 4
+    bytes) against a 64 MiB bound: refused before it runs, naming the case and both figures."""
+    (tmp_path / "big.yaml").write_text("op: verify_attn\nseed: 1\ncases:\n"
+                                       "  - {variant: fp32, batch: 2, heads: 16, prefix: 8192, budget: 63}\n")
+    assert kdtree("gen-refs", "big.yaml", "-o", "g", "-q", cwd=tmp_path).returncode == 0
+    for args, what in [(["verify", "g", "-b", "torch"], "to verify on torch"),
+                       (["bench", "big.yaml", "-b", "torch"], "to bench on torch")]:
+        line = one_line(kdtree(*args, "--mem-limit", "64M", "--json", "r.json", cwd=tmp_path),
+                        "fp32_b2_h16_p8192_n63", what, "over the memory limit of 64.00 MiB")
+        assert re.search(r"needs about [1-9][0-9]{2}\.[0-9]{2} MiB", line) and not (tmp_path / "r.json").exists()
+    ran = kdtree("verify", "g", "-b", "numpy", "--mem-limit", "1G", "-q", cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+
+
 # -- row 20: odd option values ----------------------------------------------------------------------
 @pytest.mark.parametrize("value", ["1e308", "inf", "nan", "-1", "0"])
 def test_bench_time_budget_out_of_range_is_refused(tmp_path, value):
@@ -216,6 +232,17 @@ def test_devices_without_a_gpu_say_so(goldens, tmp_path):  # noqa: F811
         pytest.skip("a GPU is visible: --devices runs on it")
     result = kdtree("verify", goldens / "tree_accept", "-b", "numpy", "-q", "--devices", "0,1", cwd=tmp_path)
     assert result.returncode == 0 and "no GPU is visible here; 2 worker processes run on the CPU" in result.stderr
+
+
+def test_linked_subfolders_are_followed_once(goldens, tmp_path):  # noqa: F811
+    elsewhere = tmp_path / "elsewhere"
+    (goldens / "tree_accept").rename(elsewhere)
+    (goldens / "tree_accept").symlink_to(elsewhere, target_is_directory=True)
+    (elsewhere / "loop").symlink_to(goldens, target_is_directory=True)         # a cycle back to the top
+    result = kdtree("verify", goldens, "-b", "numpy", "--json", "r.json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    cases = [r["case"] for r in json.loads((tmp_path / "r.json").read_text())["rows"]]
+    assert len(cases) == len(set(cases)) == 5 and any(c.startswith("b4_n12") for c in cases), cases
 
 
 def test_report_plot_without_matplotlib_writes_nothing(tmp_path):
