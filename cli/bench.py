@@ -12,7 +12,7 @@ import typer
 from kdtr.errors import UsageError
 
 from .app import (EXIT_FAILED, EXIT_OK, DevicesOpt, JsonOut, MemLimitOpt, ShardOpt, app, check_writable,
-                  deduplicated, default_specs_dir, flag, guarded, mem_limit_bytes, parse_devices_option,
+                  deduplicated, default_specs_dir, flag, guarded, mem_limit_bytes, note, parse_devices_option,
                   refuse_overwriting_inputs)
 
 MAX_SECONDS = 7 * 24 * 3600     # a --time-budget or --time-limit past a week is a typo (1e308, inf)
@@ -256,9 +256,20 @@ def bench_cmd(
             compare_view(comparison, str(compare), "this run", verbose=verbose, quiet=quiet)
             if comparison.regressions:
                 code = EXIT_FAILED
+    _unmatched_baselines(baseline or [], record)
     if json_out.to_stdout:             # samples inline: no sidecar beside stdout
         sys.stdout.write(bench.record_text(record))
     raise typer.Exit(code)
+
+
+def _unmatched_baselines(named: list[str], record) -> None:
+    """A --baseline no case has (a typo, another op's) is said, not silently ignored: the ops'
+    baselines are known only once a case's inputs exist, so this is checked after the run."""
+    timed = sorted({r.impl for r in record.rows if not r.primary})
+    unmatched = [name for name in dict.fromkeys(named) if name not in timed]
+    if unmatched:
+        note(f"--baseline {', '.join(unmatched)}: no case here has a baseline of that name "
+             f"(baselines in this run: {', '.join(timed) or 'none'})")
 
 
 def _run(paths, pattern, quick, shard, devices, settings, targets, quiet, mem_limit):

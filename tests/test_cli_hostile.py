@@ -234,6 +234,13 @@ def test_devices_without_a_gpu_say_so(goldens, tmp_path):  # noqa: F811
     assert result.returncode == 0 and "no GPU is visible here; 2 worker processes run on the CPU" in result.stderr
 
 
+def test_an_unknown_baseline_is_said(tmp_path):
+    (tmp_path / "a.yaml").write_text("op: tree_accept\ncases:\n  - {batch: 1, budget: 4}\n")
+    result = kdtree("bench", "a.yaml", "-b", "torch", "--quick", "--baseline", "nope", "-q", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "--baseline nope: no case here has a baseline of that name" in result.stderr
+
+
 def test_linked_subfolders_are_followed_once(goldens, tmp_path):  # noqa: F811
     elsewhere = tmp_path / "elsewhere"
     (goldens / "tree_accept").rename(elsewhere)
