@@ -13,6 +13,7 @@ import resource
 import subprocess
 import sys
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 
@@ -89,7 +90,8 @@ def test_hostile_case_names_print_literally_among_good_ones(goldens, accept_gold
         renamed(accept_golden, goldens / "tree_accept" / f"hostile{i}.kdtr", name)
     total = len(list(goldens.rglob("*.kdtr")))
     for quiet in ([], ["-q"]):
-        result = kdtree("verify", goldens, "-b", "numpy", "--json", "rec.json", *quiet, cwd=tmp_path)
+        result = kdtree("verify", goldens, "-b", "numpy", "--json", "rec.json", "--junit", "r.xml", *quiet,
+                        cwd=tmp_path)
         assert result.returncode == 0, result.stdout + result.stderr
         assert "\x1b" not in result.stdout + result.stderr
         for name in ("[/x]", "[red]evil[/red] :fire:", "a\\x1b[31mred", "f.py:accept"):
@@ -97,6 +99,8 @@ def test_hostile_case_names_print_literally_among_good_ones(goldens, accept_gold
         assert "🔥" not in result.stdout and "🉑" not in result.stdout
         rows = json.loads((tmp_path / "rec.json").read_text())["rows"]
         assert len(rows) == total and {r["case"] for r in rows} >= set(HOSTILE_NAMES)
+        cases = ElementTree.parse(tmp_path / "r.xml").getroot().findall("testcase")    # still well-formed XML
+        assert len(cases) == total and "a\\x1b[31mred" in {c.get("name") for c in cases}
 
 
 @pytest.mark.parametrize("path", ["a[/bold]b.kdtr", "f.py:accept.kdtr", "x\x1b[2Jy.kdtr"])
