@@ -18,8 +18,10 @@ from rich.table import Table
 from rich.text import Text
 
 PIPE_WIDTH = 200               # tables written to a file or pipe are not squeezed to 80 columns
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")    # all but tab and newline
-_CONTROL_OR_NEWLINE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# control characters (all but tab and newline), and lone surrogates (undecodable bytes of a file
+# name), which a UTF-8 stream cannot encode
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
+_CONTROL_OR_NEWLINE = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 
 
 def visible(text: str, *, one_line: bool = False) -> str:

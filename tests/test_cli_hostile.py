@@ -20,11 +20,15 @@ import pytest
 from kdtr.config import REPO_ROOT
 from kdtr.format import read_bundle, write_bundle
 
-from .test_cli import goldens  # noqa: F401  (fixture)
+from .test_cli import goldens, perturbed_copy  # noqa: F401  (fixture)
 
 HOSTILE_NAMES = ["[/x]", "[red]evil[/red] :fire:", "a\x1b[31mred", "f.py:accept"]
 SGR = re.compile(r"\x1b\[[0-9;]*m")
 FILE_LIMIT = 256          # bytes: RLIMIT_FSIZE for the "full disk" runs (every record is larger)
+
+
+def _arg(value) -> str | bytes:
+    return value if isinstance(value, bytes) else str(value)
 
 
 def kdtree(*args, cwd: Path, file_limit: int | None = None, code: str | None = None) -> subprocess.CompletedProcess:
@@ -34,7 +38,7 @@ def kdtree(*args, cwd: Path, file_limit: int | None = None, code: str | None = N
     limit = None if file_limit is None else (lambda: resource.setrlimit(resource.RLIMIT_FSIZE,
                                                                          (file_limit, file_limit)))
     command = [sys.executable, "-m", "cli"] if code is None else [sys.executable, "-c", code]
-    return subprocess.run([*command, *map(str, args)], cwd=cwd, env=env, capture_output=True, text=True,
+    return subprocess.run([*command, *map(_arg, args)], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=300, preexec_fn=limit)
 
 
@@ -43,7 +47,7 @@ def on_a_terminal(*args, cwd: Path) -> subprocess.CompletedProcess:
     main, child = pty.openpty()
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), OMP_NUM_THREADS="1", TERM="xterm", NO_COLOR="1")
     try:
-        result = subprocess.run([sys.executable, "-m", "cli", *map(str, args)], cwd=cwd, env=env, stdout=subprocess.PIPE,
+        result = subprocess.run([sys.executable, "-m", "cli", *map(_arg, args)], cwd=cwd, env=env, stdout=subprocess.PIPE,
                                 stderr=child, text=True, timeout=300)
         os.close(child)
         child = -1
@@ -103,10 +107,23 @@ def test_hostile_case_names_print_literally_among_good_ones(goldens, accept_gold
         assert len(cases) == total and "a\\x1b[31mred" in {c.get("name") for c in cases}
 
 
-@pytest.mark.parametrize("path", ["a[/bold]b.kdtr", "f.py:accept.kdtr", "x\x1b[2Jy.kdtr"])
+def test_an_undecodable_file_name_prints_escaped(accept_golden, tmp_path):
+    """A failing bundle under a folder whose name is not UTF-8: its FAIL line names it with the
+    byte escaped, where writing it raw to a UTF-8 stdout would raise."""
+    folder = Path(os.fsdecode(bytes(tmp_path) + b"/bad\xffname"))
+    folder.mkdir()
+    perturbed_copy(accept_golden, folder / "case.kdtr")
+    for quiet in ([], ["-q"]):
+        result = kdtree("verify", folder, "-b", "numpy", *quiet, cwd=tmp_path)
+        assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+        assert "1 failed" in result.stdout and ("bad\\udcffname" in result.stdout or quiet), result.stdout
+
+
+@pytest.mark.parametrize("path", ["a[/bold]b.kdtr", "f.py:accept.kdtr", "x\x1b[2Jy.kdtr", "bad\udcffutf8.kdtr"])
 @pytest.mark.parametrize("run", [kdtree, on_a_terminal])
 def test_error_messages_print_literally(tmp_path, path, run):
-    line = one_line(run("verify", path, "-b", "numpy", cwd=tmp_path), path.replace("\x1b", "\\x1b"))
+    line = one_line(run("verify", os.fsencode(path), "-b", "numpy", cwd=tmp_path),
+                    path.replace("\x1b", "\\x1b").replace("\udcff", "\\udcff"))
     assert "\x1b[2J" not in line and "🉑" not in line
 
 
@@ -157,9 +174,11 @@ def _records(goldens, tmp_path):  # noqa: F811
     ["inspect", "{bundle}", "--json", "out/rec.json"],
     ["report", "r1.json", "r2.json", "--merge", "out/rec.json"],
     ["gen-refs", "{specs}", "-o", "{goldens}", "--json", "out/rec.json"],
+    ["bench", "a.yaml", "-b", "torch", "--quick", "-q", "--json", "out/rec.json"],
 ])
 def test_a_full_disk_is_one_line_and_no_partial_file(goldens, accept_golden, tmp_path, args):  # noqa: F811
     _records(goldens, tmp_path)
+    (tmp_path / "a.yaml").write_text("op: tree_accept\ncases:\n  - {batch: 1, budget: 4}\n")
     (tmp_path / "out").mkdir()
     filled = [a.format(goldens=goldens, bundle=accept_golden, specs=goldens.parent / "specs") for a in args]
     line = one_line(kdtree(*filled, cwd=tmp_path, file_limit=FILE_LIMIT), "out/rec.", "File too large")
