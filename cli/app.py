@@ -188,16 +188,23 @@ def emit_json(path: str, record, stdout=None) -> None:
     from kdtr import report
 
     if path == "-":
-        from kdtr.errors import WriteError
-
-        text = json.dumps(report.plain(record), separators=(",", ":"), allow_nan=False) + "\n"
-        try:
-            (stdout or sys.stdout).write(text)
-            (stdout or sys.stdout).flush()
-        except OSError as err:            # stdout redirected to a full disk, or a closed pipe
-            raise WriteError(f"--json -: cannot write to stdout: {err.strerror or err}") from None
+        write_stdout(json.dumps(report.plain(record), separators=(",", ":"), allow_nan=False) + "\n", "--json -",
+                     stdout)
     else:
         report.write_json(path, record)
+
+
+def write_stdout(text: str, option: str, stdout=None) -> None:
+    """A document for stdout (`--json -`); a failed write (stdout redirected to a full disk, a
+    closed pipe) is a WriteError: one line, exit 2, like a file's."""
+    from kdtr.errors import WriteError
+
+    stream = stdout or sys.stdout
+    try:
+        stream.write(text)
+        stream.flush()
+    except OSError as err:
+        raise WriteError(f"{option}: cannot write to stdout: {err.strerror or err}") from None
 
 
 def gpu_count() -> int:

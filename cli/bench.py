@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -258,7 +257,9 @@ def bench_cmd(
                 code = EXIT_FAILED
     _unmatched_baselines(baseline or [], record)
     if json_out.to_stdout:             # samples inline: no sidecar beside stdout
-        sys.stdout.write(bench.record_text(record))
+        from .app import write_stdout
+
+        write_stdout(bench.record_text(record), "--json -")
     raise typer.Exit(code)
 
 
@@ -275,13 +276,12 @@ def _unmatched_baselines(named: list[str], record) -> None:
 def _run(paths, pattern, quick, shard, devices, settings, targets, quiet, mem_limit):
     """The cases on one GPU (or the host), or spread over --devices; the record, rewritten to
     `targets` after every case on one device."""
-    from kdtr import bench, parallel
-
-    items, selection = _items(paths or _default_specs(), pattern, quick, shard)
-    items = bench.items_for_kernels(items, settings.kernels)
+    from kdtr import bench
     from kdtr.backends import resolve_backend
     from kdtr.memory import check_items
 
+    items, selection = _items(paths or _default_specs(), pattern, quick, shard)
+    items = bench.items_for_kernels(items, settings.kernels)
     check_items(items, resolve_backend(settings.backend), mem_limit)
 
     def stamped(record):
@@ -348,6 +348,8 @@ def _merge(paths: List[Path], out: Path) -> None:
 
     from kdtr import bench, report
 
+    from . import render
+
     kinds = []
     for path in paths:
         try:
@@ -360,14 +362,14 @@ def _merge(paths: List[Path], out: Path) -> None:
         merged = merge_verify(paths)
         report.write_json(out, merged)
         summary = merged.summary
-        print(f"merged {len(paths)} verify records (shards {', '.join(merged.meta['shards'])}): "
+        render.plain(f"merged {len(paths)} verify records (shards {', '.join(merged.meta['shards'])}): "
               f"{summary['passed']} passed, {summary['failed']} failed, "
               f"{len(summary['errors'])} input errors -> {out}")
         raise typer.Exit(1 if summary["failed"] else (2 if summary["errors"] else 0))
     if set(kinds) == {bench.RECORD_KIND}:
         merged_bench = bench.merge_shards([bench.load_record(p) for p in paths], [report.portable(p) for p in paths])
         bench.write_record(out, merged_bench)
-        print(f"merged {len(paths)} bench records (shards {', '.join(merged_bench.meta['shards'])}): "
+        render.plain(f"merged {len(paths)} bench records (shards {', '.join(merged_bench.meta['shards'])}): "
               f"{len(merged_bench.rows)} rows -> {out}")
         raise typer.Exit(0)
     raise UsageError(f"--merge takes records of one kind (verify or bench); got {sorted(map(str, set(kinds)))}")

@@ -47,8 +47,8 @@ def on_a_terminal(*args, cwd: Path) -> subprocess.CompletedProcess:
     main, child = pty.openpty()
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), OMP_NUM_THREADS="1", TERM="xterm", NO_COLOR="1")
     try:
-        result = subprocess.run([sys.executable, "-m", "cli", *map(_arg, args)], cwd=cwd, env=env, stdout=subprocess.PIPE,
-                                stderr=child, text=True, timeout=300)
+        result = subprocess.run([sys.executable, "-m", "cli", *map(_arg, args)], cwd=cwd, env=env,
+                                stdout=subprocess.PIPE, stderr=child, text=True, timeout=300)
         os.close(child)
         child = -1
         chunks = []
