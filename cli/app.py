@@ -8,15 +8,16 @@ Exit codes everywhere: 0 all passed, 1 a case failed (or a bench regression), 2 
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from contextlib import contextmanager, redirect_stdout
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import typer
 
 from kdtr import __version__
-from kdtr.errors import KdtreeError
+from kdtr.errors import KdtreeError, UsageError
 
 from . import render
 
@@ -25,7 +26,12 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode="
                        "(tree_build, verify_attn, tree_accept) against exact golden bundles.")
 
 EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
-_state = {"debug": False}
+_state = {"debug": False, "debug_in_argv": False}
+
+
+def set_debug(on: bool) -> None:
+    """`--debug` found anywhere on the command line (cli.main takes it out before typer parses)."""
+    _state["debug_in_argv"] = on
 
 
 def guarded(command):
@@ -61,9 +67,9 @@ def _version(value: bool):
 def main_options(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, metavar="",
                                  help="Print the version and exit."),
-    debug: bool = flag("--debug", help="Show tracebacks for errors."),
+    debug: bool = flag("--debug", help="Show tracebacks for errors (anywhere on the command line)."),
 ):
-    _state["debug"] = debug
+    _state["debug"] = debug or _state["debug_in_argv"]
 
 
 JsonOpt = typer.Option(None, "--json", help="Write a machine-readable record here ('-' = stdout: "
@@ -90,13 +96,76 @@ def shard_spec(shard: str | None, shard_count: int | None, balance_from: Path | 
     return resolve_shard(shard, shard_count, balance_from)
 
 
+MemLimitOpt = typer.Option(None, "--mem-limit", help="Refuse a case whose memory estimate is over this (e.g. 8G) "
+                                                     "\\[default: KDTREE_MEM_LIMIT, else half of MemAvailable].")
+
+
+def mem_limit_bytes(text: str | None) -> int | None:
+    """--mem-limit in bytes, or gen-refs' default bound (None: no bound known)."""
+    from kdtr import refs
+
+    return refs.parse_bytes(text) if text else refs.default_mem_limit()
+
+
 def check_writable(path: str | Path | None, option: str) -> None:
-    """`kdtr.atomic.check_writable` for an output option that may be absent or `-` (stdout)."""
-    if path is None or str(path) == "-":
+    """`kdtr.atomic.check_writable` for an output option that may be absent; `-` (stdout) is for
+    --json alone (`--junit -` and `--csv -` are refused: one stream cannot carry two documents)."""
+    if path is None or str(path) == "-" and option == "--json":
         return
+    if str(path) == "-":
+        raise UsageError(f"{option} -: only --json writes to stdout; give {option} a file path")
     from kdtr.atomic import check_writable as check
 
     check(path, option)
+
+
+def refuse_overwriting_inputs(outputs: dict[str, Any], inputs: Iterable[str | Path]) -> None:
+    """An output option (`--json`, `--junit`, `--csv`, `--merge`, ...) naming one of the command's
+    inputs (the same file, by inode or resolved path) is refused before any work: writing it would
+    destroy what the run reads. A folder among `inputs` stands for the files below it."""
+    targets = {option: Path(path) for option, path in outputs.items() if path is not None and str(path) != "-"}
+    targets = {option: path for option, path in targets.items() if path.exists()}
+    if not targets:
+        return
+    for given in inputs:
+        for source in (Path(given).rglob("*") if Path(given).is_dir() else [Path(given)]):
+            for option, target in targets.items():
+                if _same_file(source, target):
+                    raise UsageError(f"{option} {target}: is one of the inputs ({source}); "
+                                     "choose another output path")
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b) or a.resolve() == b.resolve()
+    except OSError:
+        return False
+
+
+def note(message: str) -> None:
+    """One stderr line saying what kdtree did with an odd input (deduplicated, run on the CPU, ...)."""
+    render.err.print(f"kdtree: note: {message}")
+
+
+def deduplicated(values: list[str], option: str) -> list[str]:
+    """A repeated option value (`--impl torch --impl torch`) counted once, and said so."""
+    unique = list(dict.fromkeys(values))
+    if len(unique) != len(values):
+        note(f"{option} given more than once with the same value: each runs once")
+    return unique
+
+
+def parse_devices_option(text: str | None) -> list[str] | None:
+    """--devices: the worker list; where no GPU is visible the workers run on the CPU, and it says so."""
+    if text is None:
+        return None
+    from kdtr.parallel import parse_devices
+
+    available = gpu_count()
+    devices = parse_devices(text, available)
+    if devices and not available:
+        note(f"--devices {text}: no GPU is visible here; {len(devices)} worker processes run on the CPU")
+    return devices
 
 
 class JsonOut:
@@ -133,10 +202,23 @@ def emit_json(path: str, record, stdout=None) -> None:
     from kdtr import report
 
     if path == "-":
-        (stdout or sys.stdout).write(json.dumps(report.plain(record), separators=(",", ":"), allow_nan=False) + "\n")
-        (stdout or sys.stdout).flush()
+        write_stdout(json.dumps(report.plain(record), separators=(",", ":"), allow_nan=False) + "\n", "--json -",
+                     stdout)
     else:
         report.write_json(path, record)
+
+
+def write_stdout(text: str, option: str, stdout=None) -> None:
+    """A document for stdout (`--json -`); a failed write (stdout redirected to a full disk, a
+    closed pipe) is a WriteError: one line, exit 2, like a file's."""
+    from kdtr.errors import WriteError
+
+    stream = stdout or sys.stdout
+    try:
+        stream.write(text)
+        stream.flush()
+    except OSError as err:
+        raise WriteError(f"{option}: cannot write to stdout: {err.strerror or err}") from None
 
 
 def gpu_count() -> int:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -11,9 +10,11 @@ from typing import List, Optional
 import typer
 from kdtr.errors import UsageError
 
-from .app import (EXIT_FAILED, EXIT_OK, BalanceFromOpt, DevicesOpt, JsonOut, ShardCountOpt, ShardOpt, app,
-                  check_writable, default_specs_dir, flag, guarded, shard_spec)
-from .app import gpu_count as _gpu_count
+from .app import (EXIT_FAILED, EXIT_OK, BalanceFromOpt, DevicesOpt, JsonOut, MemLimitOpt, ShardCountOpt, ShardOpt,
+                  app, check_writable, deduplicated, default_specs_dir, flag, guarded, mem_limit_bytes, note,
+                  parse_devices_option, refuse_overwriting_inputs, shard_spec)
+
+MAX_SECONDS = 7 * 24 * 3600     # a --time-budget or --time-limit past a week is a typo (1e308, inf)
 
 BENCH_HELP = (
     "Time our kernels and their baselines on the same inputs in one run, against ceilings measured "
@@ -173,6 +174,7 @@ def bench_cmd(
                                                                  "rewritten after every case while running."),
     save: bool = flag("--save", help="Also write the record to results/bench-<UTC time>.json."),
     csv_path: Optional[Path] = typer.Option(None, "--csv", help="Write one CSV line per row here."),
+    mem_limit: Optional[str] = MemLimitOpt,
     compare: Optional[Path] = typer.Option(None, "--compare", help="OLD.json: judge this run (or NEW.json) against it."),
     threshold: float = typer.Option(0.10, "--threshold", help="--compare: slower by more than this fraction "
                                                               "(beyond the noise) is a regression."),
@@ -187,8 +189,9 @@ def bench_cmd(
         raise UsageError(f"--mode {mode!r}: choose one of {', '.join(bench.MODES)}")
     if not threshold > 0:
         raise UsageError("--threshold must be > 0")
-    old = bench.load_record(compare) if compare else None
     paths = list(paths or [])
+    refuse_overwriting_inputs({"--json": json_path, "--csv": csv_path}, [*paths, *([compare] if compare else [])])
+    old = bench.load_record(compare) if compare else None
     json_out = JsonOut(json_path)      # with --json -, stdout carries the JSON alone
     if old is not None and len(paths) == 1 and paths[0].suffix == ".json":
         comparison = bench.compare_records(old, bench.load_record(paths[0]), threshold)
@@ -201,6 +204,11 @@ def bench_cmd(
     if any(p.suffix == ".json" for p in paths):
         raise UsageError("a .json argument is only read with --compare OLD.json NEW.json")
 
+    for option, value in (("--time-budget", time_budget), ("--time-limit", time_limit), ("--target", target)):
+        if value is not None and not 0 < value <= MAX_SECONDS:
+            raise UsageError(f"{option} {value}: must be a number of seconds in (0, {MAX_SECONDS}]"
+                             if option != "--target" else f"--target {value}: must be a fraction > 0")
+    impl = deduplicated(impl, "--impl")
     this_shard = shard_spec(shard, shard_count, balance_from)
     timing = bench.QUICK_TIMING if quick else bench.TimingOptions()
     if time_budget is not None:
@@ -208,8 +216,6 @@ def bench_cmd(
     if target is not None:
         timing = replace(timing, target=target)
     timing.check()
-    if time_limit is not None and not time_limit > 0:
-        raise UsageError("--time-limit must be > 0")
     builds = bench.kernel_builds(kernel, define)
     if builds:
         from kdtr.backends import resolve_backend
@@ -230,8 +236,9 @@ def bench_cmd(
         check_writable(targets[-1], "--save")
     if csv_path:
         check_writable(csv_path, "--csv")
+    limit = mem_limit_bytes(mem_limit)
     with json_out.tables():
-        record = _run(paths, pattern, quick, this_shard, devices, settings, targets, quiet)
+        record = _run(paths, pattern, quick, this_shard, devices, settings, targets, quiet, limit)
         if not json_out.to_stdout:
             from .bench_view import bench_view
 
@@ -254,18 +261,34 @@ def bench_cmd(
             compare_view(comparison, str(compare), "this run", verbose=verbose, quiet=quiet)
             if comparison.regressions:
                 code = EXIT_FAILED
+    _unmatched_baselines(baseline or [], record)
     if json_out.to_stdout:             # samples inline: no sidecar beside stdout
-        sys.stdout.write(bench.record_text(record))
+        from .app import write_stdout
+
+        write_stdout(bench.record_text(record), "--json -")
     raise typer.Exit(code)
 
 
-def _run(paths, pattern, quick, shard, devices, settings, targets, quiet):
+def _unmatched_baselines(named: list[str], record) -> None:
+    """A --baseline no case has (a typo, another op's) is said, not silently ignored: the ops'
+    baselines are known only once a case's inputs exist, so this is checked after the run."""
+    timed = sorted({r.impl for r in record.rows if not r.primary})
+    unmatched = [name for name in dict.fromkeys(named) if name not in timed]
+    if unmatched:
+        note(f"--baseline {', '.join(unmatched)}: no case here has a baseline of that name "
+             f"(baselines in this run: {', '.join(timed) or 'none'})")
+
+
+def _run(paths, pattern, quick, shard, devices, settings, targets, quiet, mem_limit):
     """The cases on one GPU (or the host), or spread over --devices; the record, rewritten to
     `targets` after every case on one device."""
-    from kdtr import bench, parallel
+    from kdtr import bench
+    from kdtr.backends import resolve_backend
+    from kdtr.memory import check_items
 
     items, selection = _items(paths or _default_specs(), pattern, quick, shard)
     items = bench.items_for_kernels(items, settings.kernels)
+    check_items(items, resolve_backend(settings.backend), mem_limit)
 
     def stamped(record):
         return replace(record, meta=record.meta | selection)
@@ -274,7 +297,7 @@ def _run(paths, pattern, quick, shard, devices, settings, targets, quiet):
         for path in targets:
             bench.write_record(path, stamped(record))
 
-    device_list = parallel.parse_devices(devices, _gpu_count())
+    device_list = parse_devices_option(devices)
     with _Progress(quiet) as progress:
         if device_list:
             return stamped(_run_on_devices(device_list, items, settings, progress))
@@ -309,6 +332,13 @@ def report_cmd(
     from kdtr import bench
     from kdtr.atomic import atomic_write
 
+    refuse_overwriting_inputs({"--merge": merge, "--csv": csv_path, "--plot": plot, "--html": html}, record_paths)
+    for option, path in (("--merge", merge), ("--csv", csv_path), ("--plot", plot)):
+        check_writable(path, option)
+    if plot:
+        from kdtr.plot import require_matplotlib
+
+        require_matplotlib()           # before the CSV is written, not after
     if merge:
         _merge(record_paths, merge)
     check_writable(html, "--html")
@@ -359,6 +389,8 @@ def _merge(paths: List[Path], out: Path) -> None:
 
     from kdtr import bench, report
 
+    from . import render
+
     kinds = []
     for path in paths:
         try:
@@ -371,14 +403,14 @@ def _merge(paths: List[Path], out: Path) -> None:
         merged = merge_verify(paths)
         report.write_json(out, merged)
         summary = merged.summary
-        print(f"merged {len(paths)} verify records (shards {', '.join(merged.meta['shards'])}): "
+        render.plain(f"merged {len(paths)} verify records (shards {', '.join(merged.meta['shards'])}): "
               f"{summary['passed']} passed, {summary['failed']} failed, "
               f"{len(summary['errors'])} input errors -> {out}")
         raise typer.Exit(1 if summary["failed"] else (2 if summary["errors"] else 0))
     if set(kinds) == {bench.RECORD_KIND}:
         merged_bench = bench.merge_shards([bench.load_record(p) for p in paths], [report.portable(p) for p in paths])
         bench.write_record(out, merged_bench)
-        print(f"merged {len(paths)} bench records (shards {', '.join(merged_bench.meta['shards'])}): "
+        render.plain(f"merged {len(paths)} bench records (shards {', '.join(merged_bench.meta['shards'])}): "
               f"{len(merged_bench.rows)} rows -> {out}")
         raise typer.Exit(0)
     raise UsageError(f"--merge takes records of one kind (verify or bench); got {sorted(map(str, set(kinds)))}")

@@ -8,6 +8,9 @@ from typing import Optional
 from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
+
+from .render import plain as plain_line, styled, visible
 
 
 def fmt_time(ms: Optional[float]) -> str:
@@ -29,11 +32,11 @@ def _fig(value: Optional[float], digits: int = 1) -> str:
     return f"{value:,.{digits}f}" if value >= 100 else f"{value:.3g}"
 
 
-def _pct(value: Optional[float]) -> str:
+def _pct(value: Optional[float]) -> str | Text:
     if value is None:
         return "—"
     text = f"{100 * value:.0f}%" if value >= 0.1 else f"{100 * value:.1f}%"
-    return f"[bold red]{text}![/]" if value > 1.0 else text
+    return styled(f"{text}!", "bold red") if value > 1.0 else text
 
 
 def _config(config: dict) -> str:
@@ -47,30 +50,32 @@ def _how(timing) -> str:
     return (timing.mode if timing.method == timing.mode else f"{timing.mode} {timing.method}") + k
 
 
-def _check(row) -> str:
+def _check(row) -> str | Text:
     if row.skip:
-        return "[dim]skip[/]"
+        return styled("skip", "dim")
     if row.check_passed is None:
         return ""
-    return "[green]ok[/]" if row.check_passed else "[bold red]FAIL[/]"
+    return styled("ok", "green") if row.check_passed else styled("FAIL", "bold red")
 
 
-def _header(record) -> list[str]:
+def _header(record) -> list[str | Text]:
     meta, device = record.meta, record.meta.get("device") or {}
     lines = []
     if record.settings.get("gpu"):
         after = meta.get("clocks_after") or {}
         clock = (f"SM clock {after.get('sm')} at the end" if after.get("sm")
                  else f"SM clock {device.get('clock_sm')} at the start")
-        lines.append(f"[bold]{device.get('gpu')}[/] ({device.get('capability')}, driver {device.get('driver')}, "
-                     f"{clock}, max {device.get('clock_sm_max')}), torch "
-                     f"{device.get('torch')}, NVRTC {device.get('nvrtc')}, commit {str(meta.get('commit'))[:12]}"
-                     f"{' (dirty)' if meta.get('dirty') else ''}")
+        lines.append(Text.assemble(
+            styled(str(device.get("gpu")), "bold"),
+            visible(f" ({device.get('capability')}, driver {device.get('driver')}, {clock}, max "
+                    f"{device.get('clock_sm_max')}), torch {device.get('torch')}, NVRTC {device.get('nvrtc')}, "
+                    f"commit {str(meta.get('commit'))[:12]}{' (dirty)' if meta.get('dirty') else ''}")))
         if meta.get("ran_as"):
-            lines.append(f"[bold yellow]ran as {meta['ran_as']}[/] (KDTREE_GPU: kernels chosen for that GPU)")
+            lines.append(Text.assemble(styled(f"ran as {meta['ran_as']}", "bold yellow"),
+                                       " (KDTREE_GPU: kernels chosen for that GPU)"))
     else:
-        lines.append("[bold yellow]CPU run (no GPU): the torch backend timed on the host with perf_counter — "
-                     "a smoke test of the tool, not kernel performance[/]")
+        lines.append(styled("CPU run (no GPU): the torch backend timed on the host with perf_counter — "
+                            "a smoke test of the tool, not kernel performance", "bold yellow"))
     timing = record.settings.get("timing", {})
     lines.append(f"timer: {record.settings.get('timer')}; modes: {', '.join(record.settings.get('modes', []))}; "
                  f"budget {timing.get('budget_s')} s per implementation, target ±{100 * float(timing.get('target', 0)):.1f}%"
@@ -96,7 +101,7 @@ def sanity_table(rows) -> Table:
         t = r.timing
         table.add_row(r.case, r.impl, _how(t), f"{fmt_time(t.median)} ±{100 * t.rel_ci:.1f}%" if t else "—",
                       fmt_time(r.repeat.median if r.repeat else None),
-                      "" if r.repeat_agrees is None else ("yes" if r.repeat_agrees else "[red]no[/]"),
+                      "" if r.repeat_agrees is None else ("yes" if r.repeat_agrees else styled("no", "red")),
                       _fig(r.gbps, 0), _pct(r.pct_bandwidth), r.check or "")
     return table
 
@@ -127,7 +132,7 @@ def bench_view(record, *, verbose: bool = False, quiet: bool = False, wide: bool
 def _plain_lines(record, verbose: bool) -> None:
     for r in record.sanity:
         t = r.timing
-        print(f"sanity {r.case} {r.impl} {_how(t)} median={fmt_time(t.median if t else None)} "
+        plain_line(f"sanity {r.case} {r.impl} {_how(t)} median={fmt_time(t.median if t else None)} "
               f"again={fmt_time(r.repeat.median if r.repeat else None)} agree={r.repeat_agrees} "
               f"pct_bw={'' if r.pct_bandwidth is None else f'{100 * r.pct_bandwidth:.0f}%'}")
     from kdtr.bench.notes import row_telemetry
@@ -139,7 +144,7 @@ def _plain_lines(record, verbose: bool) -> None:
         kernel = f" kernel={picked}" if (picked := _kernel(r, with_grid=False)) else ""
         if grid := _launch_grid(r):
             kernel += f" grid={'x'.join(map(str, grid))}"
-        print(f"{r.impl} {r.op}/{r.variant} {r.case} {r.mode}{kernel} median={fmt_time(t.median if t else None)} "
+        plain_line(f"{r.impl} {r.op}/{r.variant} {r.case} {r.mode}{kernel} median={fmt_time(t.median if t else None)} "
               f"noise={'' if t is None else f'{100 * t.rel_ci:.1f}%'} tflops={_fig(r.tflops)} "
               f"gbps={_fig(r.gbps, 0)} {speed} {status}".rstrip()
               + (f" interleaved={fmt_time(r.timing.median)} alone={fmt_time(r.alone.median)}" if r.alone else "")
@@ -174,7 +179,7 @@ def _table(record, verbose: bool) -> Table:
     for (op, variant, case, mode), rows in _groups(record).items():
         if (op, variant) != section:
             section = (op, variant)
-            table.add_row(f"[bold]{op}/{variant}[/]", *[""] * (len(table.columns) - 1))
+            table.add_row(styled(f"{op}/{variant}", "bold"), *[""] * (len(table.columns) - 1))
         first = next((o for o in rows if o.kernel is not None), None)
         for r in rows if verbose else [r for r in rows if r.primary]:
             t = r.headline                  # the slower of interleaved and back to back
@@ -229,7 +234,7 @@ def _throughput(r) -> str:
     if not options:
         return "—"
     _, text, pct = max(options, key=lambda o: o[0])
-    return text if pct is None else f"{text} {_pct(pct)}"
+    return text if pct is None else Text.assemble(text, " ", _pct(pct))
 
 
 def _best_baseline(r, rows) -> Optional[str]:
@@ -242,14 +247,14 @@ def _baseline_state(r, rows) -> str:
     others = [o for o in rows if not o.primary]
     if not r.primary or not others:
         return ""
-    return _state(others[0]) if len({_state(o) for o in others}) == 1 else "—"
+    return _state(others[0]) if len({str(_state(o)) for o in others}) == 1 else "—"
 
 
-def _state(other) -> str:
+def _state(other) -> str | Text:
     if other.skip:
-        return "[dim]skip[/]"
+        return styled("skip", "dim")
     if other.check_passed is False:
-        return "[red]FAIL[/]"
+        return styled("FAIL", "red")
     return "—"
 
 
@@ -271,7 +276,7 @@ def _launch_grid(r) -> Optional[list]:
 def _footer(record, *, plain: bool, console: Console) -> None:
     from kdtr.bench import TIME_LIMIT_SKIP
 
-    emit = print if plain else (lambda text: console.print(text, markup=False, highlight=False))
+    emit = plain_line if plain else console.print
     flagged = [r for r in (*record.sanity, *record.rows) if r.flagged]
     if flagged:
         emit(f"! {len(flagged)} figure(s) above 100% of a measured ceiling: measurement errors (e.g. data served "
@@ -330,11 +335,11 @@ def compare_view(comparison, old_name: str, new_name: str, *, verbose: bool, qui
     if quiet:
         for r in rows:
             change = "" if r.ratio is None else f"{100 * (r.ratio - 1):+.1f}%"
-            print(f"{r.verdict.upper()} {r.op}/{r.variant} {r.case} {r.impl} {r.mode} {change}"
+            plain_line(f"{r.verdict.upper()} {r.op}/{r.variant} {r.case} {r.impl} {r.mode} {change}"
                   + (" REGRESSION" if r.regression else ""))
         for note in comparison.notes:
-            print(f"note: {note}")
-        print(summary)
+            plain_line(f"note: {note}")
+        plain_line(summary)
         return
     table = Table(title="kdtree bench --compare (new / old, judged against the measured noise)", title_justify="left")
     for name in ("case", "impl", "mode", "old", "new", "change", "noise", "verdict"):
@@ -345,8 +350,8 @@ def compare_view(comparison, old_name: str, new_name: str, *, verbose: bool, qui
         table.add_row(f"{r.op}/{r.variant} {r.case}", r.impl, r.mode, fmt_time(r.old_ms), fmt_time(r.new_ms),
                       "" if r.ratio is None else f"{100 * (r.ratio - 1):+.1f}%",
                       "" if r.noise is None else f"±{100 * r.noise:.1f}%",
-                      f"[{style[r.verdict]}]{verdict}[/]" if r.verdict in style else verdict)
+                      styled(verdict, style[r.verdict]) if r.verdict in style else verdict)
     render.out.print(table)
     for note in comparison.notes:
-        render.out.print(f"note: {note}", markup=False, highlight=False)
-    render.out.print(summary, markup=False, highlight=False)
+        render.out.print(f"note: {note}")
+    render.out.print(summary)

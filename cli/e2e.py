@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import List, Optional
 
 import typer
@@ -39,6 +40,8 @@ def e2e_cmd(
     for name in variant:
         if name not in ("fp32", "bf16_paged"):
             raise UsageError(f"--variant {name!r}: choose fp32 or bf16_paged")
+    if not math.isfinite(quality):
+        raise UsageError(f"--quality {quality}: must be a finite number (a logit bonus)")
     for value in budget:
         if not 0 <= value <= 4096:
             raise UsageError(f"--budget {value}: must be in [0, 4096]")

@@ -10,7 +10,7 @@ import typer
 from kdtr.errors import CompileError
 
 from . import render
-from .app import JsonOpt, JsonOut, app, guarded
+from .app import JsonOpt, JsonOut, app, guarded, refuse_overwriting_inputs
 
 
 @app.command("inspect")
@@ -20,13 +20,10 @@ def inspect_cmd(
     json_path: Optional[str] = JsonOpt,
 ):
     """A bundle's header, and per tensor: role, dtype, shape, min/max/mean, NaN/Inf counts."""
-    from kdtr.atomic import check_not_input
     from kdtr.summary import summarize
 
-    json_out = JsonOut(json_path)
-    if json_path and json_path != "-":
-        check_not_input(json_path, "--json", [file])
-    _show(summarize(file), json_out, render.inspect_view)
+    refuse_overwriting_inputs({"--json": json_path}, [file])
+    _show(summarize(file), JsonOut(json_path), render.inspect_view)
 
 
 @app.command("doctor")

@@ -11,8 +11,9 @@ import typer
 from kdtr.errors import KdtreeError, UsageError
 
 from . import render
-from .app import (EXIT_FAILED, EXIT_INPUT, EXIT_OK, BalanceFromOpt, DevicesOpt, JsonOpt, JsonOut, PatternOpt,
-                  QuietOpt, ShardCountOpt, ShardOpt, app, check_writable, flag, gpu_count, guarded)
+from .app import (EXIT_FAILED, EXIT_INPUT, EXIT_OK, BalanceFromOpt, DevicesOpt, JsonOpt, JsonOut, MemLimitOpt,
+                  PatternOpt, QuietOpt, ShardCountOpt, ShardOpt, app, check_writable, deduplicated, flag, guarded,
+                  mem_limit_bytes, note, parse_devices_option, refuse_overwriting_inputs)
 from .app import shard_spec as resolve_shard
 
 
@@ -60,13 +61,14 @@ def verify_cmd(
     verbose: bool = flag("-v", "--verbose", help="Show the worst elements of failing outputs and the raw max_rel."),
     keep_worst: bool = flag("--keep-worst", help="Keep passing outputs' worst elements in the record too."),
     json_path: Optional[str] = JsonOpt,
+    mem_limit: Optional[str] = MemLimitOpt,
     junit: Optional[Path] = typer.Option(None, "--junit", help="Write a JUnit XML report here."),
 ):
     """Run each bundle's case on a backend and compare every output with the golden.
 
     The table's "tol share" is the worst element's share of its tolerance, |x−r| / (atol + rtol·|r|):
     at most 1 passes."""
-    from kdtr import backends, parallel
+    from kdtr import backends
     from kdtr.verify import NothingRan, Options, Selection, check_kernels, run_verify
 
     json_out = JsonOut(json_path)
@@ -74,14 +76,26 @@ def verify_cmd(
     for name, value in (("--atol", atol), ("--rtol", rtol)):
         if value is not None and not value >= 0:
             raise UsageError(f"{name} {value}: must be >= 0")
+    if impl and backend != "auto":
+        raise UsageError(f"--backend {backend} with --impl: --impl runs the given implementations instead of "
+                         "a backend; give one or the other")
+    impl = deduplicated(impl, "--impl")
     if case_timeout is not None and not 0 < case_timeout < 1e9:
         raise UsageError(f"--case-timeout {case_timeout}: must be > 0 seconds (and finite)")
     selection = Selection(tuple(paths or [Path("goldens")]), pattern, resolve_shard(shard, shard_count, balance_from))
+    selected, files = selection.bundles()
+    if repeats := selection.repeats():
+        note(f"{repeats} bundle(s) named more than once: each is verified once")
+    refuse_overwriting_inputs({"--json": json_path, "--junit": junit}, selected)
     resolved = backends.resolve_backend("cuda" if sanitize else backend)
     forced = check_kernels(kernel, resolved)
+    limit = mem_limit_bytes(mem_limit)
+    from kdtr import memory
+
+    for name in dict.fromkeys(impl or [resolved]):   # built-ins named like a backend have its estimate
+        memory.check_bundles(files, name, limit)
     refs = _implementations(impl, against, kernel, sanitize)
     if sanitize:
-        selected, files = selection.bundles()
         if not files:
             raise selection.nothing_selected()
         _sanitized_verify(sanitize, files, atol, rtol, trials, forced, quiet, json_out)
@@ -89,8 +103,9 @@ def verify_cmd(
                       kernels=forced, keep_worst=keep_worst, impls=refs if impl else (),
                       against=refs[0] if against else None, case_timeout=case_timeout,
                       invariance=invariance)
-    if devices:
-        selection = replace(selection, devices=tuple(parallel.parse_devices(devices, gpu_count())))
+    device_list = parse_devices_option(devices)
+    if device_list:
+        selection = replace(selection, devices=tuple(device_list))
     names = ", ".join(ref.name for ref in options.impls) or options.backend
     label = f"verify ({names}" + (f", {len(selection.devices)} workers)" if selection.devices else ")")
     nothing = None

@@ -3,7 +3,8 @@
 A temp file in the destination's folder, named `.<name>.<pid>.<random>.tmp` (the pid lets a later
 run tell a dead writer's leftovers from a live one's), created with mode 0666 so the umask decides
 the final permissions, fsynced, then `os.replace`d over the final name: readers see the old file or
-the new one, never half of one. A failure removes the temp file and re-raises. A writer killed
+the new one, never half of one. A failure removes the temp file and re-raises (an OSError as a
+WriteError naming the path: a full disk is bad input to the CLI, exit 2). A writer killed
 outright (SIGKILL, power loss) cannot clean up; the next writer into that folder removes the temp
 files whose pid is no longer alive.
 """
@@ -17,7 +18,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator
 
-from .errors import UsageError
+from .errors import UsageError, WriteError
 
 TEMP_RE = re.compile(r"\..+\.(\d+)\.[0-9a-f]{8}\.tmp")
 
@@ -74,9 +75,11 @@ def atomic_open(path: str | Path, *, sweep: bool = True) -> Iterator[BinaryIO]:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         with suppress(OSError):
             tmp.unlink()
+        if isinstance(err, OSError) and not isinstance(err, WriteError):
+            raise WriteError(f"cannot write: {err.strerror or err}", file=path) from err
         raise
 
 

@@ -49,6 +49,11 @@ class LimitError(KdtreeError):
     """A case would exceed a resource bound (memory) or ran out of it."""
 
 
+class WriteError(KdtreeError, OSError):
+    """An output file could not be written (a full disk, a file-size limit, a vanished folder).
+    Still an OSError, so callers that tolerate a failed write (the cubin cache) go on doing so."""
+
+
 class CompileError(KdtreeError):
     """NVRTC refused a kernel; the message carries the log."""
 

@@ -112,6 +112,18 @@ def read_bundle(path) -> Bundle:
         raise
 
 
+def read_meta(path) -> dict:
+    """A bundle's meta, from its preamble and header alone (the tensors neither read nor checked):
+    for decisions made before a run, such as its memory estimate. Faults as read_bundle's."""
+    path = Path(path)
+    buf = _map_file(path)
+    try:
+        major, minor, header_len = _check_preamble(path, buf)
+        return _check_top(path, _parse_header(path, buf[PREAMBLE.size:PREAMBLE.size + header_len]), minor)[0]
+    finally:
+        buf.close()
+
+
 def _read_mapped(path: Path, buf: mmap.mmap) -> Bundle:
     """The checks in the spec's order: preamble, header, layout, then the bytes themselves."""
     size = len(buf)

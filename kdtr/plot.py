@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .atomic import atomic_open
 from .bench import COMPUTE_UNITS, BenchRecord
 from .errors import UsageError
 
 MARKERS = "o^sDv<>pP*Xh"
 
 
-def _matplotlib():
+def require_matplotlib():
+    """matplotlib's figure classes; a UsageError saying how to install it where it is missing."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
@@ -49,7 +51,7 @@ def prefix_series(record: BenchRecord):
 
 def plot_record(record: BenchRecord, path: str | Path) -> Path:
     """Write the two panels to `path` (PNG, or any format matplotlib infers from the suffix)."""
-    Figure, Canvas = _matplotlib()
+    Figure, Canvas = require_matplotlib()
     path = Path(path)
     figure = Figure(figsize=(15, 6.5), constrained_layout=True)
     Canvas(figure)
@@ -102,6 +104,6 @@ def plot_record(record: BenchRecord, path: str | Path) -> Path:
     else:
         lat.text(0.5, 0.5, "no rows that differ only in prefix", ha="center", va="center",
                  transform=lat.transAxes)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
+    with atomic_open(path) as handle:             # no half-written PNG on a full disk
+        figure.savefig(handle, format="png", dpi=110)
     return path

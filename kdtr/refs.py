@@ -248,19 +248,26 @@ def parse_bytes(text: str, what: str = "--mem-limit") -> int:
     match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([KMGT]?)i?B?\s*", text, re.IGNORECASE)
     if match is None or float(match.group(1)) <= 0:
         raise UsageError(f"{what} {text!r}: expected a size like 8G, 512M or a byte count")
-    return int(float(match.group(1)) * _UNITS[match.group(2).upper()])
+    count = int(float(match.group(1)) * _UNITS[match.group(2).upper()])
+    if count < 1:
+        raise UsageError(f"{what} {text!r}: is {count} bytes; expected at least 1 byte (e.g. 8G, 512M)")
+    return count
 
 
-def _gib(count: int) -> str:
-    return f"{count / (1 << 30):.2f} GiB"
+def size_text(count: int) -> str:
+    """A size in the largest binary unit that shows it (bytes, KiB, MiB, GiB), never `0.00 GiB`."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if count >= size:
+            return f"{count / size:.2f} {unit}"
+    return f"{count} bytes"
 
 
 def check_memory(case: Case, limit: int | None) -> None:
     """LimitError when the op's estimate for the case is over `limit` bytes (None: no bound)."""
     estimate = get_op(case.op).estimate_bytes(case.variant, case.params)
     if limit is not None and estimate is not None and estimate > limit:
-        raise LimitError(f"case {case.op}/{case.name} needs about {_gib(estimate)} to generate, over the "
-                         f"memory limit of {_gib(limit)} (--mem-limit; default {MEM_FRACTION:g} of "
+        raise LimitError(f"case {case.op}/{case.name} needs about {size_text(estimate)} to generate, over the "
+                         f"memory limit of {size_text(limit)} (--mem-limit; default {MEM_FRACTION:g} of "
                          "MemAvailable)", file=case.source)
 
 
@@ -315,7 +322,7 @@ def write_case(task: tuple[Case, Path, dict]) -> float:
         meta, tensors = make_bundle(case, prov)
     except MemoryError:
         raise LimitError(f"case {case.op}/{case.name} ran out of memory while generating "
-                         f"(estimated {_gib(_estimate(task))})", file=case.source) from None
+                         f"(estimated {size_text(_estimate(task))})", file=case.source) from None
     write_bundle(path, meta, tensors, sweep=False)     # gen_refs swept its folders once, before
     return time.perf_counter() - started
 

@@ -10,6 +10,7 @@ import json
 import math
 import os
 import platform
+import re
 import subprocess
 import sys
 from functools import lru_cache
@@ -276,6 +277,16 @@ def _split_text(split: str) -> str:
     return f"by the case times {split}" if split else "by name hash"
 
 
+_NOT_XML = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def xml_safe(text: str) -> str:
+    """`text` with the characters XML 1.0 cannot hold (terminal escape codes among them) as
+    visible escapes (ESC -> `\\x1b`): a hostile case name must not make the report unreadable."""
+    return _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
+                        else f"\\u{ord(m.group()):04x}", text)
+
+
 def junit_xml(record: Any) -> str:
     """One testcase per row of a verify record; a failure carries every failing output's reason."""
     rows, errors = list(record.rows), list(record.errors)
@@ -283,17 +294,22 @@ def junit_xml(record: Any) -> str:
                                 failures=str(sum(r.failed for r in rows)), errors=str(len(errors)),
                                 skipped=str(sum(r.skipped is not None for r in rows)))
     for row in rows:
-        name = row.case + (f"[trial{row.trial}]" if row.trial else "") + (f"[{row.impl}]" if row.impl else "")
+        name = xml_safe(row.case + (f"[trial{row.trial}]" if row.trial else "") + (f"[{row.impl}]" if row.impl else ""))
         case = ElementTree.SubElement(suite, "testcase", classname=f"{row.op}.{row.variant}", name=name,
                                       time=f"{row.seconds:.6f}")
+        if row.loosened:           # the bundle's (or --atol/--rtol's) tolerance is looser than the op's
+            properties = ElementTree.SubElement(case, "properties")
+            ElementTree.SubElement(properties, "property", name="loosened",
+                                   value="tolerance looser than the op's default")
         if row.skipped is not None:
-            ElementTree.SubElement(case, "skipped", message=row.skipped)
+            ElementTree.SubElement(case, "skipped", message=xml_safe(row.skipped))
         elif not row.passed:
-            reasons = [row.error] if row.error else [f"{o.name}: {o.reason}" for o in row.outputs if not o.passed]
+            reasons = [xml_safe(row.error)] if row.error else [xml_safe(f"{o.name}: {o.reason}")
+                                                               for o in row.outputs if not o.passed]
             ElementTree.SubElement(case, "failure", message="; ".join(reasons)).text = "\n".join(reasons)
     for message in errors:
         case = ElementTree.SubElement(suite, "testcase", classname="kdtree", name="input")
-        ElementTree.SubElement(case, "error", message=message)
+        ElementTree.SubElement(case, "error", message=xml_safe(message))
     return ElementTree.tostring(suite, encoding="unicode") + "\n"
 
 

@@ -72,7 +72,7 @@ def test_devices_on_cpu_equal_a_plain_run(goldens):  # noqa: F811
     plain = runner.invoke(app, ["verify", str(goldens), "--backend", "torch", "-q"])
     workers = runner.invoke(app, ["verify", str(goldens), "--backend", "torch", "-q", "--devices", "0,1"])
     assert plain.exit_code == workers.exit_code == 0
-    assert sorted(plain.output.splitlines()) == sorted(workers.output.splitlines())
+    assert sorted(plain.stdout.splitlines()) == sorted(workers.stdout.splitlines())   # stderr: the CPU note
 
 
 def test_shards_of_verify_add_up(goldens):  # noqa: F811

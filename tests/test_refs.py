@@ -68,7 +68,7 @@ def test_a_case_over_the_memory_limit_is_refused_before_anything_is_written(tmp_
     assert done.returncode == 2, done.stderr
     (line,) = done.stderr.splitlines()
     assert line.startswith("kdtree: error: s.yaml:4: case verify_attn/big needs about ")
-    assert "GiB to generate, over the memory limit of 0.06 GiB" in line
+    assert "GiB to generate, over the memory limit of 64.00 MiB" in line
     assert not (tmp_path / "g").exists() or not list((tmp_path / "g").rglob("*.kdtr"))
     bad = kdtree("gen-refs", "s.yaml", "-o", "g", "--mem-limit", "lots", cwd=tmp_path)
     assert bad.returncode == 2 and "--mem-limit 'lots'" in bad.stderr and "Traceback" not in bad.stderr
@@ -78,9 +78,9 @@ def test_the_memory_limit_comes_from_kdtree_mem_limit_when_no_option_is_given(tm
     (tmp_path / "s.yaml").write_text("op: verify_attn\ncases:\n"
                                      "  - {name: big, variant: fp32, batch: 2, heads: 16, prefix: 100000}\n")
     done = kdtree("gen-refs", "s.yaml", "-o", "g", cwd=tmp_path, env={"KDTREE_MEM_LIMIT": "64M"})
-    assert done.returncode == 2 and "over the memory limit of 0.06 GiB" in done.stderr, done.stderr
+    assert done.returncode == 2 and "over the memory limit of 64.00 MiB" in done.stderr, done.stderr
     wins = kdtree("gen-refs", "s.yaml", "-o", "g", "--mem-limit", "32M", cwd=tmp_path, env={"KDTREE_MEM_LIMIT": "64M"})
-    assert wins.returncode == 2 and "over the memory limit of 0.03 GiB" in wins.stderr, wins.stderr
+    assert wins.returncode == 2 and "over the memory limit of 32.00 MiB" in wins.stderr, wins.stderr
     bad = kdtree("gen-refs", "s.yaml", "-o", "g", cwd=tmp_path, env={"KDTREE_MEM_LIMIT": "lots"})
     assert bad.returncode == 2 and "KDTREE_MEM_LIMIT 'lots'" in bad.stderr and "Traceback" not in bad.stderr
 

@@ -291,6 +291,13 @@ class Op:
         machine; None: no estimate (small enough not to matter)."""
         return None
 
+    def run_bytes(self, variant: str, params: Mapping[str, Any], backend: str) -> int | None:
+        """Peak host memory one run of `backend` takes on a case of these (suite) params, beside
+        the inputs it is given, so verify and bench can refuse a case before it exhausts the
+        machine; None: no estimate. numpy runs the reference (estimate_bytes covers it); the
+        device backends hold their tensors on the GPU."""
+        return self.estimate_bytes(variant, params) if backend == "numpy" else None
+
     # -- requests (verify --invariance) ----------------------------------------------------
     def request_count(self, variant: str, inputs: Mapping[str, Any]) -> int | None:
         """How many independent requests the inputs batch; None: they are not batched by request

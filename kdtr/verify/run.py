@@ -8,7 +8,7 @@ import contextlib
 import functools
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -17,6 +17,7 @@ from ..cases import GOLDEN, load_case, reference_outputs
 from ..errors import DeviceError, KdtreeError, UsageError
 from ..invariance import with_invariance
 from ..numerics import derived_bounds
+from ..walk import files_below
 from ..ops.base import Case, Op, Tolerance
 from .options import Options
 from .record import (DEVICE_REFERENCE, REFERENCE, VerifyRecord, VerifyRow, implementation_info, shard_key,
@@ -28,20 +29,31 @@ if TYPE_CHECKING:
 
 
 def find_bundles(paths: Iterable[str | Path]) -> list[Path]:
-    """Files as given; directories expanded to every *.kdtr below them, sorted. A *.kdtr that is
-    not a regular file (a dangling link, a FIFO) is an error, never silently skipped."""
+    """Files as given; directories expanded to every *.kdtr below them (linked subfolders followed,
+    each folder once), sorted; a bundle named twice (`verify goldens goldens`, a file and its
+    folder) once. A *.kdtr that is not a regular file (a dangling link, a FIFO) is an error, never
+    silently skipped."""
+    seen: set[Path] = set()
     found: list[Path] = []
+    for candidate in _candidates(paths):
+        key = candidate.resolve()
+        if key not in seen:
+            seen.add(key)
+            found.append(candidate)
+    return found
+
+
+def _candidates(paths: Iterable[str | Path]) -> Iterator[Path]:
     for raw in paths:
         path = Path(raw)
-        candidates = sorted(p for p in path.rglob("*.kdtr") if not p.is_dir()) if path.is_dir() else [path]
+        candidates = files_below(path, "*.kdtr") if path.is_dir() else [path]
         for candidate in candidates:
             if not candidate.exists():
                 raise UsageError(f"{candidate}: no such file or directory"
                                  + (" (a dangling symbolic link)" if candidate.is_symlink() else ""))
             if not candidate.is_file():
                 raise UsageError(f"{candidate}: not a regular file (a FIFO, socket or device)")
-            found.append(candidate)
-    return found
+            yield candidate
 
 
 def _ours(options: Options, kernel: str | None) -> Implementation:
@@ -265,6 +277,10 @@ class Selection:
 
             selected = [f for f in selected if name_matches(f.stem, self.pattern)]
         return selected, parallel.shard_items(selected, shard_key, self.shard)
+
+    def repeats(self) -> int:
+        """How many bundles the paths name more than once (each is verified once)."""
+        return sum(1 for _ in _candidates(self.paths)) - len(find_bundles(self.paths))
 
     def nothing_selected(self) -> KdtreeError:
         return KdtreeError("no bundles to verify" + (f" match -k {self.pattern!r}" if self.pattern else

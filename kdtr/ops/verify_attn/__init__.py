@@ -128,6 +128,19 @@ class VerifyAttn(Op):
             + 2 * 8 * batch * q_len * heads * (LATENT + 1)
         return inputs + draw + reference
 
+    def run_bytes(self, variant, params, backend):
+        """The torch backend on the CPU (torch_impl.run_torch) holds float32 copies of q and of the
+        dense per-request keys, and up to four [B, Q, H, P + Q] float32 score tensors at once
+        (scores, masked, shifted, exp) with the [B, Q, P + Q] mask: the score tensors dominate.
+        Measured on fp32 B=2 H=16 P=8192 budget 63: 349 MB of peak RSS above torch's import, against
+        this 446 MB (with verify's twice the bundle): an upper bound, as a refusal needs."""
+        if backend != "torch":
+            return super().run_bytes(variant, params, backend)
+        batch, heads, q_len = params["batch"], params["heads"], params["budget"] + 1
+        keys = params["prefix"] + q_len
+        return (4 * batch * q_len * heads * ROW + 2 * 4 * batch * keys * ROW
+                + 4 * 4 * batch * q_len * heads * keys + batch * q_len * keys)
+
     def requests(self, variant: str, inputs):
         """Per request: (q [Q, H, 576], keys [P + Q, 576], P, visibility [Q, Q]) in the stored dtype."""
         return LAYOUTS[variant].requests(inputs)
