@@ -8,7 +8,6 @@ Exit codes everywhere: 0 all passed, 1 a case failed (or a bench regression), 2 
 from __future__ import annotations
 
 import functools
-import os
 import sys
 from contextlib import contextmanager, redirect_stdout
 from pathlib import Path
@@ -120,26 +119,12 @@ def check_writable(path: str | Path | None, option: str) -> None:
 
 
 def refuse_overwriting_inputs(outputs: dict[str, Any], inputs: Iterable[str | Path]) -> None:
-    """An output option (`--json`, `--junit`, `--csv`, `--merge`, ...) naming one of the command's
-    inputs (the same file, by inode or resolved path) is refused before any work: writing it would
-    destroy what the run reads. A folder among `inputs` stands for the files below it."""
-    targets = {option: Path(path) for option, path in outputs.items() if path is not None and str(path) != "-"}
-    targets = {option: path for option, path in targets.items() if path.exists()}
-    if not targets:
-        return
-    for given in inputs:
-        for source in (Path(given).rglob("*") if Path(given).is_dir() else [Path(given)]):
-            for option, target in targets.items():
-                if _same_file(source, target):
-                    raise UsageError(f"{option} {target}: is one of the inputs ({source}); "
-                                     "choose another output path")
+    """Each output option (`--json`, `--junit`, `--csv`, `--merge`, ...) checked against the
+    command's inputs before any work (kdtr.atomic.check_not_input)."""
+    from kdtr.atomic import check_not_input
 
-
-def _same_file(a: Path, b: Path) -> bool:
-    try:
-        return os.path.samefile(a, b) or a.resolve() == b.resolve()
-    except OSError:
-        return False
+    for option, path in outputs.items():
+        check_not_input(path, option, inputs)
 
 
 def note(message: str) -> None:

@@ -107,16 +107,21 @@ def check_writable(path: str | Path, what: str) -> None:
         raise UsageError(f"{what} {target}: cannot create files in {parent}")
 
 
-def check_not_input(path: str | Path, what: str, inputs: Iterable[str | Path]) -> None:
-    """Refuse, before any work, an output path that names one of the command's inputs (the same
-    file by any name, or the same path for one not written yet): the record would replace it."""
+def check_not_input(path: str | Path | None, what: str, inputs: Iterable[str | Path]) -> None:
+    """Refuse, before any work, an output path (`what`: its option) that names one of the command's
+    inputs, the same file by any name: the record would replace what the run reads. A folder among
+    `inputs` stands for the files below it; `-` (stdout) and an absent option pass."""
+    if path is None or str(path) == "-" or not Path(path).exists():
+        return                     # a file not there yet is no input
     target = Path(path)
     for given in inputs:
-        given = Path(given)
-        try:
-            same = os.path.samefile(target, given) if target.exists() and given.exists() \
-                else target.resolve() == given.resolve()
-        except OSError:
-            continue
-        if same:
-            raise UsageError(f"{what} {target}: is one of the inputs ({given}); refusing to overwrite it")
+        for source in (Path(given).rglob("*") if Path(given).is_dir() else [Path(given)]):
+            if _same_file(source, target):
+                raise UsageError(f"{what} {target}: is one of the inputs ({source}); choose another output path")
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
