@@ -49,7 +49,7 @@
 //     rerun fast, that one runs with the EXACT pop (sl_pop<true>: the merge redone with the
 //     rank-tuple walks, on a warp-uniform branch after a __syncwarp), and the next chunk starts
 //     after it. Claim (asserted on every chunk of every CPU model case,
-//     tests/test_tree_build_sorted_sim.py): up to a chunk's first tie its fast pops are the exact
+//     tests/kernels/test_tree_build_sorted_sim.py): up to a chunk's first tie its fast pops are the exact
 //     ones, since every compare the merge and the runner-up test make is between a successor and
 //     some lane's own slot. The rerun's records overwrite the abandoned ones; a record it does not
 //     rewrite lies past the final n, or is rewritten by the next chunk, before anything reads it.
@@ -85,7 +85,7 @@
 // redo or an earlier (exact) chunk wrote; a redo starts after the __any_sync and a __syncwarp; the
 // epilogue reads the records after __syncthreads(), and the masks after a second.
 // kernels/NOTES.md has the per-pop instruction count, the measured and the predicted times.
-// tests/test_tree_build_sorted_sim.py models this loop lane by lane on the CPU.
+// tests/kernels/test_tree_build_sorted_sim.py models this loop lane by lane on the CPU.
 
 #include "tree_build_common.cuh"
 

@@ -66,7 +66,7 @@ fi
 if want pytest; then
   step 300 python3 -m pytest -q -m gpu -p no:cacheprovider
   KDTREE_GPU=sm_120 step 240 python3 -m pytest -q -m gpu -p no:cacheprovider -k "bf16 and not fp32" \
-      tests/test_cuda_kernels.py tests/test_kernels_api.py tests/test_attn_splits.py
+      tests/kernels/test_cuda_kernels.py tests/kernels/test_kernels_api.py tests/kernels/test_attn_splits.py
 fi
 if want bench; then
   KDTREE_GPU=sm_120 step 420 kd bench specs/bench/verify_attn_serving.yaml --no-baselines --impl sglang_triton \

@@ -35,7 +35,7 @@ if want verify; then
   step 120 python3 -m cli verify goldens/verify_attn -k chain --backend cuda --against flashmla -q --json "$rec/verify-chain-flashmla.json"
 fi
 if want pytest; then
-  step 240 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_flashmla_peer.py tests/test_impl_gpu.py
+  step 240 python3 -m pytest -q -m gpu -p no:cacheprovider tests/impl/test_flashmla_peer.py tests/impl/test_gpu.py
 fi
 if want bench; then
   step 560 python3 -m cli bench specs/bench/verify_attn_serving.yaml -k chain --impl flashmla --impl sglang_triton \

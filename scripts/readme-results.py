@@ -2,7 +2,7 @@
 """Print the README's headline results (markdown) from the committed records in results/.
 
 The README holds this output verbatim between its `results:begin` and `results:end` markers, and
-tests/test_docs.py keeps the two equal, so a new record cannot leave stale figures in the README.
+tests/cli/test_docs.py keeps the two equal, so a new record cannot leave stale figures in the README.
 Each figure is named by its record file, the code it ran (the commit results/README.md gives for
 the record's `sources_sha256`, else the record's own `meta.commit`) and the run's date.
 """

@@ -42,3 +42,11 @@ def cache_dir(tmp_path, monkeypatch):
     config.cache_clear()
     yield folder
     config.cache_clear()
+
+
+@pytest.fixture
+def goldens(tmp_path):
+    """Goldens of the small suites (tests.helpers.SMALL_CASES) in a fresh folder."""
+    from tests.helpers import make_goldens
+
+    return make_goldens(tmp_path)

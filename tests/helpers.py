@@ -1,0 +1,80 @@
+"""What many test files share: the CLI in-process, small suites and their goldens, a perturbed bundle."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+from typer.testing import CliRunner
+
+from cli.main import app
+from kdtr.config import REPO_ROOT
+from kdtr.format import read_bundle, write_bundle
+from kdtr.impl import resolved
+
+runner = CliRunner()
+SMALL_SUITE = """\
+op: {op}
+seed: 3
+cases:
+{cases}
+"""
+SMALL_CASES = {
+    "tree_build": "  - {batch: 3, depth: 4, vocab: 16, budget: 12}\n  - {batch: 2, depth: 3, vocab: 8, budget: 6, quantize: 0.5}",
+    "tree_accept": "  - {batch: 4, budget: 12, mode: mixed}",
+    "verify_attn": "  - {variant: fp32, batch: 2, heads: 4, prefix: 20, budget: 6}\n"
+                   "  - {variant: bf16_paged, batch: 2, heads: 4, prefix: 20, budget: 6, prefix_mode: mixed}",
+}
+
+
+def invoke(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def perturbed_copy(src: Path, dst: Path) -> None:
+    """The same bundle with one expected element changed by the smallest visible amount."""
+    bundle = read_bundle(src)
+    tensors = []
+    changed = False
+    for entry in bundle.entries:
+        array = np.array(bundle.array(entry.name))
+        if entry.role == "output" and not changed and array.size:
+            flat = array.reshape(-1)
+            flat[flat.size // 2] = flat[flat.size // 2] + (1 if array.dtype.kind in "iu" else 0.01)
+            changed = True
+        tensors.append((entry.name, entry.role, array))
+    write_bundle(dst, bundle.meta, tensors)
+
+
+def make_goldens(folder: Path) -> Path:
+    """Goldens of the small suites (two tree_build, one tree_accept, two verify_attn cases) under folder."""
+    specs = folder / "specs"
+    specs.mkdir()
+    for op, cases in SMALL_CASES.items():
+        (specs / f"{op}.yaml").write_text(SMALL_SUITE.format(op=op, cases=cases))
+    result = invoke("gen-refs", specs, "-o", folder / "goldens")
+    assert result.exit_code == 0, result.output
+    return folder / "goldens"
+
+
+def install_plugin(tmp_path, monkeypatch, value, name="myimpl", body=""):
+    """An installed distribution with one kdtree.implementations entry point (a real .dist-info)."""
+    (tmp_path / "kdtree_plugin_mod.py").write_text(textwrap.dedent(body))
+    info = tmp_path / "kdtree_plugin-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: kdtree-plugin\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[kdtree.implementations]\n{name} = {value}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("kdtree_plugin_mod", None)
+    resolved.cache_clear()          # specs resolve once per process: this one is new
+
+
+def run_kdtree(*args, cwd):
+    """`python -m cli ARGS` in a real process (its exit code and streams are the point)."""
+    env = dict(os.environ, NO_COLOR="1", PYTHONPATH=str(REPO_ROOT))
+    return subprocess.run([sys.executable, "-m", "cli", *map(str, args)], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
