@@ -123,7 +123,8 @@ def suite_digest(files: Iterable[str | Path]) -> str:
             fingerprint = f"{header_len}:{header_crc:08x}"
         else:
             fingerprint = "unreadable"          # verify reports the bundle itself
-        digest.update(f"{key}\0{fingerprint}\n".encode())
+        # surrogateescape: a file name that is not UTF-8 still has bytes to digest
+        digest.update(f"{key}\0{fingerprint}\n".encode("utf-8", "surrogateescape"))
     return digest.hexdigest()
 
 
