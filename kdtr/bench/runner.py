@@ -12,7 +12,7 @@ import numpy as np
 from ..errors import UsageError
 from ..errors import reason
 from ..gpu_identity import with_ceilings
-from ..impl import CaseData, Implementation, Serves, Status
+from ..impl import CaseData, Implementation, Status
 from .cases import BenchItem
 from .ceilings import Ceilings, gpu_clocks, measure_ceilings
 from .record import (TIME_LIMIT_SKIP, BenchRecord, BenchRow, _jsonable, bench_meta, settings_dict, with_figures,
@@ -235,12 +235,13 @@ class _CaseRunner:
     def _row(self, impl: str, mode: str, primary: bool, **kw: Any) -> BenchRow:
         return BenchRow(impl=impl, mode=mode, primary=primary, **{**self.base, **kw})
 
-    def _wanted(self, name: str, baseline) -> bool:
-        if name == self.env.primary or (baseline.backend is not None and baseline.backend == self.env.primary):
+    def _wanted(self, baseline: Implementation) -> bool:
+        role = baseline.bench
+        if baseline.name == self.env.primary or (role.backend is not None and role.backend == self.env.primary):
             return False                # the implementation under test is not its own baseline
         if self.settings.baselines is None:
-            return baseline.default
-        return name in self.settings.baselines
+            return role.default
+        return baseline.name in self.settings.baselines
 
     def _mode(self, mode: str) -> list[BenchRow]:
         """Check and prepare every implementation (each forced kernel build, or the launch's own
@@ -251,10 +252,10 @@ class _CaseRunner:
             earlier = [(o.build, o.got) for o in ours if o.got is not None]
             ours.append(self._primary(mode, build, earlier))
         entries: list[tuple[BenchRow, Sampler | None]] = [(o.row, o.sampler) for o in ours]
-        for name, baseline in self.baselines.items():
-            if self._wanted(name, baseline):
-                entries.append(self._baseline(self._baseline_impl(name, baseline), mode, skip=baseline.skip,
-                                              clock=baseline.clock, slow_setup=baseline.slow_setup))
+        for baseline in self.baselines:
+            if self._wanted(baseline):
+                entries.append(self._baseline(baseline, mode, skip=baseline.unavailable(), clock=baseline.bench.clock,
+                                              slow_setup=baseline.bench.slow_setup))
         for ref in self.settings.impls:
             impl = ref.load()
             if impl.serves(self.op.name, self.item.variant):
@@ -382,13 +383,6 @@ class _CaseRunner:
                     break
             return row
         return _Ours(row, sampler, after, got, build)
-
-    def _baseline_impl(self, name: str, baseline) -> Implementation:
-        """An op's Baseline as the Implementation it is: it serves this case, with the outputs it
-        declares, on the run's device."""
-        return Implementation(name, (Serves(self.op.name, self.item.variant, baseline.outputs),),
-                              lambda op, variant, inputs, params: baseline.prepare(variant, inputs, params),
-                              device=self.env.device, doc=baseline.doc)
 
     def _implementation(self, impl: Implementation, mode: str) -> tuple[BenchRow, Sampler | None]:
         """Another implementation (--impl) as a baseline: its prepare untimed, its call timed (a host

@@ -109,7 +109,7 @@ class BenchSettings:
     backend: str = "auto"                 # auto | cuda | torch
     mode: str = "cold"                    # hot | cold | both (a run without GPU is always host)
     timing: TimingOptions = TimingOptions()
-    baselines: tuple[str, ...] | None = None    # None: the op's default baselines (Baseline.default)
+    baselines: tuple[str, ...] | None = None    # None: the op's default baselines (BenchRole.default)
     quick: bool = False
     repeat: bool = False                  # time our kernel a second time, interleaved with the first
     sanity: bool = True                   # empty-kernel and copy sanity cases

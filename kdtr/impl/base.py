@@ -48,6 +48,29 @@ def _available() -> str | None:
     return None
 
 
+CLOCKS = ("device", "host")
+
+
+@dataclass(frozen=True)
+class BenchRole:
+    """What `kdtree bench` alone reads off an op's baseline (an Implementation the op registers in
+    `Op.baselines`); nothing else looks at it. `clock`: how a call is timed, "device" (CUDA events
+    around device work) or "host" (perf_counter, for work done on the CPU; the call then includes
+    its own device<->host copies). `slow_setup`: left out by `kdtree bench --quick` (compilers).
+    `default`: timed unless `--baseline` names others (False: only when named). `backend`: the
+    built-in backend it is ("torch": op.run_torch), left out when that backend is the one under test.
+    """
+
+    clock: str = "device"
+    slow_setup: bool = False
+    default: bool = True
+    backend: str | None = None
+
+    def __post_init__(self):
+        if self.clock not in CLOCKS:
+            raise ValueError(f"clock must be one of {CLOCKS}, got {self.clock!r}")
+
+
 @dataclass(frozen=True)
 class Implementation:
     """One implementation of one or more ops (see the module docstring).
@@ -56,7 +79,9 @@ class Implementation:
     at import, and may import heavy packages. `version_info()` names the packages that ran (JSON-ready).
     `device` is where its inputs live: "cuda", "cpu", "auto" (the GPU when there is one), or
     HOST: numpy arrays in and out, no torch at all (the numpy reference: `verify -b numpy` never
-    imports torch).
+    imports torch). `bench` is set on an op's baselines only (BenchRole: how bench times it); an
+    op builds those per case, so their `probe` may also give a reason of the case's (SDPA that
+    would not fit in device memory), which bench shows as the row's skip.
     """
 
     name: str
@@ -66,6 +91,7 @@ class Implementation:
     version_info: Callable[[], dict] = dict
     device: str = "auto"
     doc: str = ""
+    bench: BenchRole | None = None
 
     def serves(self, op: str, variant: str) -> bool:
         return any(s.covers(op, variant) for s in self.serves_)

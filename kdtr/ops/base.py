@@ -7,13 +7,15 @@ module knows an op by name: adding an op = one module + one .cu + one spec (and 
 
 from __future__ import annotations
 
-import functools
-from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
 from ..errors import DeviceError
+
+if TYPE_CHECKING:
+    from ..impl.base import Implementation
 
 EXACT = "exact"
 
@@ -102,32 +104,6 @@ class Generated:
     inputs: dict[str, np.ndarray]
     params: dict[str, Any]                                 # meta.params of the bundle
     aux: dict[str, np.ndarray] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Baseline:
-    """Another implementation of an op that `kdtree bench` times beside our kernel, same inputs, same run.
-
-    `prepare(variant, inputs, params)` gets the case's torch inputs (on the bench device) and returns a
-    zero-argument callable computing the op's outputs (a dict of torch tensors or numpy arrays; a
-    subset of the outputs is allowed, e.g. SDPA has no lse). What `prepare` does (layout conversion,
-    compilation) happens once, outside the timing. `clock` says how a call is timed: "device" (CUDA
-    events around device work) or "host" (perf_counter, for work done on the CPU; the call then
-    includes its own device<->host copies). `skip` is why it does not run for this case; `slow_setup`
-    baselines (compilers) are skipped by `kdtree bench --quick`. `default=False` baselines run only
-    when `--baseline` names them. `backend` names the backend a baseline is ("torch": run_torch); it
-    is left out when that backend is the implementation under test. `outputs` are the op's outputs it
-    returns (None: all of them); bench holds it to that contract like any implementation.
-    """
-
-    prepare: Callable[[str, Mapping[str, Any], Mapping[str, Any]], Callable[[], Mapping[str, Any]]]
-    clock: str = "device"
-    skip: str | None = None
-    slow_setup: bool = False
-    doc: str = ""
-    default: bool = True
-    backend: str | None = None
-    outputs: tuple[str, ...] | None = None
 
 
 ROLES = ("default", "fallback", "experimental")
@@ -384,13 +360,16 @@ class Op:
 
     # -- bench ----------------------------------------------------------------------------
     def baselines(self, variant: str, inputs: Mapping[str, np.ndarray],
-                  params: Mapping[str, Any]) -> dict[str, Baseline]:
-        """What `kdtree bench` times beside our kernel (name -> Baseline); `inputs` are the case's
-        numpy arrays, for size estimates. By default: the torch backend, run eagerly."""
-        return {"torch": Baseline(self._torch_runner, doc="the torch backend (run_torch), eager", backend="torch")}
+                  params: Mapping[str, Any]) -> tuple["Implementation", ...]:
+        """What `kdtree bench` times beside our kernel: Implementations serving exactly this op and
+        variant (with the outputs each gives), each with its `bench` role (kdtr.impl.BenchRole) and
+        its name as bench shows and records it; `inputs` are the case's numpy arrays, for size
+        estimates (a baseline's probe may refuse the case). By default: the torch backend, eager."""
+        from ..impl.base import BenchRole, Serves
+        from ..impl.builtin import builtin
 
-    def _torch_runner(self, variant: str, inputs: Mapping[str, Any], params: Mapping[str, Any]):
-        return functools.partial(self.run_torch, variant, inputs, params)
+        return (replace(builtin("torch"), serves_=(Serves(self.name, variant),), bench=BenchRole(backend="torch"),
+                        doc="the torch backend (run_torch), eager"),)
 
     def compute_unit(self, variant: str, kernel: str | None = None) -> str:
         """The measured ceiling that bench rates this variant's FLOP/s against, run by our CUDA

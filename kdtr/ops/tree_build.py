@@ -390,15 +390,15 @@ class TreeBuild(LeadingRequests, Op):
     # -- bench ----------------------------------------------------------------------------
     def baselines(self, variant, inputs, params):
         """The torch backend, and the path the kernel replaces: the per-request CPU heap."""
-        from .base import Baseline
+        from ..impl.base import BenchRole, Implementation, Serves
 
-        out = super().baselines(variant, inputs, params)
-        out["cpu_heap"] = Baseline(self._cpu_heap_runner, clock="host",
-                                   doc="the heapq reference per request, timed per batch on the host, "
-                                       "with the device->host copy of the top-K and the upload of the tree")
-        return out
+        cpu_heap = Implementation("cpu_heap", (Serves(self.name, variant),), self._cpu_heap_prepare,
+                                  bench=BenchRole(clock="host"),
+                                  doc="the heapq reference per request, timed per batch on the host, "
+                                      "with the device->host copy of the top-K and the upload of the tree")
+        return (*super().baselines(variant, inputs, params), cpu_heap)
 
-    def _cpu_heap_runner(self, variant, inputs, params):
+    def _cpu_heap_prepare(self, op, variant, inputs, params):
         from ..dtypes import to_numpy, to_torch
 
         def run():
@@ -406,6 +406,5 @@ class TreeBuild(LeadingRequests, Op):
             device = next(iter(inputs.values())).device
             return {name: to_torch(array, device) for name, array in self.reference(variant, host, params).items()}
         return run
-
 
 OP = TreeBuild()

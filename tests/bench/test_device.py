@@ -98,6 +98,24 @@ def test_case_runner_cuda_path_on_a_fake_device(monkeypatch, op_name, case_param
     assert any(s.endswith(f"rounds (cold): cuda, {', '.join(baselines)}, cuda again") for s in seen), seen
 
 
+def test_a_baseline_whose_probe_refuses_the_case_is_a_skipped_row(monkeypatch):
+    """SDPA is an Implementation whose probe refuses a case that would not fit in device memory:
+    bench shows its reason, as it is, as the row's skip, and times nothing for it."""
+    from kdtr.ops.verify_attn import torch_impl
+
+    op = get_op("verify_attn")
+    monkeypatch.setattr(op, "run_cuda", _fake_run_cuda(op))
+    monkeypatch.setattr(torch_impl, "_device_free_bytes", lambda: 1000)
+    env = _fake_gpu_env(monkeypatch, 1 << 20, modes=("hot",))
+    case = Case("c", "verify_attn", "fp32", 9, dict(op._defaults, batch=2, heads=4, prefix=30, budget=6))
+    item = bench.BenchItem("c", "verify_attn", "fp32", case.params, "test", case=case)
+    settings = BenchSettings(timing=replace(OPTS, budget_s=0.05, min_samples=3), baselines=("sdpa",))
+    rows = bench_runner._CaseRunner(env, settings, item, lambda s: None, None).run()
+    sdpa = next(r for r in rows if r.impl == "sdpa")
+    assert sdpa.timing is None and sdpa.skip.startswith("would need ~") and sdpa.skip.endswith("0 GB free"), sdpa
+    assert [r.impl for r in rows] == ["cuda", "sdpa"] and rows[0].check_passed
+
+
 def test_case_runner_reports_a_wrong_kernel_and_a_missing_one(monkeypatch):
     op = get_op("tree_accept")
     env = _fake_gpu_env(monkeypatch, modes=("hot",))

@@ -66,16 +66,22 @@ def test_verify_attn_dense_reference_and_sdpa_baseline(variant):
         for name in ("out", "lse"):
             np.testing.assert_allclose(to_numpy(got[name]), expected[name], rtol=1e-6, atol=1e-6)
     assert op.bench_reference(variant, inputs, generated.params) is None      # CPU: the numpy reference
-    baselines = op.baselines(variant, generated.inputs, generated.params)
+    baselines = {b.name: b for b in op.baselines(variant, generated.inputs, generated.params)}
     if variant == "fp32":
         assert set(baselines) == {"torch", "torch_compile", "sdpa"}
-        assert baselines["torch_compile"].slow_setup and baselines["torch"].backend == "torch"
+        assert baselines["torch_compile"].bench.slow_setup and baselines["torch"].bench.backend == "torch"
     else:
         assert set(baselines) == {"torch_bf16", "torch_compile_bf16", "torch_fp32", "torch_compile_fp32", "sdpa"}
-        assert baselines["torch_compile_bf16"].slow_setup and baselines["torch_fp32"].backend == "torch"
-        assert not baselines["torch_compile_fp32"].default                # only when --baseline names it
-        assert all(b.default for name, b in baselines.items() if name != "torch_compile_fp32")
-    got = baselines["sdpa"].prepare(variant, inputs, generated.params)()
+        assert baselines["torch_compile_bf16"].bench.slow_setup and baselines["torch_fp32"].bench.backend == "torch"
+        assert not baselines["torch_compile_fp32"].bench.default                # only when --baseline names it
+        assert all(b.bench.default for name, b in baselines.items() if name != "torch_compile_fp32")
+    # each serves exactly this op and variant; SDPA declares the one output it gives
+    assert all(b.serves("verify_attn", variant) and not b.serves("verify_attn", other)
+               for b in baselines.values() for other in op.variants if other != variant)
+    eager = baselines["torch" if variant == "fp32" else "torch_fp32"]
+    assert baselines["sdpa"].provides(op, variant) == ("out",) and eager.provides(op, variant) == ("out", "lse")
+    assert baselines["sdpa"].unavailable() is None              # a case this small fits anywhere
+    got = baselines["sdpa"].prepare(op, variant, inputs, generated.params)()
     assert set(got) == {"out"}
     tol = op.tolerances(variant)["out"]
     assert compare_output("out", to_numpy(got["out"]), expected["out"], tol).passed
@@ -91,9 +97,9 @@ def test_tree_build_cpu_heap_baseline_is_the_reference():
     op = get_op("tree_build")
     case = Case("t", "tree_build", "default", 3, dict(op._defaults, batch=4, depth=15, vocab=128, budget=32))
     generated = op.generate(case)
-    baselines = op.baselines("default", generated.inputs, generated.params)
-    assert set(baselines) == {"torch", "cpu_heap"} and baselines["cpu_heap"].clock == "host"
-    got = baselines["cpu_heap"].prepare("default", upload(generated.inputs, "cpu"), generated.params)()
+    baselines = {b.name: b for b in op.baselines("default", generated.inputs, generated.params)}
+    assert set(baselines) == {"torch", "cpu_heap"} and baselines["cpu_heap"].bench.clock == "host"
+    got = baselines["cpu_heap"].prepare(op, "default", upload(generated.inputs, "cpu"), generated.params)()
     expected = op.reference("default", generated.inputs, generated.params)
     for name, value in expected.items():
         np.testing.assert_array_equal(to_numpy(got[name]), value)
@@ -101,8 +107,9 @@ def test_tree_build_cpu_heap_baseline_is_the_reference():
 
 def test_default_baseline_is_the_torch_backend():
     op = get_op("tree_accept")
-    baselines = op.baselines("default", {}, {})
-    assert list(baselines) == ["torch"] and baselines["torch"].clock == "device"
+    (torch_baseline,) = op.baselines("default", {}, {})
+    assert torch_baseline.name == "torch" and torch_baseline.bench.clock == "device"
+    assert torch_baseline.serves("tree_accept", "default") and not torch_baseline.serves("tree_build", "default")
     assert op.compute_unit("default") == "bf16_mma" and op.bench_reference("default", {}, {}) is None
 
 

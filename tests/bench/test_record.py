@@ -131,7 +131,7 @@ def _default_suites_shape():
     for op_name, variant in sorted({(i.op, i.variant) for i in items}):
         op = get_op(op_name)
         gen = op.generate(Case("t", op_name, variant, 1, dict(op._defaults, **small[op_name])))
-        baselines = [n for n, b in op.baselines(variant, gen.inputs, gen.params).items() if b.default]
+        baselines = [b.name for b in op.baselines(variant, gen.inputs, gen.params) if b.bench.default]
         shape[op_name, variant] = (["cuda", *baselines], sum((i.op, i.variant) == (op_name, variant) for i in items))
     return shape
 

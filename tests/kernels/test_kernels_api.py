@@ -1,6 +1,6 @@
-"""kdtr.kernels: the torch custom ops. CPU: registration and the fake implementations' shapes (what
-torch.compile traces with). GPU: each op eager, inside a captured CUDA graph and under torch.compile,
-against the reference."""
+"""kdtr.custom_ops: our kernels as torch custom ops. CPU: registration and the fake
+implementations' shapes (what torch.compile traces with). GPU: each op eager, inside a captured
+CUDA graph and under torch.compile, against the reference."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-import kdtr.kernels as kk
+import kdtr.custom_ops as kk
 from kdtr.backends import upload
 from tests.impl_cases import ACCEPT_SMALL, VERIFY_SMALL, small_case
 

@@ -99,3 +99,20 @@ def test_the_cuda_binding_has_the_base_signature_and_a_choice(generated):
                for k in ("kernel", "defines"))
     assert op.kernel_choice(variant, g.inputs, g.params, H200) in op.cuda_kernels(variant)
     assert op.kernel_sources(variant) and all(k.op == op.name for k in op.kernels)
+
+
+def test_the_bench_baselines_are_implementations_of_exactly_this_variant(generated):
+    """Op.baselines: Implementations, each with its bench role, names unique and not "cuda" (ours),
+    serving this op and variant alone, with a non-empty subset of the op's outputs."""
+    from kdtr.impl import BenchRole, Implementation
+
+    op, variant, _, g, _ = generated
+    baselines = op.baselines(variant, g.inputs, g.params)
+    names = [b.name for b in baselines]
+    assert baselines and len(set(names)) == len(names) and "cuda" not in names
+    for b in baselines:
+        assert isinstance(b, Implementation) and isinstance(b.bench, BenchRole), b.name
+        assert b.serves(op.name, variant) and set(b.provides(op, variant)) <= set(op.outputs), b.name
+        assert b.provides(op, variant), b.name
+        others = [(o, v) for o, v in OPS_VARIANTS if (o, v) != (op.name, variant)]
+        assert not any(b.serves(o, v) for o, v in others), b.name

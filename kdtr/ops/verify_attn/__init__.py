@@ -9,12 +9,13 @@ in float64 on the stored inputs (`reference`), the torch backend and the bench b
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 
 import numpy as np
 
 from ...dtypes import NUMPY_DTYPES
 from .._common import fill_normal, name_from, rng_for
-from ..base import Baseline, Case, Cost, Generated, Gpu, Op, Param
+from ..base import Case, Cost, Generated, Gpu, Op, Param
 from ..tree_build import OP as TREE_BUILD
 from . import bound, cuda, torch_impl
 from .layouts import LATENT, LAYOUTS, ROPE, ROW, check_scale
@@ -221,28 +222,31 @@ class VerifyAttn(Op):
         bf16_paged: what a user writes in bf16 (`torch_bf16`, see `attend_torch_bf16`) and its
         torch.compile, the fair baselines; the torch backend (`torch_fp32`: bf16 inputs upcast, fp32
         GEMMs, slower than a user's bf16 code, kept as the exact-math baseline; its torch.compile
-        only on request: --baseline torch_compile_fp32); SDPA with the tree mask."""
-        sdpa = Baseline(torch_impl.sdpa_runner, skip=torch_impl.sdpa_skip(variant, inputs), outputs=("out",),
-                        doc="F.scaled_dot_product_attention with a bool tree mask over "
-                            "contiguous KV (layout built once, untimed)")
+        only on request: --baseline torch_compile_fp32); SDPA with the tree mask (refused, as its
+        probe, where it would not fit in device memory)."""
+        from ...impl.base import BenchRole, Implementation, Serves
+
+        def baseline(name, prepare, doc, outputs=None, **role):
+            return Implementation(name, (Serves(self.name, variant, outputs),), prepare, doc=doc,
+                                  bench=BenchRole(**role))
+        sdpa = replace(baseline("sdpa", torch_impl.sdpa_prepare, "F.scaled_dot_product_attention with a bool tree "
+                                "mask over contiguous KV (layout built once, untimed)", outputs=("out",)),
+                       probe=functools.partial(torch_impl.sdpa_skip, variant, inputs))
         compiled = "torch.compile(run_torch, dynamic=True)"
+        (torch,) = super().baselines(variant, inputs, params)
         if LAYOUTS[variant].out_dtype == "f32":
-            out = super().baselines(variant, inputs, params)
-            out["torch_compile"] = Baseline(torch_impl.compiled_runner, slow_setup=True,
-                                            doc=f"{compiled}: one compile per variant serves every shape")
-            out["sdpa"] = sdpa
-            return out
-        return {
-            "torch_bf16": Baseline(torch_impl.bf16_runner, doc="attend_torch_bf16 eager: bf16 GEMMs with fp32 "
-                                                               "accumulation, fp32 scores and softmax, P in bf16"),
-            "torch_compile_bf16": Baseline(functools.partial(torch_impl.bf16_runner, compiled=True),
-                                           slow_setup=True, doc="torch.compile(attend_torch_bf16, dynamic=True)"),
-            "torch_fp32": Baseline(self._torch_runner, backend="torch",
-                                   doc="the torch backend (run_torch), eager: bf16 inputs upcast, fp32 GEMMs"),
-            "torch_compile_fp32": Baseline(torch_impl.compiled_runner, slow_setup=True, default=False,
-                                           doc=f"{compiled}; only with --baseline"),
-            "sdpa": sdpa,
-        }
+            return (torch, baseline("torch_compile", torch_impl.compiled_prepare,
+                                    f"{compiled}: one compile per variant serves every shape", slow_setup=True), sdpa)
+        return (
+            baseline("torch_bf16", torch_impl.bf16_prepare, "attend_torch_bf16 eager: bf16 GEMMs with fp32 "
+                                                            "accumulation, fp32 scores and softmax, P in bf16"),
+            baseline("torch_compile_bf16", functools.partial(torch_impl.bf16_prepare, compiled=True),
+                     "torch.compile(attend_torch_bf16, dynamic=True)", slow_setup=True),
+            replace(torch, name="torch_fp32", doc="the torch backend (run_torch), eager: bf16 inputs upcast, fp32 GEMMs"),
+            baseline("torch_compile_fp32", torch_impl.compiled_prepare, f"{compiled}; only with --baseline",
+                     slow_setup=True, default=False),
+            sdpa,
+        )
 
     def baseline_tolerances(self, variant):
         return dict(LAYOUTS[variant].baseline_tolerances)

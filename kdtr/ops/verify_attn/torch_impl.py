@@ -90,12 +90,13 @@ def _compiled_run_torch(variant: str):
     return torch.compile(functools.partial(run_torch, variant), dynamic=True)
 
 
-def compiled_runner(variant, inputs, params):
+def compiled_prepare(op, variant, inputs, params):
+    """torch.compile of run_torch (one compile per variant serves every shape), as a baseline's prepare."""
     return functools.partial(_compiled_run_torch(variant), inputs, params)
 
 
-def bf16_runner(variant, inputs, params, compiled=False):
-    """The bf16 baseline on the case's inputs. The longest prefix is host-side metadata a serving
+def bf16_prepare(op, variant, inputs, params, compiled=False):
+    """The bf16 baseline on the case's inputs (a baseline's prepare). The longest prefix is host-side metadata a serving
     engine has (SGLang's max_seq_len), taken once here, untimed; all gathers, the mask, both GEMMs
     and the softmax are in every timed call."""
     import torch
@@ -117,7 +118,8 @@ def bf16_runner(variant, inputs, params, compiled=False):
     return call
 
 
-def sdpa_runner(variant, inputs, params):
+def sdpa_prepare(op, variant, inputs, params):
+    """SDPA with the tree mask over contiguous KV, the layout built here, untimed (a baseline's prepare)."""
     import torch.nn.functional as F
 
     layout = LAYOUTS[variant]

@@ -1,6 +1,6 @@
-"""Our kernels for an engine: one torch custom op per op/variant, torch tensors in and out.
+"""Our kernels as torch custom ops, for an engine: one per op/variant, torch tensors in and out.
 
-    import kdtr.kernels as kk
+    import kdtr.custom_ops as kk
     out, lse = kk.verify_attn_bf16_paged(q, kv_buffer, kv_indptr, kv_indices, tree_slots,
                                          custom_mask, mask_indptr, sm_scale)
 
