@@ -26,7 +26,7 @@ from kdtr.format import read_bundle, write_bundle
 
 ROOT = Path(__file__).resolve().parents[2]
 INCLUDE = ROOT / "kdtr" / "include"
-SOURCE = ROOT / "tests" / "c" / "read_bundle.c"
+SOURCE = Path(__file__).resolve().parent / "c" / "read_bundle.c"
 WARNINGS = ["-Wall", "-Wextra", "-Werror", "-pedantic"]
 SANITIZERS = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-g"]
 LANGUAGES = {"c99": ("cc", ["-std=c99"]), "c++17": ("c++", ["-x", "c++", "-std=c++17"])}
