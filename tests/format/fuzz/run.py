@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
+ROOT = HERE.parents[2]
 INCLUDE = ROOT / "kdtr" / "include"
 DICT = HERE / "kdtr.dict"
 C_SOURCE = HERE / "fuzz_kdtr_h.c"
