@@ -150,7 +150,8 @@ class _ParentGone(BaseException):
 
 
 def _unwind(signum, frame) -> None:
-    raise _ParentGone
+    signal.signal(signal.SIGTERM, _exit_now)      # a second SIGTERM (the pool's, then the kernel's)
+    raise _ParentGone                             # ends the worker at once, wherever it lands
 
 
 def _exit_now(signum, frame) -> None:
@@ -189,13 +190,14 @@ def _worker_start(parent: int, threads: int) -> None:
 def _call(work: Callable[[T], object], item: T) -> object:
     """`work(item)` in a worker; a SIGTERM meanwhile (the parent died, or terminates it) unwinds
     the work, so that its temp files are removed, and ends the worker."""
-    previous = signal.signal(signal.SIGTERM, _unwind)
-    try:
-        return work(item)
+    try:                    # the handler is installed and restored inside: a SIGTERM at any point
+        previous = signal.signal(signal.SIGTERM, _unwind)      # exits quietly, never a traceback
+        try:
+            return work(item)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
     except _ParentGone:
         os._exit(128 + signal.SIGTERM)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def worker_threads(workers: int) -> int:
