@@ -26,9 +26,12 @@ sweep:
 
 
 def kdtree(*args, cwd):
+    """`python -m cli ARGS` as a terminal would start it: with Ctrl-C's default action even where
+    this test run inherited SIGINT ignored (a background job of a non-interactive shell does)."""
     env = dict(os.environ, NO_COLOR="1", PYTHONPATH=str(REPO_ROOT))
     return subprocess.Popen([sys.executable, "-m", "cli", *map(str, args)], cwd=cwd, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def assert_only_valid_bundles(folder: Path) -> int:
