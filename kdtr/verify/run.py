@@ -280,7 +280,8 @@ class Selection:
 
     def repeats(self) -> int:
         """How many bundles the paths name more than once (each is verified once)."""
-        return sum(1 for _ in _candidates(self.paths)) - len(find_bundles(self.paths))
+        named = [candidate.resolve() for candidate in _candidates(self.paths)]     # one walk, not two
+        return len(named) - len(set(named))
 
     def nothing_selected(self) -> KdtreeError:
         return KdtreeError("no bundles to verify" + (f" match -k {self.pattern!r}" if self.pattern else
