@@ -57,11 +57,6 @@
 #define BF16_MMA_ARGS q, kv_buffer, kv_indptr, kv_indices, tree_slots, custom_mask, mask_indptr, B, Q, H, \
     sm_scale_log2, n_splits, out, lse, ws_o, ws_m, ws_l
 
-__device__ __forceinline__ void cp_async4(void* dst, const void* src, bool valid) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n"
-                 :: "r"(smem_addr(dst)), "l"(src), "r"(valid ? 4 : 0) : "memory");
-}
-
 template <int ROWS, int KEYS>
 __device__ __forceinline__ void bf16_mma_block(ATTN_BF16_PAGED_PARAMS) {
     constexpr int RG = ROWS / 16;                  // row groups; warps 0..RG-1 and RG..2RG-1 pair up
