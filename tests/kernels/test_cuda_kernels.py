@@ -47,7 +47,7 @@ def make_case(op, variant: str, seed: int, inline: Mapping[str, Any] | None = No
     return Case(f"{op.name}-{variant}-s{seed}", op.name, variant, seed, merged, inline=dict(inline or {}))
 
 
-def poisoned_outputs(op, variant, inputs, params) -> dict[str, Any]:
+def poisoned_outputs(op, variant, inputs, params, device: str = "cuda") -> dict[str, Any]:
     import torch
 
     outs = {}
@@ -59,7 +59,7 @@ def poisoned_outputs(op, variant, inputs, params) -> dict[str, Any]:
             fill = POISON_U8
         else:
             fill = POISON_I32
-        outs[name] = torch.full(shape, fill, dtype=dtype, device="cuda")
+        outs[name] = torch.full(shape, fill, dtype=dtype, device=device)
     return outs
 
 

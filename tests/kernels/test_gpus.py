@@ -87,10 +87,18 @@ def test_every_launch_chooses_as_on_the_gpu_run_as(run_as, value, expect):
     assert get_op("verify_attn").kernel_choice("bf16_paged", inputs, {}) == expect
 
 
-def test_fp32_run_as_a_99k_gpu_is_refused_by_the_choice(run_as):
-    run_as("sm_120")
+@pytest.mark.parametrize("value", ["sm_120", "sm_89", "sm_86", "sm_80"])
+def test_fp32_run_as_a_99k_gpu_or_an_a100_picks_fp32_ffma99(run_as, value):
+    """Issue 28: fp32 had no kernel there ("no verify_attn/fp32 kernel runs on sm_120 with 101376 B")."""
+    run_as(value)
     inputs = {"q": np.zeros((1, 17, 16, 576), np.float32), "kv": np.zeros((1, 2065, 576), np.float32)}
-    with pytest.raises(DeviceError, match="no verify_attn/fp32 kernel runs on sm_120 with 101376 B"):
+    assert get_op("verify_attn").kernel_choice("fp32", inputs, {}) == "fp32_ffma99"
+
+
+def test_fp32_under_ffma99s_shared_memory_is_refused_by_the_choice(run_as):
+    run_as("sm_120:65536")
+    inputs = {"q": np.zeros((1, 17, 16, 576), np.float32), "kv": np.zeros((1, 2065, 576), np.float32)}
+    with pytest.raises(DeviceError, match="no verify_attn/fp32 kernel runs on sm_120 with 65536 B"):
         get_op("verify_attn").kernel_choice("fp32", inputs, {})
 
 
@@ -147,12 +155,15 @@ def test_sm_80_no_longer_builds_the_sm_90_kernels():
     places = {p.kernel: p for p in placements("sm_80")}
     assert not places["fp32_bf16x3"].applicable and not places["bf16_wgmma2"].applicable
     assert places["bf16_mma"].serves == ("verify_attn/bf16_paged",)
+    assert places["fp32_ffma99"].serves == ("verify_attn/fp32",)
+    assert not places["fp32_dmma"].applicable        # mma.m16n8k4.f64 is sm_90 code (and 228,592 B)
 
 
 @pytest.mark.parametrize("arch", ["sm_86", "sm_89", "sm_120", "sm_121"])
-def test_99k_archs_serve_bf16_paged_within_their_shared_memory(arch):
-    served = [p for p in placements(arch) if p.serves == ("verify_attn/bf16_paged",)]
-    assert [p.kernel for p in served] == ["bf16_mma99"]
+@pytest.mark.parametrize("variant,kernel", [("bf16_paged", "bf16_mma99"), ("fp32", "fp32_ffma99")])
+def test_99k_archs_serve_both_variants_within_their_shared_memory(arch, variant, kernel):
+    served = [p for p in placements(arch) if p.serves == (f"verify_attn/{variant}",)]
+    assert [p.kernel for p in served] == [kernel]
     assert served[0].dynamic_shared_bytes + 64 <= SMEM_99K
 
 
@@ -169,6 +180,8 @@ def test_kdtree_build_sm_80_json_lists_serves_and_not_applicable(tmp_path):
     assert modules["bf16_mma"]["serves"] == ["verify_attn/bf16_paged"]
     assert modules["bf16_mma"]["dynamic_shared_bytes"] == 166144 and modules["bf16_mma"]["resources"]
     assert modules["fp32_bf16x3"]["applicable"] is False and "sm_90" in modules["fp32_bf16x3"]["not_applicable"]
+    assert modules["fp32_ffma99"]["serves"] == ["verify_attn/fp32"] and modules["fp32_ffma99"]["resources"]
+    assert all(r["spill_stores"] == 0 for r in modules["fp32_ffma99"]["resources"])
 
 
 def test_records_run_as_another_gpu_say_so_in_bench_and_compare():

@@ -79,7 +79,12 @@ KERNELS = (
     AttnKernel(op="verify_attn", variant="fp32", name="fp32_dmma", role="fallback",
                serves="grids that fp32_bf16x3 cannot spread over 3/4 of the SMs (too few keys to "
                       "split: B=1 H=16 Q=17 P=16), on GPUs with 228,656 B of shared memory a block",
-               rows=34, keys=16, threads=384, smem=228592, min_sm=80),
+               rows=34, keys=16, threads=384, smem=228592, min_sm=90),   # mma m16n8k4 f64: sm_90
+    AttnKernel(op="verify_attn", variant="fp32", name="fp32_ffma99", role="fallback",
+               serves="GPUs where neither fp32 kernel above runs: A100 (sm_80) and 101,376 B of shared "
+                      "memory a block (sm_86, sm_89, sm_120, sm_121); exact fp32 on FFMA at 16-row x 8-key "
+                      "tiles, run on the CPU emulator, not yet on a GPU",
+               rows=16, keys=8, threads=256, smem=79104, min_sm=80, split_min_tiles=8),
     AttnKernel(op="verify_attn", variant="bf16_paged", name="bf16_wgmma2", role="default",
                serves="sm_90 (H100, H200: wgmma is sm_90a code), every shape",
                rows=64, keys=64, threads=256, smem=223768, arch_feature="a", split_min_tiles=2,
@@ -90,7 +95,8 @@ KERNELS = (
                rows=64, keys=32, threads=256, smem=166144, min_sm=80),
     AttnKernel(op="verify_attn", variant="bf16_paged", name="bf16_mma99", role="fallback",
                serves="GPUs where bf16_mma does not fit: 101,376 B of shared memory a block (sm_86, sm_89, "
-                      "sm_120, sm_121); bf16_mma's block at 48-row x 16-key tiles, compile-checked only",
+                      "sm_120, sm_121); bf16_mma's block at 48-row x 16-key tiles, run on the CPU emulator, not "
+                      "yet on a GPU",
                rows=48, keys=16, threads=192, smem=99712, min_sm=80, split_min_tiles=8),
 )
 

@@ -1,0 +1,395 @@
+// CUDA on the CPU, for the tests: enough of the CUDA C++ dialect and of kernels/ptx.cuh's wrappers
+// that a kernel's own source compiles with g++ and runs, one block at a time, each CUDA thread a
+// fiber (ucontext) of one OS thread. Included before the kernel (g++ -include); the Python side
+// (tests/kernels/emulator/__init__.py) turns `__shared__` into `static` and builds the library.
+//
+// What it models, adversarially where the hardware leaves room:
+// - __syncthreads, __syncwarp, named barriers (bar.sync id, count) and shuffles as real barriers:
+//   a fiber runs until it waits; the scheduler runs the others in the order the launch asks
+//   (ascending, descending, or a seeded shuffle), so a kernel whose result depends on the order of
+//   threads between two barriers (a race) gives different bits under different orders. A round in
+//   which no fiber makes progress is a deadlock and fails the launch.
+// - cp.async: a copy lands only when its thread waits for its group (the latest the hardware may
+//   deliver it), so a missing wait reads the poison left in shared memory.
+// - Shared memory is filled with 0xFF bytes (a NaN as fp32, -NaN as bf16) before every block.
+// - ldmatrix and mma.sync m16n8k16 bf16 as warp-collective exchanges with the fragment layouts of
+//   the PTX ISA; the MMA sums its 16 exact products in double and rounds once (the tensor cores
+//   round in their own way: results agree to fp32 rounding, not bit for bit).
+// Not modelled: timing, memory consistency between blocks, the hardware's MMA rounding, __trap's
+// exact effect (here: the launch fails with a message).
+#pragma once
+#include <math.h>
+#include <cstdint>
+#include <cstring>
+#include <cstdio>
+#include <cstdlib>
+#include <ucontext.h>
+#include <algorithm>
+#include <random>
+#include <stdexcept>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
+#define KDTREE_PTX_EMULATED 1
+
+struct dim3_ { unsigned x, y, z; };
+struct __attribute__((aligned(16))) float4 { float x, y, z, w; };
+struct __attribute__((aligned(8))) float2 { float x, y; };
+struct __attribute__((aligned(8))) uint2 { unsigned x, y; };
+struct __attribute__((aligned(16))) uint4 { unsigned x, y, z, w; };
+struct __attribute__((aligned(16))) int4 { int x, y, z, w; };
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+inline float2 make_float2(float x, float y) { return {x, y}; }
+inline uint2 make_uint2(unsigned x, unsigned y) { return {x, y}; }
+inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }
+inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
+inline unsigned max(unsigned a, unsigned b) { return a > b ? a : b; }
+inline long long min(long long a, long long b) { return a < b ? a : b; }
+inline long long max(long long a, long long b) { return a > b ? a : b; }
+
+namespace emu {
+
+struct Copy { void* dst; const void* src; int bytes; };
+
+struct Fiber {
+    ucontext_t ctx;
+    dim3_ tid;
+    int flat = 0;
+    bool done = false;
+    std::vector<Copy> open;                     // cp.async copies since the last commit
+    std::vector<std::vector<Copy>> groups;      // committed groups, oldest first
+};
+
+struct Barrier { int expected = 0, arrived = 0; unsigned gen = 0; };
+
+struct WarpState {
+    Barrier sync;
+    unsigned long long xchg[32];
+    const void* ptr[32];
+    float frag[32][8];
+    unsigned ufrag[32][6];
+};
+
+struct Launch {
+    dim3_ grid{1, 1, 1}, block{1, 1, 1}, bidx{0, 0, 0};
+    unsigned smem = 0;
+    std::vector<Fiber> fibers;
+    Fiber* cur = nullptr;
+    ucontext_t sched;
+    Barrier block_bar;
+    Barrier named[16];
+    std::vector<WarpState> warps;
+    unsigned long long progress = 0;
+    std::string error;
+};
+inline Launch* L = nullptr;
+
+inline void fail(const std::string& why) {
+    if (L->error.empty()) L->error = why;
+    throw std::runtime_error(why);
+}
+
+inline void yield() { swapcontext(&L->cur->ctx, &L->sched); }
+
+inline void arrive_and_wait(Barrier& b, int expected, const char* what) {
+    if (b.arrived == 0) b.expected = expected;
+    else if (b.expected != expected) fail(std::string(what) + ": threads wait with different counts");
+    const unsigned gen = b.gen;
+    ++L->progress;
+    if (++b.arrived == b.expected) {
+        b.arrived = 0;
+        ++b.gen;
+        return;
+    }
+    while (b.gen == gen) yield();
+}
+
+inline int lane() { return L->cur->flat & 31; }
+inline WarpState& warp() { return L->warps[L->cur->flat >> 5]; }
+
+inline void warp_sync(unsigned mask) {
+    if (mask != 0xffffffffu) fail("only full-warp masks are emulated");
+    arrive_and_wait(warp().sync, 32, "__syncwarp");
+}
+
+inline void apply(const Copy& c) {
+    if (c.src) std::memcpy(c.dst, c.src, c.bytes);
+    else std::memset(c.dst, 0, c.bytes);
+}
+
+}  // namespace emu
+
+#define threadIdx (emu::L->cur->tid)
+#define blockIdx (emu::L->bidx)
+#define blockDim (emu::L->block)
+#define gridDim (emu::L->grid)
+
+inline void __syncthreads() {
+    emu::arrive_and_wait(emu::L->block_bar, (int)emu::L->fibers.size(), "__syncthreads");
+}
+inline void __syncwarp(unsigned mask = 0xffffffffu) { emu::warp_sync(mask); }
+[[noreturn]] inline void __trap() { emu::fail("__trap"); throw 0; }
+
+template <typename T>
+inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask) {
+    static_assert(sizeof(T) <= 8, "shuffle of at most 8 bytes");
+    auto& w = emu::warp();
+    unsigned long long bits = 0;
+    std::memcpy(&bits, &v, sizeof(T));
+    w.xchg[emu::lane()] = bits;
+    emu::warp_sync(mask);
+    const unsigned long long got = w.xchg[emu::lane() ^ lane_mask];
+    emu::warp_sync(mask);
+    T r;
+    std::memcpy(&r, &got, sizeof(T));
+    return r;
+}
+template <typename T>
+inline T __shfl_sync(unsigned mask, T v, int src) {
+    auto& w = emu::warp();
+    unsigned long long bits = 0;
+    std::memcpy(&bits, &v, sizeof(T));
+    w.xchg[emu::lane()] = bits;
+    emu::warp_sync(mask);
+    const unsigned long long got = w.xchg[src & 31];
+    emu::warp_sync(mask);
+    T r;
+    std::memcpy(&r, &got, sizeof(T));
+    return r;
+}
+
+inline float __int_as_float(int v) { float f; std::memcpy(&f, &v, 4); return f; }
+inline float __uint_as_float(unsigned v) { float f; std::memcpy(&f, &v, 4); return f; }
+inline int __float_as_int(float f) { int v; std::memcpy(&v, &f, 4); return v; }
+inline unsigned __float_as_uint(float f) { unsigned v; std::memcpy(&v, &f, 4); return v; }
+inline float __fmul_rn(float a, float b) { volatile float r = a * b; return r; }
+inline float __fadd_rn(float a, float b) { volatile float r = a + b; return r; }
+inline float __frcp_rn(float a) { volatile float r = 1.0f / a; return r; }
+inline float __fdividef(float a, float b) { return a / b; }
+
+// -- kernels/ptx.cuh, on the host -----------------------------------------------------------------
+
+typedef unsigned int u32;
+
+inline void cp_async16(void* dst, const void* src, bool valid) {
+    emu::L->cur->open.push_back({dst, valid ? src : nullptr, 16});
+}
+inline void cp_async4(void* dst, const void* src, bool valid) {
+    emu::L->cur->open.push_back({dst, valid ? src : nullptr, 4});
+}
+inline void cp_async_commit() {
+    auto* f = emu::L->cur;
+    f->groups.push_back(std::move(f->open));
+    f->open.clear();
+}
+template <int N>
+inline void cp_async_wait() {
+    auto* f = emu::L->cur;
+    while ((int)f->groups.size() > N) {
+        for (const auto& c : f->groups.front()) emu::apply(c);
+        f->groups.erase(f->groups.begin());
+    }
+}
+
+inline u32 bf16_rn_bits(float x) {               // fp32 -> bf16, round to nearest even (cvt.rn)
+    u32 u = __float_as_uint(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (u >> 16) | 0x40u;   // NaN stays NaN (quiet)
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return u >> 16;
+}
+inline u32 pack_bf16x2(float lo, float hi) { return bf16_rn_bits(lo) | (bf16_rn_bits(hi) << 16); }
+inline float exp2_ftz(float x) {
+    const float y = exp2f(x);
+    return fpclassify(y) == FP_SUBNORMAL ? 0.f : y;
+}
+inline unsigned dynamic_smem_bytes() { return emu::L->smem; }
+
+inline void named_barrier(int id, int count) {
+    if (id <= 0 || id >= 16) emu::fail("named barrier id out of 1..15");
+    emu::arrive_and_wait(emu::L->named[id], count, "bar.sync");
+}
+
+// ldmatrix .x4: lane l gives the address of row l % 8 of matrix l / 8; register i of lane l holds
+// matrix i's row l / 4, columns 2 (l % 4) and 2 (l % 4) + 1 (.trans: the transposed matrix's).
+inline void ldmatrix_exchange(u32 (&r)[4], const void* p, bool trans) {
+    auto& w = emu::warp();
+    const int l = emu::lane();
+    w.ptr[l] = p;
+    emu::warp_sync(0xffffffffu);
+    for (int i = 0; i < 4; ++i) {
+        uint16_t lo, hi;
+        if (!trans) {
+            const uint16_t* row = (const uint16_t*)w.ptr[8 * i + l / 4];
+            lo = row[2 * (l % 4)];
+            hi = row[2 * (l % 4) + 1];
+        } else {
+            lo = ((const uint16_t*)w.ptr[8 * i + 2 * (l % 4)])[l / 4];
+            hi = ((const uint16_t*)w.ptr[8 * i + 2 * (l % 4) + 1])[l / 4];
+        }
+        r[i] = (u32)lo | ((u32)hi << 16);
+    }
+    emu::warp_sync(0xffffffffu);
+}
+inline void ldmatrix_x4(u32 (&r)[4], const void* p) { ldmatrix_exchange(r, p, false); }
+inline void ldmatrix_x4_trans(u32 (&r)[4], const void* p) { ldmatrix_exchange(r, p, true); }
+
+inline float bf16_value(u32 packed, int half) { return __uint_as_float(half ? packed & 0xffff0000u : packed << 16); }
+
+// D (16x8 f32) += A (16x16 bf16, row) B (16x8 bf16, col). Fragments (g = lane / 4, t = lane % 4):
+// A a0 (g, 2t..2t+1), a1 (g+8, 2t..), a2 (g, 2t+8..), a3 (g+8, 2t+8..); B b0 (k 2t..2t+1, n g),
+// b1 (k 2t+8.., n g); C/D c0 (g, 2t), c1 (g, 2t+1), c2 (g+8, 2t), c3 (g+8, 2t+1).
+inline void mma_bf16_16816(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+    auto& w = emu::warp();
+    const int l = emu::lane();
+    for (int i = 0; i < 4; ++i) w.ufrag[l][i] = a[i];
+    w.ufrag[l][4] = b0;
+    w.ufrag[l][5] = b1;
+    emu::warp_sync(0xffffffffu);
+    auto A = [&](int row, int k) {
+        const int t = (k % 8) / 2, reg = (row >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0);
+        return bf16_value(w.ufrag[4 * (row % 8) + t][reg], k & 1);
+    };
+    auto B = [&](int k, int n) {
+        const int t = (k % 8) / 2;
+        return bf16_value(w.ufrag[4 * n + t][4 + (k >= 8 ? 1 : 0)], k & 1);
+    };
+    const int g = l / 4, t = l % 4;
+    float out[4];
+    for (int i = 0; i < 4; ++i) {
+        const int row = g + (i >= 2 ? 8 : 0), col = 2 * t + (i & 1);
+        double s = d[i];
+        for (int k = 0; k < 16; ++k) s += (double)A(row, k) * (double)B(k, col);
+        out[i] = (float)s;
+    }
+    emu::warp_sync(0xffffffffu);
+    for (int i = 0; i < 4; ++i) d[i] = out[i];
+}
+
+inline u32 smem_addr(const void* p) { return (u32)(uintptr_t)p; }
+inline void grid_dep_wait() {}
+inline void grid_dep_launch() {}
+
+// -- the launch ------------------------------------------------------------------------------------
+
+namespace emu {
+
+constexpr size_t STACK_BYTES = 128 * 1024;
+inline void (*fiber_body)(void**) = nullptr;
+inline void** fiber_args = nullptr;
+
+inline void trampoline() {
+    try {
+        fiber_body(fiber_args);
+    } catch (...) {
+        // the message is in L->error; this fiber ends here
+    }
+    for (auto& g : L->cur->groups) for (const auto& c : g) apply(c);
+    L->cur->groups.clear();
+    L->cur->done = true;
+    ++L->progress;
+    swapcontext(&L->cur->ctx, &L->sched);
+}
+
+// Runs body(args) over the grid, one block at a time; `order` 0 runs a block's threads ascending,
+// 1 descending, >= 2 shuffled with that seed. Returns 0, or 1 with the message in `error`.
+inline int launch(void (*body)(void**), void** args, dim3_ grid, dim3_ block, unsigned smem,
+                  unsigned char* dyn_smem, size_t dyn_capacity, int order, char* error, size_t error_size) {
+    Launch launch;
+    L = &launch;
+    launch.grid = grid;
+    launch.block = block;
+    launch.smem = smem;
+    const int n = (int)(block.x * block.y * block.z);
+    if (smem > dyn_capacity) {
+        std::snprintf(error, error_size, "dynamic shared memory %u B exceeds the emulator's %zu B", smem, dyn_capacity);
+        L = nullptr;
+        return 1;
+    }
+    std::unique_ptr<char[]> stacks(new char[STACK_BYTES * n]);
+    std::mt19937 rng(order);
+    std::vector<int> schedule(n);
+    fiber_body = body;
+    fiber_args = args;
+    for (unsigned bz = 0; bz < grid.z; ++bz)
+    for (unsigned by = 0; by < grid.y; ++by)
+    for (unsigned bx = 0; bx < grid.x; ++bx) {
+        launch.bidx = {bx, by, bz};
+        std::memset(dyn_smem, 0xff, smem);
+        launch.fibers.assign(n, Fiber{});
+        launch.warps.assign((n + 31) / 32, WarpState{});
+        launch.block_bar = Barrier{};
+        for (auto& b : launch.named) b = Barrier{};
+        for (int i = 0; i < n; ++i) {
+            Fiber& f = launch.fibers[i];
+            f.flat = i;
+            f.tid = {(unsigned)(i % block.x), (unsigned)((i / block.x) % block.y), (unsigned)(i / (block.x * block.y))};
+            getcontext(&f.ctx);
+            f.ctx.uc_stack.ss_sp = stacks.get() + STACK_BYTES * i;
+            f.ctx.uc_stack.ss_size = STACK_BYTES;
+            f.ctx.uc_link = nullptr;
+            makecontext(&f.ctx, (void (*)())trampoline, 0);
+        }
+        for (int i = 0; i < n; ++i) schedule[i] = order == 1 ? n - 1 - i : i;
+        if (order >= 2) std::shuffle(schedule.begin(), schedule.end(), rng);
+        int live = n;
+        while (live > 0 && launch.error.empty()) {
+            const unsigned long long before = launch.progress;
+            for (int i : schedule) {
+                Fiber& f = launch.fibers[i];
+                if (f.done) continue;
+                launch.cur = &f;
+                swapcontext(&launch.sched, &f.ctx);
+                if (f.done) --live;
+                if (!launch.error.empty()) break;
+            }
+            if (live > 0 && launch.progress == before && launch.error.empty())
+                launch.error = "deadlock: every live thread waits at a barrier the others never reach";
+        }
+        if (!launch.error.empty()) {
+            std::snprintf(error, error_size, "block (%u, %u, %u): %s", bx, by, bz, launch.error.c_str());
+            L = nullptr;
+            return 1;
+        }
+    }
+    L = nullptr;
+    return 0;
+}
+
+template <typename... A>
+constexpr size_t arity(void (*)(A...)) { return sizeof...(A); }
+
+// Calls f with its parameters read from args[i], each a pointer to the value (as cuLaunchKernel
+// takes them).
+template <typename... A, size_t... I>
+inline void call_with(void (*f)(A...), void** args, std::index_sequence<I...>) {
+    f(*static_cast<std::remove_cv_t<std::remove_reference_t<A>>*>(args[I])...);
+}
+
+}  // namespace emu
+
+// The block's dynamic shared memory: the Python side rewrites `extern __shared__ T name[];` as
+// `T* const name = (T*)emu_dynamic_smem;`.
+#define EMU_SMEM_CAPACITY 232448
+inline unsigned char emu_dynamic_smem[EMU_SMEM_CAPACITY] __attribute__((aligned(128)));
+
+// One exported launcher per kernel entry: emu_<entry>(args, grid, block, smem, order, error, size).
+#define EMU_EXPORT(entry)                                                                              \
+    extern "C" int emu_##entry(void** args, unsigned gx, unsigned gy, unsigned gz, unsigned bx,         \
+                               unsigned by, unsigned bz, unsigned smem, int order, char* error,        \
+                               unsigned error_size) {                                                  \
+        void (*body)(void**) = [](void** a) {                                                          \
+            emu::call_with(&entry, a, std::make_index_sequence<emu::arity(&entry)>{});                 \
+        };                                                                                             \
+        return emu::launch(body, args, {gx, gy, gz}, {bx, by, bz}, smem, emu_dynamic_smem,             \
+                           EMU_SMEM_CAPACITY, order, error, error_size);                               \
+    }

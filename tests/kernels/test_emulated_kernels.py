@@ -1,0 +1,119 @@
+"""The kernels no GPU of ours has run where they serve, run on the CPU: fp32_ffma99 (A100, the 99 KB
+GPUs), bf16_mma99 (the 99 KB GPUs) and bf16_mma (A100, B200), each from its own source on the
+emulator of tests/kernels/emulator/, launched by the op's own run_cuda (kernel choice, grid, split
+count, merge) as on the GPU it serves, on fresh random inputs with poisoned outputs, against the
+float64 reference with the GPU tests' checks (tests/kernels/test_cuda_kernels.py: fp32 within its
+tolerance, bf16 within a few ulps plus the bound of P's rounding). Every case runs in three thread
+orders and must give the same bits in each: a race between two barriers would not.
+
+Then the emulator itself must be able to fail: a kernel with a wait, a barrier or a thread's share of
+the work taken out fails these checks, and a barrier only some threads reach is a deadlock."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kdtr.dtypes import to_numpy, to_torch
+
+from .emulator import EMULATED_KERNELS, KERNELS_DIR, compiler, emulated
+from .test_cuda_kernels import FRESH_SEED, VERIFY_ATTN, check_attn, generated, poisoned_outputs
+
+pytestmark = pytest.mark.skipif(compiler() is None, reason="no g++ to build the CPU emulator with")
+
+RTX_PRO_6000 = (120, 188, 101376)         # (arch, SMs, shared memory a block): the launch picks as there
+A100 = (80, 108, 166912)
+KERNEL_GPUS = {"fp32_ffma99": ("fp32", [RTX_PRO_6000, A100]), "bf16_mma99": ("bf16_paged", [RTX_PRO_6000]),
+               "bf16_mma": ("bf16_paged", [A100])}
+ORDERS = (0, 1, 7)                        # threads ascending, descending, shuffled (seed 7)
+CASES = [
+    dict(batch=2, heads=5, prefix=0, budget=4),                              # no prefix; rows % 16 != 0
+    dict(batch=1, heads=16, prefix=37, budget=32, sharpness=0.2),            # bushy tree, odd prefix
+    dict(batch=3, heads=8, prefix=300, budget=8, prefix_mode="mixed"),       # TP8 heads, mixed prefixes
+    dict(batch=2, heads=16, prefix=130, budget=3, tree="chain"),             # an MTP chain
+]
+
+
+def test_the_emulated_kernels_are_the_ones_the_table_says():
+    assert set(EMULATED_KERNELS) == set(KERNEL_GPUS)
+
+
+def run(kernel, variant, gen, gpu, order=0, splits=None, kernels_dir=KERNELS_DIR, choose=False):
+    """One launch through run_cuda on the emulated GPU; the outputs as numpy."""
+    inputs = {name: to_torch(a, "cpu") for name, a in gen.inputs.items()}
+    outputs = poisoned_outputs(VERIFY_ATTN, variant, gen.inputs, gen.params, device="cpu")
+    with emulated(*gpu, order=order, kernels_dir=kernels_dir) as emu:
+        VERIFY_ATTN.run_cuda(variant, inputs, gen.params, outputs, kernel=None if choose else kernel, splits=splits)
+    assert emu.launches and emu.launches[0][0] == f"verify_attn_{kernel}", emu.launches
+    return {name: to_numpy(t) for name, t in outputs.items()}
+
+
+@pytest.mark.parametrize("params", CASES, ids=lambda p: "_".join(f"{k}{v}" for k, v in p.items()))
+@pytest.mark.parametrize("kernel", sorted(KERNEL_GPUS))
+def test_the_kernel_the_gpu_picks_matches_the_reference_in_every_thread_order(kernel, params):
+    variant, gpus = KERNEL_GPUS[kernel]
+    extra = {"slots": "pages64"} if variant == "bf16_paged" and params.get("tree") == "chain" else {}
+    gen = generated(VERIFY_ATTN, variant, FRESH_SEED, **params, **extra)
+    want = VERIFY_ATTN.reference(variant, gen.inputs, gen.params)
+    for gpu in gpus:
+        runs = [run(kernel, variant, gen, gpu, order=order, choose=True) for order in ORDERS]
+        check_attn(variant, f"{kernel} emulated as sm_{gpu[0]} {params} seed {FRESH_SEED}", runs[0], want,
+                   gen.inputs, gen.params)
+        for order, other in zip(ORDERS[1:], runs[1:]):
+            for name in want:
+                np.testing.assert_array_equal(other[name].view(np.uint8), runs[0][name].view(np.uint8),
+                                              err_msg=f"{kernel}: {name} differs with thread order {order}")
+
+
+@pytest.mark.parametrize("splits", [1, 3, 7])
+@pytest.mark.parametrize("kernel", sorted(KERNEL_GPUS))
+def test_forced_splits_and_the_merge(kernel, splits):
+    """A long mixed prefix with the split count forced: one split (a long pipeline, out written by the
+    block) and several (partials, then the merge kernel)."""
+    variant, gpus = KERNEL_GPUS[kernel]
+    gen = generated(VERIFY_ATTN, variant, FRESH_SEED, batch=2, heads=5, prefix=700, budget=12, prefix_mode="mixed")
+    want = VERIFY_ATTN.reference(variant, gen.inputs, gen.params)
+    got = run(kernel, variant, gen, gpus[0], splits=splits)
+    check_attn(variant, f"{kernel} emulated, splits {splits}, seed {FRESH_SEED}", got, want, gen.inputs, gen.params)
+
+
+# -- the emulator can fail ----------------------------------------------------------------------------
+
+FFMA99 = "verify_attn_fp32_ffma99.cu"
+MUTANTS = {
+    # the tile's copy is never waited for: its shared memory still holds the poison
+    "no cp.async wait": ("        cp_async_wait<0>();                                      // tile `it` (and Q) landed\n", ""),
+    # the softmax reads the score partials before every warp wrote them
+    "no barrier before the softmax": ("        __syncthreads();\n\n        if (tid < FF_ROWS * FF_KEYS) {", "\n        if (tid < FF_ROWS * FF_KEYS) {"),
+    # one warp's slice of the dot products left out
+    "a slice dropped": ("for (int w = 0; w < FF_WARPS; ++w) dot +=", "for (int w = 1; w < FF_WARPS; ++w) dot +="),
+}
+
+
+def mutated_kernels(tmp_path, old, new):
+    for f in list(KERNELS_DIR.glob("*.cu")) + list(KERNELS_DIR.glob("*.cuh")):
+        text = f.read_text()
+        if f.name == FFMA99:
+            assert text.count(old) == 1, old
+            text = text.replace(old, new)
+        (tmp_path / f.name).write_text(text)
+    return tmp_path
+
+
+@pytest.mark.parametrize("mutant", sorted(MUTANTS))
+def test_a_broken_kernel_fails_on_the_emulator(tmp_path, mutant):
+    gen = generated(VERIFY_ATTN, "fp32", 11, batch=2, heads=5, prefix=100, budget=8)
+    want = VERIFY_ATTN.reference("fp32", gen.inputs, gen.params)
+    kernels_dir = mutated_kernels(tmp_path, *MUTANTS[mutant])
+    runs = [run("fp32_ffma99", "fp32", gen, RTX_PRO_6000, order=o, kernels_dir=kernels_dir) for o in ORDERS]
+    with pytest.raises(AssertionError):
+        for got in runs:
+            check_attn("fp32", mutant, got, want, gen.inputs, gen.params)
+
+
+def test_a_barrier_only_some_threads_reach_is_a_deadlock(tmp_path):
+    end = "            ws_l[(size_t)z * rows_total + grow] = l;\n        }\n    }\n}\n"
+    kernels_dir = mutated_kernels(tmp_path, end, end[:-2] + "    if (tid < 128) __syncthreads();\n}\n")
+    gen = generated(VERIFY_ATTN, "fp32", 11, batch=1, heads=5, prefix=10, budget=4)
+    with pytest.raises(RuntimeError, match="deadlock"):
+        run("fp32_ffma99", "fp32", gen, RTX_PRO_6000, kernels_dir=kernels_dir)
