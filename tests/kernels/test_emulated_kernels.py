@@ -1,10 +1,12 @@
-"""The kernels no GPU of ours has run where they serve, run on the CPU: fp32_ffma99 (A100, the 99 KB
-GPUs), bf16_mma99 (the 99 KB GPUs) and bf16_mma (A100, B200), each from its own source on the
-emulator of tests/kernels/emulator/, launched by the op's own run_cuda (kernel choice, grid, split
-count, merge) as on the GPU it serves, on fresh random inputs with poisoned outputs, against the
-float64 reference with the GPU tests' checks (tests/kernels/test_cuda_kernels.py: fp32 within its
-tolerance, bf16 within a few ulps plus the bound of P's rounding). Every case runs in three thread
-orders and must give the same bits in each: a race between two barriers would not.
+"""Our kernels where no GPU of ours has run them, run on the CPU: fp32_ffma99 (A100, the 99 KB GPUs),
+bf16_mma99 (the 99 KB GPUs), bf16_mma (A100, B200), and tree_build's and tree_accept's kernels as
+a 99 KB GPU picks them, each from its own source on the emulator of tests/kernels/emulator/,
+launched by the op's own run_cuda (kernel choice, grid, split count, merge, shape-sized shared
+memory) as on the GPU it serves, on fresh random inputs with poisoned outputs, against the
+reference with the GPU tests' checks (tests/kernels/test_cuda_kernels.py: fp32 within its
+tolerance, bf16 within a few ulps plus the bound of P's rounding, the tree ops bit for bit). Every
+case runs in three thread orders and must give the same bits in each: a race between two barriers
+would not.
 
 Then the emulator itself must be able to fail: a kernel with a wait, a barrier or a thread's share of
 the work taken out fails these checks, and a barrier only some threads reach is a deadlock."""
@@ -17,7 +19,8 @@ import pytest
 from kdtr.dtypes import to_numpy, to_torch
 
 from .emulator import EMULATED_KERNELS, KERNELS_DIR, compiler, emulated
-from .test_cuda_kernels import FRESH_SEED, VERIFY_ATTN, check_attn, generated, poisoned_outputs
+from .test_cuda_kernels import (FRESH_SEED, TREE_ACCEPT, TREE_BUILD, VERIFY_ATTN, assert_bit_exact, check_attn,
+                                generated, poisoned_outputs)
 
 pytestmark = pytest.mark.skipif(compiler() is None, reason="no g++ to build the CPU emulator with")
 
@@ -34,18 +37,34 @@ CASES = [
 ]
 
 
+TREE_KERNELS = {"sorted": dict(batch=9, depth=15, vocab=128, budget=64),           # the production shape
+                "warp": dict(batch=2, depth=32, vocab=600, topk=512, budget=512),  # sorted's table > 99 KB
+                "smem": dict(batch=2, depth=12, vocab=300, budget=600, quantize=0.5)}   # > 512: ties too
+ACCEPT_CASES = [dict(batch=9, budget=40, depth=10, mode="partial"), dict(batch=7, budget=255, depth=20, vocab=300,
+                mode="full"), dict(batch=3, budget=300, depth=20, vocab=300, mode="full")]   # Q > 256: shared walk
+
+
 def test_the_emulated_kernels_are_the_ones_the_table_says():
-    assert set(EMULATED_KERNELS) == set(KERNEL_GPUS)
+    assert set(EMULATED_KERNELS) == set(KERNEL_GPUS) | set(TREE_KERNELS) | {"walk"}
 
 
-def run(kernel, variant, gen, gpu, order=0, splits=None, kernels_dir=KERNELS_DIR, choose=False):
-    """One launch through run_cuda on the emulated GPU; the outputs as numpy."""
+def run(kernel, variant, gen, gpu, order=0, splits=None, kernels_dir=KERNELS_DIR, choose=False, op=VERIFY_ATTN):
+    """One launch through run_cuda on the emulated GPU (with the choice the launch makes there, or
+    `kernel` forced); the outputs as numpy."""
     inputs = {name: to_torch(a, "cpu") for name, a in gen.inputs.items()}
-    outputs = poisoned_outputs(VERIFY_ATTN, variant, gen.inputs, gen.params, device="cpu")
+    outputs = poisoned_outputs(op, variant, gen.inputs, gen.params, device="cpu")
+    forced = {} if choose else {"kernel": kernel}
     with emulated(*gpu, order=order, kernels_dir=kernels_dir) as emu:
-        VERIFY_ATTN.run_cuda(variant, inputs, gen.params, outputs, kernel=None if choose else kernel, splits=splits)
-    assert emu.launches and emu.launches[0][0] == f"verify_attn_{kernel}", emu.launches
+        op.run_cuda(variant, inputs, gen.params, outputs, **forced, **({"splits": splits} if splits else {}))
+    assert emu.launches and emu.launches[0][0] == f"{op.name}_{kernel}", emu.launches
     return {name: to_numpy(t) for name, t in outputs.items()}
+
+
+def same_bits_in_every_order(kernel, runs):
+    for order, other in zip(ORDERS[1:], runs[1:]):
+        for name in runs[0]:
+            np.testing.assert_array_equal(other[name].view(np.uint8), runs[0][name].view(np.uint8),
+                                          err_msg=f"{kernel}: {name} differs with thread order {order}")
 
 
 @pytest.mark.parametrize("params", CASES, ids=lambda p: "_".join(f"{k}{v}" for k, v in p.items()))
@@ -59,10 +78,7 @@ def test_the_kernel_the_gpu_picks_matches_the_reference_in_every_thread_order(ke
         runs = [run(kernel, variant, gen, gpu, order=order, choose=True) for order in ORDERS]
         check_attn(variant, f"{kernel} emulated as sm_{gpu[0]} {params} seed {FRESH_SEED}", runs[0], want,
                    gen.inputs, gen.params)
-        for order, other in zip(ORDERS[1:], runs[1:]):
-            for name in want:
-                np.testing.assert_array_equal(other[name].view(np.uint8), runs[0][name].view(np.uint8),
-                                              err_msg=f"{kernel}: {name} differs with thread order {order}")
+        same_bits_in_every_order(kernel, runs)
 
 
 @pytest.mark.parametrize("splits", [1, 3, 7])
@@ -75,6 +91,24 @@ def test_forced_splits_and_the_merge(kernel, splits):
     want = VERIFY_ATTN.reference(variant, gen.inputs, gen.params)
     got = run(kernel, variant, gen, gpus[0], splits=splits)
     check_attn(variant, f"{kernel} emulated, splits {splits}, seed {FRESH_SEED}", got, want, gen.inputs, gen.params)
+
+
+@pytest.mark.parametrize("kernel", sorted(TREE_KERNELS))
+def test_tree_build_as_a_99k_gpu_picks_it_is_bit_exact_in_every_thread_order(kernel):
+    gen = generated(TREE_BUILD, "default", FRESH_SEED, **TREE_KERNELS[kernel])
+    runs = [run(kernel, "default", gen, RTX_PRO_6000, order=o, choose=True, op=TREE_BUILD) for o in ORDERS]
+    assert_bit_exact(f"tree_build [{kernel}] emulated, seed {FRESH_SEED}", runs[0],
+                     TREE_BUILD.reference("default", gen.inputs, gen.params))
+    same_bits_in_every_order(kernel, runs)
+
+
+@pytest.mark.parametrize("params", ACCEPT_CASES, ids=lambda p: "_".join(f"{k}{v}" for k, v in p.items()))
+def test_tree_accept_walk_is_bit_exact_in_every_thread_order(params):
+    gen = generated(TREE_ACCEPT, "default", FRESH_SEED, **params)
+    runs = [run("walk", "default", gen, RTX_PRO_6000, order=o, choose=True, op=TREE_ACCEPT) for o in ORDERS]
+    assert_bit_exact(f"tree_accept emulated {params}, seed {FRESH_SEED}", runs[0],
+                     TREE_ACCEPT.reference("default", gen.inputs, gen.params))
+    same_bits_in_every_order("walk", runs)
 
 
 # -- the emulator can fail ----------------------------------------------------------------------------

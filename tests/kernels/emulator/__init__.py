@@ -30,7 +30,7 @@ KERNELS_DIR = Path(__file__).resolve().parents[3] / "kernels"
 HEADER = Path(__file__).with_name("host_cuda.h")
 # The kernels tests/kernels/test_emulated_kernels.py runs here against the float64 reference (the
 # "emulated" cells of kernels/README.md's GPU table)
-EMULATED_KERNELS = ("fp32_ffma99", "bf16_mma", "bf16_mma99")
+EMULATED_KERNELS = ("fp32_ffma99", "bf16_mma", "bf16_mma99", "sorted", "warp", "smem", "walk")
 ENTRY_RE = re.compile(r'extern "C" __global__ void(?:\s+__launch_bounds__\((?:[^()]|\([^()]*\))*\))?\s+(\w+)\(')
 MACRO_ENTRY_RE = re.compile(r"^ATTN_MERGE(?:_BATCHED)?_ENTRY\((\w+),", re.M)
 DYNAMIC_SHARED_RE = re.compile(r"extern\s+__shared__\s+(?:__align__\(\d+\)\s+)?(\w+)\s+(\w+)\[\];")

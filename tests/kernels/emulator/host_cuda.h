@@ -50,6 +50,10 @@ struct __attribute__((aligned(16))) int4 { int x, y, z, w; };
 inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 inline float2 make_float2(float x, float y) { return {x, y}; }
 inline uint2 make_uint2(unsigned x, unsigned y) { return {x, y}; }
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
+inline int4 make_int4(int x, int y, int z, int w) { return {x, y, z, w}; }
+struct __attribute__((aligned(8))) int2 { int x, y; };
+inline int2 make_int2(int x, int y) { return {x, y}; }
 inline int min(int a, int b) { return a < b ? a : b; }
 inline int max(int a, int b) { return a > b ? a : b; }
 inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
@@ -167,6 +171,77 @@ inline T __shfl_sync(unsigned mask, T v, int src) {
     std::memcpy(&r, &got, sizeof(T));
     return r;
 }
+
+template <typename T>
+inline T __shfl_up_sync(unsigned mask, T v, unsigned delta) {
+    const int l = emu::lane();
+    const T got = __shfl_sync(mask, v, l >= (int)delta ? l - (int)delta : l);
+    return got;
+}
+template <typename T>
+inline T __shfl_down_sync(unsigned mask, T v, unsigned delta) {
+    const int l = emu::lane();
+    return __shfl_sync(mask, v, l + (int)delta < 32 ? l + (int)delta : l);
+}
+
+namespace emu {
+// Every lane's value of v (a warp-collective exchange, as the vote and reduce instructions are).
+template <typename T>
+inline void gather(unsigned mask, T v, T (&all)[32]) {
+    auto& w = warp();
+    unsigned long long bits = 0;
+    std::memcpy(&bits, &v, sizeof(T));
+    w.xchg[lane()] = bits;
+    warp_sync(mask);
+    for (int i = 0; i < 32; ++i) std::memcpy(&all[i], &w.xchg[i], sizeof(T));
+    warp_sync(mask);
+}
+}  // namespace emu
+
+inline unsigned __ballot_sync(unsigned mask, int pred) {
+    int all[32];
+    emu::gather(mask, pred ? 1 : 0, all);
+    unsigned r = 0;
+    for (int i = 0; i < 32; ++i) r |= (unsigned)(all[i] != 0) << i;
+    return r;
+}
+inline int __any_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) != 0; }
+inline int __all_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) == 0xffffffffu; }
+inline unsigned __reduce_max_sync(unsigned mask, unsigned v) {
+    unsigned all[32];
+    emu::gather(mask, v, all);
+    return *std::max_element(all, all + 32);
+}
+inline unsigned __reduce_min_sync(unsigned mask, unsigned v) {
+    unsigned all[32];
+    emu::gather(mask, v, all);
+    return *std::min_element(all, all + 32);
+}
+inline int __reduce_max_sync(unsigned mask, int v) {
+    int all[32];
+    emu::gather(mask, v, all);
+    return *std::max_element(all, all + 32);
+}
+inline int __reduce_min_sync(unsigned mask, int v) {
+    int all[32];
+    emu::gather(mask, v, all);
+    return *std::min_element(all, all + 32);
+}
+inline int __popc(unsigned v) { return __builtin_popcount(v); }
+inline int __popcll(unsigned long long v) { return __builtin_popcountll(v); }
+inline int __ffs(int v) { return __builtin_ffs(v); }
+inline int __ffsll(long long v) { return __builtin_ffsll(v); }
+inline int __clz(int v) { return v == 0 ? 32 : __builtin_clz((unsigned)v); }
+inline int __clzll(long long v) { return v == 0 ? 64 : __builtin_clzll((unsigned long long)v); }
+inline long long __double_as_longlong(double d) { long long v; std::memcpy(&v, &d, 8); return v; }
+inline double __longlong_as_double(long long v) { double d; std::memcpy(&d, &v, 8); return d; }
+inline int __double2hiint(double d) { return (int)(__double_as_longlong(d) >> 32); }
+inline int __double2loint(double d) { return (int)(unsigned)__double_as_longlong(d); }
+inline double __hiloint2double(int hi, int lo) {
+    return __longlong_as_double((long long)(((unsigned long long)(unsigned)hi << 32) | (unsigned)lo));
+}
+template <typename T>
+inline T __ldg(const T* p) { return *p; }
 
 inline float __int_as_float(int v) { float f; std::memcpy(&f, &v, 4); return f; }
 inline float __uint_as_float(unsigned v) { float f; std::memcpy(&f, &v, 4); return f; }
