@@ -358,6 +358,11 @@ class Op:
         out_bytes = sum(NUMPY_DTYPES[d].itemsize * int(np.prod(s)) for d, s in specs.values())
         return Cost(flops=0.0, bytes=float(sum(a.nbytes for a in inputs.values()) + out_bytes))
 
+    def case_cost(self, case: Case) -> Cost | None:
+        """`cost` of the inputs `generate(case)` would draw, priced from the case's shapes alone
+        (the roofline's large cases hold GBs of K/V); None where the op gives no such form."""
+        return None
+
     # -- bench ----------------------------------------------------------------------------
     def baselines(self, variant: str, inputs: Mapping[str, np.ndarray],
                   params: Mapping[str, Any]) -> tuple["Implementation", ...]:

@@ -1,5 +1,5 @@
 """Tests of `kdtree bench`: the timing engine with fake clocks and a fake CUDA, records, compare, telemetry, ceilings
-across GPUs and the HTML report (the fakes themselves are in tests/bench/fakes.py)."""
+across GPUs, the roofline's floors and the HTML report (the fakes themselves are in tests/bench/fakes.py)."""
 
 from __future__ import annotations
 

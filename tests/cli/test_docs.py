@@ -1,6 +1,7 @@
 """docs/ is the contract inside the repository: its links resolve, nothing cites the old design
-folder outside it, its PyTorch snippet computes the reference's numbers, and the README's results
-table is what scripts/readme-results.py prints from results/."""
+folder outside it, its PyTorch snippet computes the reference's numbers, the README's results
+table is what scripts/readme-results.py prints from results/, and docs/measuring.md's roofline
+table is what scripts/roofline.py prints from the bench suites and kdtr/gpus.py."""
 
 from __future__ import annotations
 
@@ -114,10 +115,12 @@ def test_the_readme_is_short():
     assert len((REPO_ROOT / "README.md").read_bytes()) <= 10_000
 
 
-def test_the_readme_results_table_is_the_scripts_output():
-    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
-    block = re.search(r"^<!-- results:begin[^\n]*-->\n(.*?)^<!-- results:end -->$", readme, flags=re.M | re.S)
-    assert block, "README.md has no results:begin / results:end block"
-    printed = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "readme-results.py")],
+@pytest.mark.parametrize("page,marker,script", [("README.md", "results", "readme-results.py"),
+                                                 ("docs/measuring.md", "roofline", "roofline.py")])
+def test_a_generated_block_is_its_scripts_output(page, marker, script):
+    text = (REPO_ROOT / page).read_text(encoding="utf-8")
+    block = re.search(rf"^<!-- {marker}:begin[^\n]*-->\n(.*?)^<!-- {marker}:end -->$", text, flags=re.M | re.S)
+    assert block, f"{page} has no {marker}:begin / {marker}:end block"
+    printed = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / script)],
                              capture_output=True, text=True, check=True).stdout
-    assert block.group(1) == printed, "run scripts/readme-results.py and paste its output into README.md"
+    assert block.group(1) == printed, f"run scripts/{script} and paste its output into {page}"

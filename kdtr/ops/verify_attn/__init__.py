@@ -94,9 +94,11 @@ class VerifyAttn(Op):
         return TREE_BUILD.real_trees(case.name, case.seed, batch=p["batch"], depth=p["depth"],
                                      budget=p["budget"], vocab=max(p["budget"], 32), sharpness=p["sharpness"])
 
-    def generate(self, case: Case) -> Generated:
+    def _draw_requests(self, case: Case) -> tuple[np.random.Generator, np.ndarray, np.ndarray]:
+        """What `generate` draws before q and the K/V: the prefix lengths [B] (i32) and tree masks
+        [B, Q, Q] (u8), with the random stream positioned where the K/V draw starts."""
         p = case.params
-        batch, heads, budget = p["batch"], p["heads"], p["budget"]
+        batch, budget = p["batch"], p["budget"]
         rng = rng_for(case.seed, 2)
         if p["tree"] == "chain":
             visibility = chain_visibility(batch, budget + 1)
@@ -108,6 +110,12 @@ class VerifyAttn(Op):
         prefix_len = np.full(batch, p["prefix"], np.int32)
         if p["prefix_mode"] == "mixed" and batch > 1:
             prefix_len[1:] = rng.integers(0, p["prefix"] + 1, size=batch - 1)
+        return rng, prefix_len, visibility
+
+    def generate(self, case: Case) -> Generated:
+        p = case.params
+        batch, heads, budget = p["batch"], p["heads"], p["budget"]
+        rng, prefix_len, visibility = self._draw_requests(case)
         params = {"sm_scale": p["sm_scale"], "batch": batch, "heads": heads, "prefix": p["prefix"],
                   "budget": budget, "prefix_mode": p["prefix_mode"]}
         scale = np.float32(p["scale"])
@@ -211,6 +219,21 @@ class VerifyAttn(Op):
         out_bytes = sum(NUMPY_DTYPES[d].itemsize * int(np.prod(s))
                         for d, s in self.output_specs(variant, inputs, params).values())
         moved = inputs["q"].nbytes + kv_rows * ROW * itemsize + mask_bytes + out_bytes
+        return Cost(flops=float(visible_keys * FLOP_PER_KEY), bytes=float(moved))
+
+    def case_cost(self, case):
+        """`cost` from the prefix lengths and tree masks alone (no q, no K/V): request b's H·Q rows
+        see its P_b keys and the tree nodes its mask shows them; it moves q, its P_b + Q KV rows,
+        its Q×Q mask, and out and lse (f32 in both layouts)."""
+        _, prefix_len, visibility = self._draw_requests(case)
+        layout = LAYOUTS[case.variant]
+        batch, q_len = visibility.shape[:2]
+        heads, prefixes = case.params["heads"], int(prefix_len.astype(np.int64).sum())
+        query_rows = batch * q_len * heads
+        visible_keys = heads * (q_len * prefixes + int(visibility.astype(bool).sum()))
+        itemsize = NUMPY_DTYPES[layout.input_specs["q"]].itemsize
+        out_bytes = query_rows * (LATENT * NUMPY_DTYPES[layout.out_dtype].itemsize + 4)
+        moved = (query_rows + prefixes + batch * q_len) * ROW * itemsize + visibility.size + out_bytes
         return Cost(flops=float(visible_keys * FLOP_PER_KEY), bytes=float(moved))
 
     # -- bench ----------------------------------------------------------------------------
