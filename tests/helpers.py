@@ -1,4 +1,4 @@
-"""What many test files share: the CLI in-process, small suites and their goldens, a perturbed bundle."""
+"""What many test files share: the CLI in-process and in a real process, small suites, goldens, a perturbed bundle."""
 
 from __future__ import annotations
 
@@ -73,8 +73,23 @@ def install_plugin(tmp_path, monkeypatch, value, name="myimpl", body=""):
     resolved.cache_clear()          # specs resolve once per process: this one is new
 
 
-def run_kdtree(*args, cwd):
-    """`python -m cli ARGS` in a real process (its exit code and streams are the point)."""
-    env = dict(os.environ, NO_COLOR="1", PYTHONPATH=str(REPO_ROOT))
-    return subprocess.run([sys.executable, "-m", "cli", *map(str, args)], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300)
+def kdtree_command(*args) -> list[str | bytes]:
+    """The argv that starts this checkout's kdtree in a child process: `python -m cli ARGS`
+    (bytes stay bytes: a file name that is not UTF-8 reaches the child as it is)."""
+    return [sys.executable, "-m", "cli", *(a if isinstance(a, bytes) else str(a) for a in args)]
+
+
+def kdtree_env(*unset: str, **extra: str) -> dict[str, str]:
+    """This process's environment for a kdtree child: no colour and this checkout importable,
+    without the variables named in `unset`, with those in `extra` set."""
+    env = {name: value for name, value in os.environ.items() if name not in unset}
+    env.update(NO_COLOR="1", PYTHONPATH=str(REPO_ROOT), **extra)
+    return env
+
+
+def run_kdtree(*args, cwd, env: dict[str, str] | None = None, timeout: float = 300,
+               preexec_fn=None) -> subprocess.CompletedProcess:
+    """`python -m cli ARGS` in a real process (its exit code and streams are the point), under
+    kdtree_env() unless `env` is given; `preexec_fn` runs in the child before it starts."""
+    return subprocess.run(kdtree_command(*args), cwd=cwd, env=kdtree_env() if env is None else env,
+                          capture_output=True, text=True, timeout=timeout, preexec_fn=preexec_fn)

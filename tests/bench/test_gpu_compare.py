@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 from typer.testing import CliRunner
@@ -23,6 +20,7 @@ from kdtr.gpu_identity import gpu_meta, record_gpu
 from kdtr.bench import BenchRecord
 from kdtr.report import check_shards, record_meta
 from tests.bench.fakes import H200, h200, other_gpu
+from tests.helpers import kdtree_env, run_kdtree
 
 def host_run(data: dict) -> dict:
     """An older-format CPU record: no meta.gpu, no device, no ceilings, host-timed rows."""
@@ -86,8 +84,8 @@ def test_a_host_timed_record_is_refused():
 
 
 def kdtree(*args):
-    return subprocess.run([sys.executable, "-m", "cli", *map(str, args)], cwd=REPO_ROOT, capture_output=True,
-                          text=True, env=dict(os.environ, NO_COLOR="1", PYTHONPATH=str(REPO_ROOT), COLUMNS="250"))
+    """kdtree in a real process, 250 columns wide: rich wraps none of the lines these tests read."""
+    return run_kdtree(*args, cwd=REPO_ROOT, env=kdtree_env(COLUMNS="250"))
 
 
 def test_compare_gpus_on_the_command_line(tmp_path):

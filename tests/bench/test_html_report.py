@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +14,7 @@ import pytest
 from kdtr.config import REPO_ROOT
 from kdtr.errors import UsageError
 from kdtr.html_report import load_records, write_html_report
+from tests.helpers import run_kdtree
 
 BENCH = REPO_ROOT / "results" / "bench.json"
 VERIFY = REPO_ROOT / "results" / "verify-cuda.json"
@@ -125,8 +124,7 @@ def test_chromium_renders_the_report_without_errors(tmp_path):
 
 def test_html_from_the_command_line(tmp_path):
     out = tmp_path / "r.html"
-    run = subprocess.run([sys.executable, "-m", "cli", "report", str(BENCH), "--html", str(out)], cwd=REPO_ROOT,
-                         capture_output=True, text=True, env=dict(os.environ, NO_COLOR="1", PYTHONPATH=str(REPO_ROOT)))
+    run = run_kdtree("report", BENCH, "--html", out, cwd=REPO_ROOT)
     assert run.returncode == 0 and run.stdout == "" and "html:" in run.stderr
     assert out.read_text().startswith("<!DOCTYPE html>")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.html"]

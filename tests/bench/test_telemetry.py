@@ -4,8 +4,6 @@ timing methods, and --lock-clocks (reset on the way out, refused with one line).
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from dataclasses import replace
 
 import pytest
@@ -19,6 +17,7 @@ from kdtr.bench.telemetry import (ClockLockRefused, Nvml, Reading, kept_turns, l
                                   turn_record, watching)
 from tests.bench.fakes import CEILINGS, record, row, timing
 from tests.bench.fakes import FakeClock
+from tests.helpers import invoke, run_kdtree
 
 OPTS = TimingOptions(budget_s=10, target=0.0, min_samples=10, max_samples=100000, min_rounds=6, max_rounds=6)
 
@@ -198,13 +197,12 @@ def test_without_a_gpu_there_is_no_telemetry_and_no_lock():
             pass
 
 
-def test_cli_lock_clocks_without_a_gpu_exits_2_with_one_line(suites):
+def test_cli_lock_clocks_without_a_gpu_exits_2_with_one_line(suites, tmp_path):
     from kdtr.device import gpu_available
 
     if gpu_available():
         pytest.skip("a GPU is present")
-    done = subprocess.run([sys.executable, "-m", "cli", "bench", str(suites), "--lock-clocks", "-k", "va_fp32"],
-                          capture_output=True, text=True, timeout=300)
+    done = run_kdtree("bench", suites, "--lock-clocks", "-k", "va_fp32", cwd=tmp_path)
     assert done.returncode == 2, done.stderr
     lines = [line for line in done.stderr.splitlines() if "lock-clocks" in line]
     assert len(lines) == 1 and "Traceback" not in done.stderr
@@ -214,8 +212,6 @@ def test_cli_lock_clocks_without_a_gpu_exits_2_with_one_line(suites):
 
 def test_report_shows_clocks_throttling_and_both_figures(tmp_path):
     """`kdtree report -q` names, per row, both figures and the telemetry of the rounds."""
-    from tests.helpers import invoke
-
     clock, gpu = FakeClock(), ThrottledGpu()
     [t] = bench.interleave([gpu.sampler(clock, 2.0)], OPTS, clock=clock, telemetry=gpu.read)
     rec = record()

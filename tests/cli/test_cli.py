@@ -6,7 +6,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from xml.etree import ElementTree
 
 import numpy as np
@@ -14,7 +13,7 @@ import pytest
 
 from kdtr.config import REPO_ROOT
 from kdtr.format import write_bundle
-from tests.helpers import SMALL_CASES, SMALL_SUITE, invoke, perturbed_copy
+from tests.helpers import SMALL_CASES, SMALL_SUITE, invoke, kdtree_command, perturbed_copy, run_kdtree
 
 
 def test_version_and_help():
@@ -147,8 +146,8 @@ def test_a_forced_kernel_reaches_run_cuda_only_for_ops_that_have_it(monkeypatch)
 def test_real_subprocess_streams_and_exit_codes(goldens, tmp_path):
     """stdout carries the data, stderr the diagnostics; the console script's exit code is real."""
     exe = shutil.which("kdtree") or None
-    cmd = [exe] if exe else [sys.executable, "-m", "cli"]
-    env = dict(os.environ, NO_COLOR="1")
+    cmd = [exe] if exe else kdtree_command()
+    env = dict(os.environ, NO_COLOR="1")        # no PYTHONPATH: an installed script imports its own kdtr
     ok = subprocess.run([*cmd, "verify", str(goldens), "--backend", "torch", "--quiet"], capture_output=True,
                         text=True, env=env, cwd=REPO_ROOT)
     assert ok.returncode == 0, ok.stderr
@@ -231,17 +230,10 @@ def test_boolean_options_are_plain_flags_in_help():
 
 
 def test_a_flag_does_not_swallow_the_next_word(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "cli", "gen-refs", "--force", "true", "-o", "g"],
-                            cwd=tmp_path, env=dict(os.environ, NO_COLOR="1", PYTHONPATH=str(REPO_ROOT)),
-                            capture_output=True, text=True)
+    result = run_kdtree("gen-refs", "--force", "true", "-o", "g", cwd=tmp_path)
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.startswith("kdtree: error: true:") and result.stderr.count("\n") == 1
     assert not (tmp_path / "g").exists()
-
-
-def kdtree_run(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "cli", *map(str, args)], cwd=cwd, capture_output=True,
-                          text=True, env=dict(os.environ, NO_COLOR="1", PYTHONPATH=str(REPO_ROOT)))
 
 
 def test_json_to_stdout_is_pure_json(goldens, tmp_path):
@@ -252,10 +244,10 @@ def test_json_to_stdout_is_pure_json(goldens, tmp_path):
     for args, key in ((("verify", goldens, "-b", "numpy"), "rows"), (("verify", goldens, "-b", "numpy", "-q"), "rows"),
                       (("gen-refs", "s", "-o", "g"), "results"), (("inspect", bundle), "tensors"),
                       (("doctor",), "packages")):
-        result = kdtree_run(*args, "--json", "-", cwd=tmp_path)
+        result = run_kdtree(*args, "--json", "-", cwd=tmp_path)
         assert result.returncode == 0, result.stderr
         assert key in json.loads(result.stdout), args
-    table = kdtree_run("verify", goldens, "-b", "numpy", "--json", "-", cwd=tmp_path)
+    table = run_kdtree("verify", goldens, "-b", "numpy", "--json", "-", cwd=tmp_path)
     assert "kdtree verify" in table.stderr and "5 passed, 0 failed" in table.stderr
 
 
@@ -264,7 +256,7 @@ def test_an_unusable_output_path_is_refused_before_any_work(goldens, tmp_path, o
     (tmp_path / "file").write_text("")
     for target, fault in ((tmp_path, "is a directory"), (tmp_path / "file" / "r.json", "not a directory")):
         before = sorted(tmp_path.rglob("*"))
-        result = kdtree_run("verify", goldens, "-b", "numpy", option, target, cwd=tmp_path)
+        result = run_kdtree("verify", goldens, "-b", "numpy", option, target, cwd=tmp_path)
         assert result.returncode == 2 and result.stdout == ""
         assert result.stderr.count("\n") == 1 and fault in result.stderr and option in result.stderr
         assert sorted(tmp_path.rglob("*")) == before

@@ -4,16 +4,13 @@ subset (exit codes and streams are the point there), CliRunner for the rest."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
-from kdtr.config import REPO_ROOT
+from tests.helpers import run_kdtree
 
 
 BAD_SUITE = "op: tree_build\ncases:\n  - {budget: 4, bogus: 1}\n"
@@ -95,9 +92,7 @@ def assert_one_clean_line(code: int, stdout: str, stderr: str, word: str) -> Non
 def test_bad_input_through_a_real_process(folder, index):
     args, word = CASES[index]
     before = snapshot(folder)
-    env = dict(os.environ, NO_COLOR="1", PYTHONPATH=str(REPO_ROOT))
-    result = subprocess.run([sys.executable, "-m", "cli", *args], cwd=folder, env=env, capture_output=True,
-                            text=True, timeout=120)
+    result = run_kdtree(*args, cwd=folder, timeout=120)
     assert_one_clean_line(result.returncode, result.stdout, result.stderr, word)
     assert snapshot(folder) == before
 

@@ -17,37 +17,29 @@ from xml.etree import ElementTree
 
 import pytest
 
-from kdtr.config import REPO_ROOT
 from kdtr.format import read_bundle, write_bundle
 
-from tests.helpers import perturbed_copy
+from tests.helpers import kdtree_command, kdtree_env, perturbed_copy, run_kdtree
 
 HOSTILE_NAMES = ["[/x]", "[red]evil[/red] :fire:", "a\x1b[31mred", "f.py:accept"]
 SGR = re.compile(r"\x1b\[[0-9;]*m")
 FILE_LIMIT = 256          # bytes: RLIMIT_FSIZE for the "full disk" runs (every record is larger)
 
 
-def _arg(value) -> str | bytes:
-    return value if isinstance(value, bytes) else str(value)
-
-
-def kdtree(*args, cwd: Path, file_limit: int | None = None, code: str | None = None) -> subprocess.CompletedProcess:
-    """`python -m cli ARGS` (or `python -c CODE ARGS`); with `file_limit`, a write past that many
-    bytes fails with EFBIG, as on a full disk (Python ignores SIGXFSZ, so the write raises)."""
-    env = dict(os.environ, NO_COLOR="1", PYTHONPATH=str(REPO_ROOT), OMP_NUM_THREADS="1")
+def kdtree(*args, cwd: Path, file_limit: int | None = None) -> subprocess.CompletedProcess:
+    """`python -m cli ARGS`; with `file_limit`, a write past that many bytes fails with EFBIG, as on
+    a full disk (Python ignores SIGXFSZ, so the write raises)."""
     limit = None if file_limit is None else (lambda: resource.setrlimit(resource.RLIMIT_FSIZE,
                                                                          (file_limit, file_limit)))
-    command = [sys.executable, "-m", "cli"] if code is None else [sys.executable, "-c", code]
-    return subprocess.run([*command, *map(_arg, args)], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=300, preexec_fn=limit)
+    return run_kdtree(*args, cwd=cwd, env=kdtree_env(OMP_NUM_THREADS="1"), preexec_fn=limit)
 
 
 def on_a_terminal(*args, cwd: Path) -> subprocess.CompletedProcess:
     """`kdtree ARGS` with stderr on a pseudo-terminal: the error printer's coloured path."""
     main, child = pty.openpty()
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), OMP_NUM_THREADS="1", TERM="xterm", NO_COLOR="1")
+    env = kdtree_env(OMP_NUM_THREADS="1", TERM="xterm")
     try:
-        result = subprocess.run([sys.executable, "-m", "cli", *map(_arg, args)], cwd=cwd, env=env,
+        result = subprocess.run(kdtree_command(*args), cwd=cwd, env=env,
                                 stdout=subprocess.PIPE, stderr=child, text=True, timeout=300)
         os.close(child)
         child = -1
@@ -279,6 +271,9 @@ def test_report_plot_without_matplotlib_writes_nothing(tmp_path):
     record = tmp_path / "b.json"
     record.write_text("{}")
     code = ("import sys; sys.modules['matplotlib'] = None; sys.argv[0] = 'kdtree'; "
-            "from cli.main import main; main()")
-    one_line(kdtree("report", record, "--csv", "t.csv", "--plot", "t.png", cwd=tmp_path, code=code), "matplotlib")
+            "from cli.main import main; main()")          # kdtree started by hand: matplotlib hidden first
+    result = subprocess.run([sys.executable, "-c", code, "report", str(record), "--csv", "t.csv", "--plot", "t.png"],
+                            cwd=tmp_path, env=kdtree_env(OMP_NUM_THREADS="1"), capture_output=True, text=True,
+                            timeout=300)
+    one_line(result, "matplotlib")
     assert not (tmp_path / "t.csv").exists() and not (tmp_path / "t.png").exists()

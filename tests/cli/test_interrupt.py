@@ -5,14 +5,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from kdtr.config import REPO_ROOT
 from kdtr.format import read_bundle
+from tests.helpers import kdtree_command, kdtree_env
 
 SLOW_SUITE = """\
 op: verify_attn
@@ -28,8 +27,7 @@ sweep:
 def kdtree(*args, cwd):
     """`python -m cli ARGS` as a terminal would start it: with Ctrl-C's default action even where
     this test run inherited SIGINT ignored (a background job of a non-interactive shell does)."""
-    env = dict(os.environ, NO_COLOR="1", PYTHONPATH=str(REPO_ROOT))
-    return subprocess.Popen([sys.executable, "-m", "cli", *map(str, args)], cwd=cwd, env=env,
+    return subprocess.Popen(kdtree_command(*args), cwd=cwd, env=kdtree_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from kdtr.config import REPO_ROOT
+from tests.helpers import run_kdtree
 
 SHIPPED = ("pyproject.toml", "README.md", "kdtr", "cli", "kernels", "specs", "docs")
 
@@ -162,9 +163,8 @@ def test_the_installed_wheel_names_its_own_code_and_writes_the_checkouts_bytes(i
     assert record.returncode == 0, record.stderr
     meta = json.loads(record.stdout)["meta"]
     assert (meta["commit"], meta["dirty"]) == (None, None)
-    checkout = subprocess.run([sys.executable, "-m", "cli", "gen-refs", "-k", "root_only_q1", "-o",
-                               tmp_path / "checkout", "-q"], cwd=REPO_ROOT, capture_output=True, text=True,
-                              env=dict(CLEAN, PYTHONPATH=str(REPO_ROOT)), timeout=300)
+    checkout = run_kdtree("gen-refs", "-k", "root_only_q1", "-o", tmp_path / "checkout", "-q", cwd=REPO_ROOT,
+                          env=dict(CLEAN, PYTHONPATH=str(REPO_ROOT)))
     assert checkout.returncode == 0, checkout.stderr
     (ours,), (theirs,) = (tmp_path / "wheel").rglob("*.kdtr"), (tmp_path / "checkout").rglob("*.kdtr")
     assert ours.read_bytes() == theirs.read_bytes()

@@ -13,7 +13,6 @@ command starts the way the `kdtree` script starts it. `python -m cli` costs torc
 
 from __future__ import annotations
 
-import os
 import resource
 import subprocess
 import sys
@@ -21,7 +20,7 @@ import time
 
 import pytest
 
-from kdtr.config import REPO_ROOT
+from tests.helpers import kdtree_env
 
 
 START_LIMIT_S = 0.5
@@ -44,8 +43,8 @@ def bytecode_cache(tmp_path_factory):
 
 
 def run(args, cwd) -> subprocess.CompletedProcess:
-    env = dict(os.environ, NO_COLOR="1", PYTHONPATH=str(REPO_ROOT))
-    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True)
+    """`python ARGS` under kdtree's environment: ARGS start kdtree as its script does, or torch alone."""
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=kdtree_env(), capture_output=True, text=True)
 
 
 def timed(args, cwd, runs: int = RUNS, warm: bool = True) -> tuple[float, float, subprocess.CompletedProcess]:

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from kdtr.atomic import atomic_open, atomic_write, remove_stale_temps
-from kdtr.config import REPO_ROOT
+from tests.helpers import run_kdtree
 
 
 def dead_pid() -> int:
@@ -66,13 +66,12 @@ cases:
 
 def test_gen_refs_removes_a_dead_writers_temp_even_when_every_bundle_is_fresh(tmp_path):
     (tmp_path / "s.yaml").write_text(SUITE)
-    env = dict(os.environ, NO_COLOR="1", PYTHONPATH=str(REPO_ROOT))
-    cmd = [sys.executable, "-m", "cli", "gen-refs", "s.yaml", "-o", "goldens", "-q"]
-    first = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    args = ("gen-refs", "s.yaml", "-o", "goldens", "-q")
+    first = run_kdtree(*args, cwd=tmp_path, timeout=120)
     assert first.returncode == 0, first.stderr
     stale = tmp_path / "goldens" / "tree_accept" / f".one.kdtr.{dead_pid()}.89abcdef.tmp"
     stale.write_bytes(b"\0" * 4096)
-    second = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    second = run_kdtree(*args, cwd=tmp_path, timeout=120)
     assert second.returncode == 0, second.stderr
     assert not stale.exists()
     assert (tmp_path / "goldens" / "tree_accept" / "one.kdtr").is_file()

@@ -5,9 +5,6 @@ the CLI cases in real subprocesses where the exit code or the stream is the poin
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -15,11 +12,11 @@ import pytest
 import torch
 
 import kdtr.impl
-from kdtr.config import REPO_ROOT
 from kdtr.errors import UsageError, reason
 from kdtr.impl import CaseData, ImplRef, Outcome, Status, evaluate, resolve
 from kdtr.ops import get_op
 from kdtr.ops.base import Case
+from tests.helpers import kdtree_env, run_kdtree
 
 
 def _small(op_name="tree_accept", variant="default", **params):
@@ -173,9 +170,7 @@ def test_a_case_timeout_stops_a_looping_implementation(tmp_path):
 # -- the same through the CLI, in real subprocesses -----------------------------------------------------
 
 def _kdtree(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "cli", *map(str, args)], cwd=cwd, capture_output=True, text=True,
-                          env=dict(os.environ, NO_COLOR="1", PYTHONPATH=str(REPO_ROOT), OMP_NUM_THREADS="1"),
-                          timeout=300)
+    return run_kdtree(*args, cwd=cwd, env=kdtree_env(OMP_NUM_THREADS="1"))
 
 
 def _write_impl(tmp_path, body):

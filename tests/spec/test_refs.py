@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
-import sys
 import tracemalloc
 from pathlib import Path
 
@@ -14,14 +12,12 @@ import pytest
 from kdtr.config import REPO_ROOT
 from kdtr.ops import get_op
 from kdtr.ops.base import Case
+from tests.helpers import kdtree_env, run_kdtree
 
 
-def kdtree(*args, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    base = dict(os.environ, NO_COLOR="1", PYTHONPATH=str(REPO_ROOT))
-    base.pop("KDTREE_MEM_LIMIT", None)
-    env = base | (env or {})
-    return subprocess.run([sys.executable, "-m", "cli", *map(str, args)], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300)
+def kdtree(*args, cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    """kdtree in a real process, without the KDTREE_MEM_LIMIT this run may have inherited: `env` alone sets it."""
+    return run_kdtree(*args, cwd=cwd, env=kdtree_env("KDTREE_MEM_LIMIT", **env))
 
 
 def test_the_specs_folder_and_the_default_read_the_same_suites(tmp_path):
@@ -77,11 +73,11 @@ def test_a_case_over_the_memory_limit_is_refused_before_anything_is_written(tmp_
 def test_the_memory_limit_comes_from_kdtree_mem_limit_when_no_option_is_given(tmp_path):
     (tmp_path / "s.yaml").write_text("op: verify_attn\ncases:\n"
                                      "  - {name: big, variant: fp32, batch: 2, heads: 16, prefix: 100000}\n")
-    done = kdtree("gen-refs", "s.yaml", "-o", "g", cwd=tmp_path, env={"KDTREE_MEM_LIMIT": "64M"})
+    done = kdtree("gen-refs", "s.yaml", "-o", "g", cwd=tmp_path, KDTREE_MEM_LIMIT="64M")
     assert done.returncode == 2 and "over the memory limit of 64.00 MiB" in done.stderr, done.stderr
-    wins = kdtree("gen-refs", "s.yaml", "-o", "g", "--mem-limit", "32M", cwd=tmp_path, env={"KDTREE_MEM_LIMIT": "64M"})
+    wins = kdtree("gen-refs", "s.yaml", "-o", "g", "--mem-limit", "32M", cwd=tmp_path, KDTREE_MEM_LIMIT="64M")
     assert wins.returncode == 2 and "over the memory limit of 32.00 MiB" in wins.stderr, wins.stderr
-    bad = kdtree("gen-refs", "s.yaml", "-o", "g", cwd=tmp_path, env={"KDTREE_MEM_LIMIT": "lots"})
+    bad = kdtree("gen-refs", "s.yaml", "-o", "g", cwd=tmp_path, KDTREE_MEM_LIMIT="lots")
     assert bad.returncode == 2 and "KDTREE_MEM_LIMIT 'lots'" in bad.stderr and "Traceback" not in bad.stderr
 
 

@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import os
-import subprocess
-import sys
 import zlib
 from pathlib import Path
 
@@ -17,10 +14,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from kdtr.config import REPO_ROOT
 from kdtr.errors import SpecError
 from kdtr.ops.base import Case, Tolerance
 from kdtr.spec import (MAX_SWEEP_CASES, derive_seed, load_suite, load_suites, select)
+from tests.helpers import run_kdtree
 from tests.spec.fake_ops import LOOKUP, FakeAttn, expect_error, line_of, load, write
 
 DATA = Path(__file__).parents[1] / "data" / "specs"
@@ -242,9 +239,7 @@ def test_an_inline_input_the_generator_ignores_is_refused(tmp_path):
 def test_gen_refs_refuses_an_inline_parent_cycle_in_one_line_exit_2(tmp_path):
     path = tmp_path / "cycle.yaml"
     path.write_text(REAL_ACCEPT.format(rest="      parents: [[-1, 2, 0]]\n      target_ids: [[1, 2, 3]]\n"))
-    env = dict(os.environ, NO_COLOR="1", PYTHONPATH=str(REPO_ROOT))
-    done = subprocess.run([sys.executable, "-m", "cli", "gen-refs", str(path), "-o", str(tmp_path / "g")],
-                          env=env, capture_output=True, text=True, timeout=120)
+    done = run_kdtree("gen-refs", path, "-o", tmp_path / "g", cwd=tmp_path, timeout=120)
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
     assert f"{path}:6: cases[0].inputs.parents: inline inputs:" in done.stderr

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,16 +16,11 @@ from kdtr.refs import gen_refs
 from kdtr.spec import load_suites
 from kdtr.verify import (Options, VerifyRecord, find_bundles, load_verify, suite_digest, verify_bundle,
                          verify_record)
+from tests.helpers import run_kdtree as kdtree
 
 
 MAX_RECORD_BYTES = 1 << 20      # issue 19: a default-suite record with --trials 20 stays under 1 MB
 TRIALS = 20
-
-
-def kdtree(*args, cwd: Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, NO_COLOR="1", PYTHONPATH=str(REPO_ROOT))
-    return subprocess.run([sys.executable, "-m", "cli", *map(str, args)], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300)
 
 
 def test_a_default_suite_record_with_20_trials_stays_under_1_mb(tmp_path):

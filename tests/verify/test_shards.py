@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
@@ -13,15 +10,12 @@ from kdtr.config import REPO_ROOT, SCHEDULER_VARIABLES
 from kdtr.errors import ConfigError, UsageError
 from kdtr.parallel import Shard, balanced_owners, shard_items
 from kdtr.shards import resolve_shard, scheduler_shard
-
+from tests.helpers import kdtree_env, run_kdtree
 
 
 def kdtree(*args, env_vars=None, cwd=REPO_ROOT):
     """A real `kdtree` process with only the scheduler variables given here."""
-    env = {k: v for k, v in os.environ.items() if k not in SCHEDULER_VARIABLES}
-    env.update(NO_COLOR="1", PYTHONPATH=str(REPO_ROOT), **(env_vars or {}))
-    return subprocess.run([sys.executable, "-m", "cli", *map(str, args)], cwd=cwd, env=env,
-                          capture_output=True, text=True)
+    return run_kdtree(*args, cwd=cwd, env=kdtree_env(*SCHEDULER_VARIABLES, **(env_vars or {})))
 
 
 def bundle_names(folder):
