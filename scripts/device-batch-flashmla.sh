@@ -2,8 +2,9 @@
 # Issue 29 on the lent H200, from the repo root (no install of kdtree: PYTHONPATH=.); docs/flashmla.md
 # and docs/timing.md say what each part shows.
 #   scripts/device-batch-flashmla.sh OUT_DIR [install|verify|pytest|bench|neighbour|all]...
-# install:   sgl-flash-mla and nvidia-ml-py from the wheel folder $WHEELS (default shared/wheels; the
-#            machine reaches no index): pip install --no-deps --no-index
+# install:   sgl-flash-mla, sglang and nvidia-ml-py from .whl/ (scripts/fetch-device-wheels.sh here,
+#            then carry .whl; the machine reaches no index), into /tmp/site on PYTHONPATH. Every call
+#            starts a bare machine, so each call's parts should include install.
 # verify:    gen-refs of the default suites (the chain goldens among them), then verify -k chain on
 #            our kernel and --against flashmla (parity record)
 # pytest:    the GPU tests of the flashmla peer and of the bench's one-method timing
@@ -18,16 +19,12 @@ shift
 parts=${*:-all}
 rec="$out/records"
 mkdir -p "$rec"
-export PYTHONPATH=. PYTHONUNBUFFERED=1 KDTREE_CACHE_DIR=${KDTREE_CACHE_DIR:-/tmp/kdtree-cache}
-wheels=${WHEELS:-shared/wheels}
-want() { [[ " $parts " == *" $1 "* || " $parts " == *" all "* ]]; }
-step() { local limit=$1; shift; echo "== [$(date +%T)] $*"; if [ "$1" = kd ]; then shift; set -- python3 -m cli "$@"; fi; timeout "$limit" "$@"; echo "== exit $?"; }
+source scripts/device-lib.sh
 
 {
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv,noheader
 if want install; then
-  step 120 python3 -m pip install --no-deps --no-index --find-links "$wheels" sgl-flash-mla nvidia-ml-py
-  step 60 python3 -c "import importlib.metadata as m, flash_mla, pynvml; print('sgl-flash-mla', m.version('sgl-flash-mla'), 'nvidia-ml-py', m.version('nvidia-ml-py'))"
+  install_wheels
 fi
 if want verify; then
   step 240 python3 -m cli gen-refs -q

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every piece of GPU evidence, on the lent H200, from the repo root (no install: PYTHONPATH=.).
-#   scripts/gpu-evidence.sh OUT_DIR [verify|e2e|rerun|pytest|sanitize|bench|all]...
+#   scripts/gpu-evidence.sh OUT_DIR [verify|e2e|rerun|pytest|sanitize|invariance|bench|all]...
 # verify:   gen-refs; verify --backend cuda --trials 20 (record)
 # e2e:      kdtree e2e on cuda (fp32 + bf16_paged, budgets 8/32/64; E2E_TOKENS (256) tokens,
 #           E2E_PROMPTS (3) prompts)
@@ -8,6 +8,8 @@
 # pytest:   with verify: the GPU pytest tests
 # sanitize: compute-sanitizer memcheck/racecheck/synccheck/initcheck over one bundle per kernel path,
 #           the defaults and then the fallbacks forced with --kernel
+# invariance: verify --invariance of every golden with our kernels, then of the verify_attn goldens
+#           with SGLang's Triton kernel (install_wheels: scripts/fetch-device-wheels.sh, carry .whl)
 # bench:    the default bench suites, with --repeat (record, CSV, plot)
 # Each step has a time limit; records go to OUT_DIR/records (at most 8 files a part) and a log to OUT_DIR/log.
 set -uo pipefail
@@ -16,10 +18,7 @@ shift
 parts=${*:-all}
 rec="$out/records"
 mkdir -p "$rec"
-export PYTHONPATH=. PYTHONUNBUFFERED=1 KDTREE_CACHE_DIR=${KDTREE_CACHE_DIR:-/tmp/kdtree-cache}
-kd() { python3 -m cli "$@"; }
-want() { [[ " $parts " == *" $1 "* || " $parts " == *" all "* ]]; }
-step() { local limit=$1; shift; echo "== [$(date +%T)] $*"; if [ "$1" = kd ]; then shift; set -- python3 -m cli "$@"; fi; timeout "$limit" "$@"; echo "== exit $?"; }
+source scripts/device-lib.sh
 
 {
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
@@ -55,6 +54,12 @@ if want sanitize; then
     step 60 kd verify goldens-fallback --sanitize "$tool" --kernel warp --kernel bf16_mma --kernel fp32_bf16x3 -q \
         --json "$rec/sanitize-$tool-fallbacks.json"
   done
+fi
+if want invariance; then
+  step 240 kd verify --invariance --backend cuda -q --json "$rec/invariance-cuda.json"
+  install_wheels
+  step 240 kd verify goldens/verify_attn -k 'bf16_paged*' --invariance --impl sglang_triton -q \
+      --json "$rec/invariance-sglang_triton.json"
 fi
 if want bench; then
   step 480 kd bench --repeat --time-limit 420 --json "$rec/bench.json" --csv "$rec/bench.csv" -q

@@ -5,9 +5,6 @@ the record's `ran_as`, and which kernels `build` compiles for which arch (docs/g
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +16,8 @@ from kdtr.gpus import GPU_MODELS, SMEM_99K, RunAs, parse_run_as
 from kdtr.ops import cuda_kernels, get_op
 from kdtr.ops.base import Gpu
 from kdtr.placement import placements
+
+from ..helpers import kdtree_env, run_kdtree
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -54,9 +53,8 @@ def test_bad_kdtree_gpu_values_say_why(value, why):
 
 
 def test_a_bad_kdtree_gpu_is_one_line_naming_the_variable_and_exit_2(tmp_path):
-    env = dict(os.environ, KDTREE_GPU="sm_12O", KDTREE_CACHE_DIR=str(tmp_path))
-    done = subprocess.run([sys.executable, "-m", "cli", "build", "--arch", "sm_80"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120)
+    done = run_kdtree("build", "--arch", "sm_80", cwd=ROOT, timeout=120,
+                      env=kdtree_env(KDTREE_GPU="sm_12O", KDTREE_CACHE_DIR=str(tmp_path)))
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("\n") == 1 and "KDTREE_GPU='sm_12O'" in done.stderr, done.stderr
     assert done.stdout == ""
@@ -169,10 +167,8 @@ def test_99k_archs_serve_both_variants_within_their_shared_memory(arch, variant,
 
 def test_kdtree_build_sm_80_json_lists_serves_and_not_applicable(tmp_path):
     """A real subprocess: exit 0 (it was 2), JSON with the per-kernel placement (compiles sm_80 only)."""
-    env = dict(os.environ, KDTREE_CACHE_DIR=str(tmp_path / "cache"))
-    env.pop("KDTREE_GPU", None)
-    done = subprocess.run([sys.executable, "-m", "cli", "build", "--arch", "sm_80", "--json", "-"], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=600)
+    done = run_kdtree("build", "--arch", "sm_80", "--json", "-", cwd=ROOT, timeout=600,
+                      env=kdtree_env("KDTREE_GPU", KDTREE_CACHE_DIR=str(tmp_path / "cache")))
     if done.returncode == 2 and "NVRTC cannot be loaded" in done.stderr:
         pytest.skip(done.stderr.strip())
     assert done.returncode == 0, done.stderr
