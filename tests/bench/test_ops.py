@@ -88,7 +88,8 @@ def test_verify_attn_dense_reference_and_sdpa_baseline(variant):
     assert op.compute_unit(variant) == ("fp32_fma" if variant == "fp32" else "bf16_mma")
     # a kernel rates against the unit it runs on where that is not the variant's
     units = {k: op.compute_unit(variant, k) for k in op.cuda_kernels(variant)}
-    assert units == ({"fp32_bf16x3": "bf16_mma_x6", "fp32_dmma": "fp32_fma"} if variant == "fp32" else
+    fp32_units = {"fp32_bf16x3": "bf16_mma_x6", "fp32_dmma": "fp32_fma", "fp32_ffma99": "fp32_fma"}
+    assert units == (fp32_units if variant == "fp32" else
                      {"bf16_wgmma2": "bf16_mma", "bf16_mma": "bf16_mma", "bf16_mma99": "bf16_mma"})
     assert op.bench_extra(variant, generated.inputs, generated.params)["kv_tokens"] > 0
 

@@ -116,9 +116,10 @@ def test_tree_accept_walk_is_bit_exact_in_every_thread_order(params):
 FFMA99 = "verify_attn_fp32_ffma99.cu"
 MUTANTS = {
     # the tile's copy is never waited for: its shared memory still holds the poison
-    "no cp.async wait": ("        cp_async_wait<0>();                                      // tile `it` (and Q) landed\n", ""),
+    "no cp.async wait": ("        cp_async_wait<0>();" + " " * 38 + "// tile `it` (and Q) landed\n", ""),
     # the softmax reads the score partials before every warp wrote them
-    "no barrier before the softmax": ("        __syncthreads();\n\n        if (tid < FF_ROWS * FF_KEYS) {", "\n        if (tid < FF_ROWS * FF_KEYS) {"),
+    "no barrier before the softmax": ("        __syncthreads();\n\n        if (tid < FF_ROWS * FF_KEYS) {",
+                                      "\n        if (tid < FF_ROWS * FF_KEYS) {"),
     # one warp's slice of the dot products left out
     "a slice dropped": ("for (int w = 0; w < FF_WARPS; ++w) dot +=", "for (int w = 1; w < FF_WARPS; ++w) dot +="),
 }

@@ -147,7 +147,7 @@ def emulated(arch: int, sms: int, smem_optin: int, order: int = 0,
         "device_arch": lambda device=None: f"sm_{arch}",
         "multiprocessor_count": lambda device=None: sms,
         "max_shared_optin": lambda device=None, *, own=False: smem_optin,
-        "get_kernel": lambda source, name, *, defines={}, arch=None, **_: EmulatedKernel(source, name, dict(defines), gpu),
+        "get_kernel": lambda source, name, *, defines={}, **_: EmulatedKernel(source, name, dict(defines), gpu),
     }
     saved = {name: getattr(device, name) for name in patches}
     try:

@@ -144,60 +144,49 @@ inline void __syncthreads() {
 inline void __syncwarp(unsigned mask = 0xffffffffu) { emu::warp_sync(mask); }
 [[noreturn]] inline void __trap() { emu::fail("__trap"); throw 0; }
 
-template <typename T>
-inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask) {
-    static_assert(sizeof(T) <= 8, "shuffle of at most 8 bytes");
-    auto& w = emu::warp();
-    unsigned long long bits = 0;
-    std::memcpy(&bits, &v, sizeof(T));
-    w.xchg[emu::lane()] = bits;
-    emu::warp_sync(mask);
-    const unsigned long long got = w.xchg[emu::lane() ^ lane_mask];
-    emu::warp_sync(mask);
-    T r;
-    std::memcpy(&r, &got, sizeof(T));
-    return r;
-}
-template <typename T>
-inline T __shfl_sync(unsigned mask, T v, int src) {
-    auto& w = emu::warp();
-    unsigned long long bits = 0;
-    std::memcpy(&bits, &v, sizeof(T));
-    w.xchg[emu::lane()] = bits;
-    emu::warp_sync(mask);
-    const unsigned long long got = w.xchg[src & 31];
-    emu::warp_sync(mask);
-    T r;
-    std::memcpy(&r, &got, sizeof(T));
-    return r;
-}
-
-template <typename T>
-inline T __shfl_up_sync(unsigned mask, T v, unsigned delta) {
-    const int l = emu::lane();
-    const T got = __shfl_sync(mask, v, l >= (int)delta ? l - (int)delta : l);
-    return got;
-}
-template <typename T>
-inline T __shfl_down_sync(unsigned mask, T v, unsigned delta) {
-    const int l = emu::lane();
-    return __shfl_sync(mask, v, l + (int)delta < 32 ? l + (int)delta : l);
-}
-
 namespace emu {
-// Every lane's value of v (a warp-collective exchange, as the vote and reduce instructions are).
+// Every lane's value of v: a warp-collective exchange, as shuffles, votes and reductions are.
 template <typename T>
 inline void gather(unsigned mask, T v, T (&all)[32]) {
+    static_assert(sizeof(T) <= 8, "lane values of at most 8 bytes");
     auto& w = warp();
     unsigned long long bits = 0;
     std::memcpy(&bits, &v, sizeof(T));
     w.xchg[lane()] = bits;
     warp_sync(mask);
     for (int i = 0; i < 32; ++i) std::memcpy(&all[i], &w.xchg[i], sizeof(T));
-    warp_sync(mask);
+    warp_sync(mask);                            // every lane has read before any writes again
+}
+template <typename T>
+inline T lane_value(unsigned mask, T v, int src) {
+    T all[32];
+    gather(mask, v, all);
+    return all[src & 31];
+}
+template <typename T>
+inline T warp_extreme(unsigned mask, T v, bool largest) {
+    T all[32];
+    gather(mask, v, all);
+    return largest ? *std::max_element(all, all + 32) : *std::min_element(all, all + 32);
 }
 }  // namespace emu
 
+template <typename T>
+inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask) {
+    return emu::lane_value(mask, v, emu::lane() ^ lane_mask);
+}
+template <typename T>
+inline T __shfl_sync(unsigned mask, T v, int src) { return emu::lane_value(mask, v, src); }
+template <typename T>
+inline T __shfl_up_sync(unsigned mask, T v, unsigned delta) {
+    const int l = emu::lane();
+    return emu::lane_value(mask, v, l >= (int)delta ? l - (int)delta : l);
+}
+template <typename T>
+inline T __shfl_down_sync(unsigned mask, T v, unsigned delta) {
+    const int l = emu::lane();
+    return emu::lane_value(mask, v, l + (int)delta < 32 ? l + (int)delta : l);
+}
 inline unsigned __ballot_sync(unsigned mask, int pred) {
     int all[32];
     emu::gather(mask, pred ? 1 : 0, all);
@@ -207,26 +196,10 @@ inline unsigned __ballot_sync(unsigned mask, int pred) {
 }
 inline int __any_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) != 0; }
 inline int __all_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) == 0xffffffffu; }
-inline unsigned __reduce_max_sync(unsigned mask, unsigned v) {
-    unsigned all[32];
-    emu::gather(mask, v, all);
-    return *std::max_element(all, all + 32);
-}
-inline unsigned __reduce_min_sync(unsigned mask, unsigned v) {
-    unsigned all[32];
-    emu::gather(mask, v, all);
-    return *std::min_element(all, all + 32);
-}
-inline int __reduce_max_sync(unsigned mask, int v) {
-    int all[32];
-    emu::gather(mask, v, all);
-    return *std::max_element(all, all + 32);
-}
-inline int __reduce_min_sync(unsigned mask, int v) {
-    int all[32];
-    emu::gather(mask, v, all);
-    return *std::min_element(all, all + 32);
-}
+inline unsigned __reduce_max_sync(unsigned mask, unsigned v) { return emu::warp_extreme(mask, v, true); }
+inline unsigned __reduce_min_sync(unsigned mask, unsigned v) { return emu::warp_extreme(mask, v, false); }
+inline int __reduce_max_sync(unsigned mask, int v) { return emu::warp_extreme(mask, v, true); }
+inline int __reduce_min_sync(unsigned mask, int v) { return emu::warp_extreme(mask, v, false); }
 inline int __popc(unsigned v) { return __builtin_popcount(v); }
 inline int __popcll(unsigned long long v) { return __builtin_popcountll(v); }
 inline int __ffs(int v) { return __builtin_ffs(v); }
