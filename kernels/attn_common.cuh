@@ -23,7 +23,7 @@ __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); 
 
 // Declares `chunk`, `kbeg`, `kend` of split z of a request's kvlen keys: chunk = ceil(kvlen / n_splits)
 // rounded up to `round` keys; the split has keys [kbeg, kend) = [min(z chunk, kvlen), min(kbeg + chunk,
-// kvlen)) (empty past the end). Serves the fp32 kernels dmma and bf16x3. A macro, not a function:
+// kvlen)) (empty past the end). Serves the fp32 kernels dmma, bf16x3 and ffma99. A macro, not a function:
 // spelled out in place it compiles to the SASS those kernels were verified with (a function returning
 // kbeg and kend changed ptxas's allocation).
 #define ATTN_KEY_SPLIT(kvlen, n_splits, z, round)                                                       \

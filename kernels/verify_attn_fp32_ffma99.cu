@@ -6,7 +6,8 @@
 // bulk copies and 229,576 B). No special instruction but cp.async (sm_80): the same program on every
 // GPU from sm_80 on. The launch picks it only where neither of those runs (kernels/README.md).
 // Its structure is the retired fp32_ffma's (kernels/NOTES.md; verified on the H200 in its time) at
-// smaller tiles; this kernel itself is compile-checked only until a GPU runs it (docs/gpus.md).
+// smaller tiles. This kernel has run on the CPU emulator (tests/kernels/test_emulated_kernels.py), not
+// yet on a GPU (docs/gpus.md).
 //
 // Launch (main): grid = (ceil(Q*H / 16), B, n_splits), block = FF_THREADS (256 = 8 warps), dynamic
 //   shared memory FF_SMEM_BYTES (79,104 B: opt-in above 48 KB; the kernel traps with less). One block
