@@ -11,7 +11,7 @@
 //
 // Launch (main): grid = (ceil(Q*H / 16), B, n_splits), block = FF_THREADS (256 = 8 warps), dynamic
 //   shared memory FF_SMEM_BYTES (79,104 B: opt-in above 48 KB; the kernel traps with less). One block
-//   an SM on a 99 KB GPU, two on an A100 or an H200.
+//   an SM (its registers).
 //   verify_attn_fp32_ffma99(q f32 [B,Q,H,576], kv f32 [B,S,576], prefix_len i32 [B],
 //                           visibility u8 [B,Q,Q], B, Q, H, S, sm_scale, n_splits,
 //                           out f32 [B,Q,H,512], lse f32 [B,Q,H], ws_o, ws_m, ws_l)
@@ -28,20 +28,24 @@
 //     16-byte loads in distinct bank quads); its 4 partial sums go to sPart[w][row][key].
 //   softmax: threads 0..127, row tid / 8, key tid % 8; the row's max and sum over its 8 lanes.
 //   P.V: thread (rq = tid / 64, cq = tid % 64) owns rows 4rq..4rq+3 and columns 4cq..+3 and
-//     256 + 4cq..+3: 32 accumulators, all 8 keys of the tile (V = the tile's first 512 dims).
+//     256 + 4cq..+3: the tile's 32 sums over its 8 keys (V = the tile's first 512 dims), then added
+//     to O and its compensation (64 more accumulators: 156-167 registers, one block an SM).
 //
 // Numerical contract: exact FP32 arithmetic on FFMA (no tensor cores, no TF32, no fast-math):
 //   s_j = fl(sm_scale * d_j), d_j = the 8 slice partials added in w order, each one fmaf chain over
 //   its 72 dims in ascending order. Per 8-key tile one online softmax step: m_new = max(m_old,
-//   max_j s_j), p_j = expf(s_j - m_new), alpha = expf(m_old - m_new) (1 while m_new is -inf);
-//   l = alpha l + sum_j p_j (the 8 weights summed by xor-4, -2, -1 shuffles), kept compensated
-//   (Neumaier: the rounding error of each add is carried in c, l + c at the end; with 8-key tiles a
-//   prefix of 32k keys is 4k adds, whose plain fp32 sum would drift ~1e-6 relative); O = alpha O,
-//   then O += p_j v_j in one fmaf chain in ascending j. out = O / (l + c) (IEEE division), lse = m +
-//   logf(l + c), natural log. Prefix keys are always visible, tree key j iff visibility[b, i, j -
-//   prefix_len]. kv rows at or past prefix_len[b] + Q (NaN padding) and q rows past the request's Q*H
-//   are never read (cp.async with a 0-byte source zero-fills them) and masked keys get p = 0 exactly.
-//   Target: relative L2 <= 1e-6 against float64 (docs/ops/verify_attn.md, tolerances).
+//   max_j s_j), p_j = expf(s_j - m_new), alpha = expf(m_old - m_new) (1 while m_new is -inf).
+//   Both running sums are compensated: l = alpha l + sum_j p_j (the 8 weights summed by xor-4, -2,
+//   -1 shuffles) and O = alpha O + sum_j p_j v_j (one fmaf chain over the tile's keys in ascending
+//   j) each add their tile's sum by TwoSum, carrying its exact rounding error in c (c = alpha c +
+//   err), and use l + c, O + c at the end. Why: with one split a row's sums run over all its keys,
+//   and a plain fp32 running sum of thousands of terms drifts ~u sqrt(terms): one fmaf chain over
+//   the keys gave rel L2 1.9e-6 at P = 16k on the emulator (the contract: 1e-6), the compensated
+//   sums 1.1e-7 (1.0e-7 at 32k). out = (O + c) / (l + c) (IEEE
+//   division), lse = m + logf(l + c), natural log. Prefix keys are always visible, tree key j iff
+//   visibility[b, i, j - prefix_len]. kv rows at or past prefix_len[b] + Q (NaN padding) and q rows
+//   past the request's Q*H are never read (cp.async with a 0-byte source zero-fills them) and masked
+//   keys get p = 0 exactly. Target: relative L2 <= 1e-6 against float64 (docs/ops/verify_attn.md).
 //
 // Shared memory (FF_SMEM_BYTES = 79,104 B):
 //   sQ     [16 rows][580] fp32 (576 + 4 pad)                                            37,120
@@ -71,7 +75,15 @@
 #error "FF_THREADS differs from the host's registry entry (kdtr/ops/verify_attn/cuda.py)"
 #endif
 
-extern "C" __global__ void __launch_bounds__(FF_THREADS, 2)
+// s = fl(a + b) and its rounding error e = a + b - s, exactly (Knuth's TwoSum: no branch, no FMA)
+__device__ __forceinline__ float two_sum(float a, float b, float& e) {
+    const float s = __fadd_rn(a, b);
+    const float bb = __fsub_rn(s, a);
+    e = __fadd_rn(__fsub_rn(a, __fsub_rn(s, bb)), __fsub_rn(b, bb));
+    return s;
+}
+
+extern "C" __global__ void __launch_bounds__(FF_THREADS, 1)
 verify_attn_fp32_ffma99(const float* __restrict__ q, const float* __restrict__ kv,
                         const int* __restrict__ prefix_len, const u8* __restrict__ visibility,
                         int B, int Q, int H, int S, float sm_scale, int n_splits,
@@ -120,11 +132,11 @@ verify_attn_fp32_ffma99(const float* __restrict__ q, const float* __restrict__ k
     if (tid < FF_ROWS) { sM[tid] = neg_inf(); sL[tid] = 0.f; sC[tid] = 0.f; }
 
     const int rq = tid >> 6, cq = tid & 63;                      // P.V: rows 4rq.., columns 4cq.., 256 + 4cq..
-    float o[4][8];
+    float o[4][8], oc[4][8];                                     // O and its compensation
 #pragma unroll
     for (int r = 0; r < 4; ++r)
 #pragma unroll
-        for (int x = 0; x < 8; ++x) o[r][x] = 0.f;
+        for (int x = 0; x < 8; ++x) o[r][x] = oc[r][x] = 0.f;
 
     for (int it = 0; it < ntiles; ++it) {
         const int key0 = kbeg + it * FF_KEYS;
@@ -187,23 +199,23 @@ verify_attn_fp32_ffma99(const float* __restrict__ q, const float* __restrict__ k
             sP[c * FF_ROWS + r] = p;
             __syncwarp();                 // every lane's read of sM[r] above precedes lane c == 0's write
             if (c == 0) {
-                const float l = __fmul_rn(sL[r], alpha), t = l + ps;
-                const float err = fabsf(l) >= fabsf(ps) ? (l - t) + ps : (ps - t) + l;   // exact: l + ps - t
+                float err;
+                sL[r] = two_sum(__fmul_rn(sL[r], alpha), ps, err);
                 sC[r] = __fmul_rn(sC[r], alpha) + err;
-                sL[r] = t;
                 sM[r] = m_new;
                 sAlpha[r] = alpha;
             }
         }
         __syncthreads();
 
-        {   // P.V: O = alpha O + sum_c p_c v_c for rows 4rq.., columns 4cq.. and 256 + 4cq..
+        {   // P.V: this tile's sum_c p_c v_c for rows 4rq.., columns 4cq.. and 256 + 4cq.., then O = alpha O + it
             const float4 a4 = *(const float4*)(sAlpha + 4 * rq);
             const float al[4] = {a4.x, a4.y, a4.z, a4.w};
+            float t[4][8];
 #pragma unroll
             for (int r = 0; r < 4; ++r)
 #pragma unroll
-                for (int x = 0; x < 8; ++x) o[r][x] *= al[r];
+                for (int x = 0; x < 8; ++x) t[r][x] = 0.f;
 #pragma unroll 2
             for (int c = 0; c < FF_KEYS; ++c) {
                 const float4 v0 = *(const float4*)(Kt + c * FF_STR + cq * 4);
@@ -214,8 +226,16 @@ verify_attn_fp32_ffma99(const float* __restrict__ q, const float* __restrict__ k
 #pragma unroll
                 for (int r = 0; r < 4; ++r)
 #pragma unroll
-                    for (int x = 0; x < 8; ++x) o[r][x] = fmaf(pr[r], v[x], o[r][x]);
+                    for (int x = 0; x < 8; ++x) t[r][x] = fmaf(pr[r], v[x], t[r][x]);
             }
+#pragma unroll
+            for (int r = 0; r < 4; ++r)
+#pragma unroll
+                for (int x = 0; x < 8; ++x) {
+                    float err;
+                    o[r][x] = two_sum(__fmul_rn(o[r][x], al[r]), t[r][x], err);
+                    oc[r][x] = __fmul_rn(oc[r][x], al[r]) + err;
+                }
         }
     }
     cp_async_wait<0>();                                          // an empty split still waits for its Q copy
@@ -231,7 +251,9 @@ verify_attn_fp32_ffma99(const float* __restrict__ q, const float* __restrict__ k
         const float l = sL[r] + sC[r];
 #pragma unroll
         for (int h2 = 0; h2 < 2; ++h2) {
-            float4 v = make_float4(o[i][4 * h2], o[i][4 * h2 + 1], o[i][4 * h2 + 2], o[i][4 * h2 + 3]);
+            const int x = 4 * h2;
+            float4 v = make_float4(o[i][x] + oc[i][x], o[i][x + 1] + oc[i][x + 1], o[i][x + 2] + oc[i][x + 2],
+                                   o[i][x + 3] + oc[i][x + 3]);
             if (n_splits == 1) { v.x = v.x / l; v.y = v.y / l; v.z = v.z / l; v.w = v.w / l; }
             *(float4*)(dst + h2 * 256 + cq * 4) = v;
         }

@@ -222,6 +222,7 @@ inline int __float_as_int(float f) { int v; std::memcpy(&v, &f, 4); return v; }
 inline unsigned __float_as_uint(float f) { unsigned v; std::memcpy(&v, &f, 4); return v; }
 inline float __fmul_rn(float a, float b) { volatile float r = a * b; return r; }
 inline float __fadd_rn(float a, float b) { volatile float r = a + b; return r; }
+inline float __fsub_rn(float a, float b) { volatile float r = a - b; return r; }
 inline float __frcp_rn(float a) { volatile float r = 1.0f / a; return r; }
 inline float __fdividef(float a, float b) { return a / b; }
 
