@@ -63,6 +63,12 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const u32 (&a)[4],
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// D (16x8 f64) += A (16x4 f64, row) * B (4x8 f64, col): sm_90's f64 MMA shape (fp32_dmma)
+__device__ __forceinline__ void dmma_16x8x4(double (&d)[4], double a0, double a1, double b0) {
+    asm("mma.sync.aligned.m16n8k4.row.col.f64.f64.f64.f64 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+        : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3]) : "d"(a0), "d"(a1), "d"(b0));
+}
+
 // Synchronise `count` threads on named barrier `id` (1..15; 0 is __syncthreads)
 __device__ __forceinline__ void named_barrier(int id, int count) {
     asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(count) : "memory");

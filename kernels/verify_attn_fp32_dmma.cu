@@ -114,12 +114,6 @@ __device__ __forceinline__ int fd_at(int row, int chunk) {
     return row * ATTN_D + 4 * (chunk ^ ((row & 1) << 2));
 }
 
-// D (16x8 f64) += A (16x4 f64, row) * B (4x8 f64, col)
-__device__ __forceinline__ void dmma_16x8x4(double (&d)[4], double a0, double a1, double b0) {
-    asm("mma.sync.aligned.m16n8k4.row.col.f64.f64.f64.f64 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
-        : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3]) : "d"(a0), "d"(a1), "d"(b0));
-}
-
 __device__ __forceinline__ float f4_at(const float4& v, int i) {
     return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }

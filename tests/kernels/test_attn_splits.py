@@ -136,3 +136,41 @@ def test_fp32_bf16x3s_wave_model_picks_within_3_percent_of_the_measured_best():
         assert chosen in times, (name, chosen, sorted(times))
         assert times[chosen] <= 1.03 * min(times.values()), (name, chosen, times)
         assert times[chosen] < dmma[0], name
+
+
+# -- the split count for accuracy -------------------------------------------------------------------
+
+DMMA = next(k for k in KERNELS if k.name == "fp32_dmma")
+
+
+@pytest.mark.parametrize("batch,heads,prefix", [(8, 16, 65536), (16, 16, 8192), (1, 16, 100000), (132, 1, 40000)])
+def test_no_fp32_split_sums_more_keys_than_its_kernel_keeps_accurate(batch, heads, prefix):
+    """A full grid (one split for speed) or a long prefix: bf16x3 and dmma split so that no block
+    adds more than max_split_keys keys (plus the rounding to whole tiles) into its plain fp32 O;
+    with one split over 8k keys dmma was 1.4e-6 off on the emulator (kernels/NOTES.md)."""
+    kv_len = prefix + 17
+    for k in (X3, DMMA):
+        ctas = batch * math.ceil(17 * heads / k.rows)
+        splits = splits_for(k, ctas, kv_len, H200.sms, batch * 17 * heads)
+        chunk = math.ceil(math.ceil(kv_len / splits) / k.keys) * k.keys
+        assert chunk <= k.max_split_keys + k.keys, (k.name, splits, chunk)
+
+
+def test_the_accuracy_floor_leaves_the_recorded_shapes_alone():
+    """Every fp32 golden and bench shape keeps the kernel and split count it was verified and timed
+    with (the floor only adds splits past max_split_keys keys), and so do the 8 shapes of the
+    split sweep (results/ab-fp32-sweep.json, up to P = 16384)."""
+    from kdtr.ops.verify_attn import cuda
+
+    shapes = [(2, 8, 9, 0), (3, 8, 5, 1), (2, 16, 17, 2048), (1, 16, 17, 2048), (1, 64, 33, 128), (2, 64, 9, 512),
+              (1, 128, 17, 256), (4, 16, 17, 1024), (2, 16, 1, 64), (1, 16, 9, 300), (2, 16, 4, 128),
+              (4, 16, 17, 8192)]
+    for batch, heads, q_len, prefix in shapes:
+        inputs = {"q": np.zeros((batch, q_len, heads, 576), np.float32),
+                  "kv": np.zeros((batch, prefix + q_len, 576), np.float32)}
+        k = next(k for k in KERNELS if k.name == cuda.choose("fp32", inputs, H200))
+        ctas, rows = batch * math.ceil(q_len * heads / k.rows), batch * q_len * heads
+        assert splits_for(k, ctas, prefix + q_len, H200.sms, rows) == \
+            cuda._splits_for_speed(k, ctas, prefix + q_len, H200.sms, rows), (k.name, batch, heads, prefix)
+    for (ctas, kv_len, rows), _, _ in _fp32_sweep().values():
+        assert splits_for(X3, ctas, kv_len, H200.sms, rows) == cuda._splits_for_speed(X3, ctas, kv_len, H200.sms, rows)

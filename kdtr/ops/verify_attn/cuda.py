@@ -48,6 +48,11 @@ class AttnKernel(CudaKernel):
     fraction of the SMs its grid must occupy for the launch to pick it. `dependent`: its pieces,
     main and merge kernels are launched as programmatic dependents of the grid before each.
     `wave`: its measured costs, which price the split count of grids under one wave (splits_for).
+    `max_split_keys`: the most keys one block may sum, for the variant's accuracy (0: no limit).
+    A block adds its keys' P·V into O in plain fp32, which drifts like u·sqrt(terms): fp32_dmma
+    adds one fmaf a key, fp32_bf16x3 one add per 16-key tile. On the CPU emulator with one split,
+    dmma reached rel L2 1.4e-6 at 8k keys and bf16x3 9.6e-7 at 32k, against the fp32 contract's
+    1e-6 (kernels/NOTES.md). The launch splits longer ranges; the merge adds the parts.
     The launch knob SPLITS (`--define NAME:SPLITS=N`) forces the split count."""
 
     rows: int
@@ -58,6 +63,7 @@ class AttnKernel(CudaKernel):
     min_fill: float = 0.0
     dependent: bool = False
     wave: WaveCost | None = None
+    max_split_keys: int = 0
     launch_knobs: tuple[str, ...] = (SPLITS_KNOB,)
 
     @property
@@ -73,13 +79,15 @@ KERNELS = (
                       "against fp32_dmma's 585)",
                rows=16, keys=16, threads=512, smem=229576, arch_feature="a", pieces=55296, min_sm=90,
                min_fill=0.75, dependent=True, compute_unit="bf16_mma_x6",
+               max_split_keys=16384,           # rel L2 6.9e-7 at 16k keys in one split (9.6e-7 at 32k)
                # non-negative least squares over 80 launches of results/ab-fp32-sweep.json (8 shapes
                # x 10 split counts): a block's fixed part and the merge fit as 0, absorbed in the rest
                wave=WaveCost(launch_us=7.6, block_us=0.0, tile_us=1.14, merge_us=0.0, partial_row_us=0.0024)),
     AttnKernel(op="verify_attn", variant="fp32", name="fp32_dmma", role="fallback",
                serves="grids that fp32_bf16x3 cannot spread over 3/4 of the SMs (too few keys to "
                       "split: B=1 H=16 Q=17 P=16), on GPUs with 228,656 B of shared memory a block",
-               rows=34, keys=16, threads=384, smem=228592, min_sm=90),   # mma m16n8k4 f64: sm_90
+               rows=34, keys=16, threads=384, smem=228592, min_sm=90,    # mma m16n8k4 f64: sm_90
+               max_split_keys=1024),             # rel L2 7.2e-7 at 2k keys in one split (1.4e-6 at 8k)
     AttnKernel(op="verify_attn", variant="fp32", name="fp32_ffma99", role="fallback",
                serves="GPUs where neither fp32 kernel above runs: A100 (sm_80) and 101,376 B of shared "
                       "memory a block (sm_86, sm_89, sm_120, sm_121); exact fp32 on FFMA at 16-row x 8-key "
@@ -105,7 +113,7 @@ WAVE_MARGIN = 0.03      # the wave model's choice: the fewest splits within 3% o
 WAVE_OVERRIDE = 0.10    # ... and it replaces the fill rule's only where it prices it 10% faster
 
 
-def splits_for(k: AttnKernel, ctas: int, kv_len: int, sms: int, rows: int) -> int:
+def _splits_for_speed(k: AttnKernel, ctas: int, kv_len: int, sms: int, rows: int) -> int:
     """KV splits per (row tile, request). Fewer tiles than SMs: as many splits as fill the SMs (the
     fill rule), each split at least k.split_min_tiles key tiles; with k.wave, the fewest splits
     whose modeled time (WaveCost) is within WAVE_MARGIN of the best instead, where the model prices
@@ -126,6 +134,14 @@ def splits_for(k: AttnKernel, ctas: int, kv_len: int, sms: int, rows: int) -> in
     best = min(times)
     modeled = next(s for s, t in enumerate(times, start=1) if t <= best * (1 + WAVE_MARGIN))
     return modeled if times[modeled - 1] * (1 + WAVE_OVERRIDE) <= times[fill - 1] else fill
+
+
+def splits_for(k: AttnKernel, ctas: int, kv_len: int, sms: int, rows: int) -> int:
+    """KV splits per (row tile, request): the split count for speed (_splits_for_speed), raised
+    where a split would hold more than about k.max_split_keys keys (its accuracy; a split's range
+    is then rounded up to whole key tiles)."""
+    splits = _splits_for_speed(k, ctas, kv_len, sms, rows)
+    return max(splits, math.ceil(kv_len / k.max_split_keys)) if k.max_split_keys else splits
 
 
 def grid(k: AttnKernel, inputs, sms: int) -> tuple[int, int, int, int, int]:

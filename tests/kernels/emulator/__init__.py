@@ -30,10 +30,11 @@ KERNELS_DIR = Path(__file__).resolve().parents[3] / "kernels"
 HEADER = Path(__file__).with_name("host_cuda.h")
 # The kernels tests/kernels/test_emulated_kernels.py runs here against the float64 reference (the
 # "emulated" cells of kernels/README.md's GPU table)
-EMULATED_KERNELS = ("fp32_ffma99", "bf16_mma", "bf16_mma99", "sorted", "warp", "smem", "walk")
+EMULATED_KERNELS = ("fp32_ffma99", "bf16_mma", "bf16_mma99", "sorted", "warp", "smem", "walk", "fp32_bf16x3",
+                    "fp32_dmma")
 ENTRY_RE = re.compile(r'extern "C" __global__ void(?:\s+__launch_bounds__\((?:[^()]|\([^()]*\))*\))?\s+(\w+)\(')
 MACRO_ENTRY_RE = re.compile(r"^ATTN_MERGE(?:_BATCHED)?_ENTRY\((\w+),", re.M)
-DYNAMIC_SHARED_RE = re.compile(r"extern\s+__shared__\s+(?:__align__\(\d+\)\s+)?(\w+)\s+(\w+)\[\];")
+DYNAMIC_SHARED_RE = re.compile(r"extern\s+__shared__\s+(?:__align__\(\d+\)\s+)?(\w+(?: \w+)*?)\s+(\w+)\[\];")
 
 
 def compiler() -> str | None:
@@ -87,6 +88,13 @@ def build(source: str, defines: tuple[tuple[str, str], ...] = (), kernels_dir: P
         finally:
             shutil.rmtree(work, ignore_errors=True)
     return ctypes.CDLL(str(library))
+
+
+def arch_features(arch: str | None) -> dict[str, int]:
+    """The macro NVRTC defines for an arch-specific target (sm_90a: __CUDA_ARCH_FEAT_SM90_ALL), which
+    a kernel's source may test to take the path that target runs (fp32_bf16x3's FX_QREG)."""
+    m = re.fullmatch(r"sm_(\d+)a", arch or "")
+    return {f"__CUDA_ARCH_FEAT_SM{m.group(1)}_ALL": 1} if m else {}
 
 
 class EmulatedKernel:
@@ -147,7 +155,8 @@ def emulated(arch: int, sms: int, smem_optin: int, order: int = 0,
         "device_arch": lambda device=None: f"sm_{arch}",
         "multiprocessor_count": lambda device=None: sms,
         "max_shared_optin": lambda device=None, *, own=False: smem_optin,
-        "get_kernel": lambda source, name, *, defines={}, **_: EmulatedKernel(source, name, dict(defines), gpu),
+        "get_kernel": lambda source, name, *, defines={}, arch=None, **_: EmulatedKernel(
+            source, name, {**dict(defines), **arch_features(arch)}, gpu),
     }
     saved = {name: getattr(device, name) for name in patches}
     try:

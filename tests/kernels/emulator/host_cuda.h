@@ -25,6 +25,7 @@
 #include <cstdlib>
 #include <ucontext.h>
 #include <algorithm>
+#include <map>
 #include <random>
 #include <stdexcept>
 #include <memory>
@@ -44,6 +45,7 @@
 struct dim3_ { unsigned x, y, z; };
 struct __attribute__((aligned(16))) float4 { float x, y, z, w; };
 struct __attribute__((aligned(8))) float2 { float x, y; };
+struct __attribute__((aligned(16))) double2 { double x, y; };
 struct __attribute__((aligned(8))) uint2 { unsigned x, y; };
 struct __attribute__((aligned(16))) uint4 { unsigned x, y, z, w; };
 struct __attribute__((aligned(16))) int4 { int x, y, z, w; };
@@ -76,6 +78,10 @@ struct Fiber {
 
 struct Barrier { int expected = 0, arrived = 0; unsigned gen = 0; };
 
+// An mbarrier: `count` arrivals and `tx` bytes of bulk copies complete its current phase.
+struct MBarrier { unsigned count = 0, pending = 0, phase = 0; long long tx = 0; };
+struct BulkCopy { void* dst; const void* src; unsigned bytes; unsigned mbar; };
+
 struct WarpState {
     Barrier sync;
     unsigned long long xchg[32];
@@ -93,6 +99,8 @@ struct Launch {
     Barrier block_bar;
     Barrier named[16];
     std::vector<WarpState> warps;
+    std::map<unsigned, MBarrier> mbars;          // by shared-memory address
+    std::vector<BulkCopy> bulk;                 // bulk copies not yet landed
     unsigned long long progress = 0;
     std::string error;
 };
@@ -324,9 +332,89 @@ inline void mma_bf16_16816(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
     for (int i = 0; i < 4; ++i) d[i] = out[i];
 }
 
-inline u32 smem_addr(const void* p) { return (u32)(uintptr_t)p; }
+// Shared-memory addresses (what mbarrier instructions take) are offsets from the block's dynamic
+// shared memory; function statics (static __shared__) lie elsewhere in the library, within 2 GB.
+#define EMU_SMEM_CAPACITY 232448
+inline unsigned char emu_dynamic_smem[EMU_SMEM_CAPACITY] __attribute__((aligned(128)));
+inline u32 smem_addr(const void* p) { return (u32)((const unsigned char*)p - emu_dynamic_smem); }
 inline void grid_dep_wait() {}
 inline void grid_dep_launch() {}
+template <int N> inline void setmaxnreg_inc() {}
+template <int N> inline void setmaxnreg_dec() {}
+inline void mbar_fence_init() {}
+
+namespace emu {
+inline MBarrier& mbarrier(unsigned addr) {
+    auto it = L->mbars.find(addr);
+    if (it == L->mbars.end()) fail("an mbarrier used before mbarrier.init");
+    return it->second;
+}
+inline void mbar_settle(MBarrier& b) {
+    if (b.pending == 0 && b.tx == 0) { ++b.phase; b.pending = b.count; ++L->progress; }
+}
+// Lands the bulk copies that barrier `addr` waits for (as late as the hardware may: when a thread
+// waits on it); true if there were any.
+inline bool land_bulk(unsigned addr) {
+    bool any = false;
+    for (size_t i = 0; i < L->bulk.size();) {
+        const BulkCopy c = L->bulk[i];
+        if (c.mbar != addr) { ++i; continue; }
+        std::memcpy(c.dst, c.src, c.bytes);
+        L->bulk.erase(L->bulk.begin() + i);
+        MBarrier& b = mbarrier(addr);
+        b.tx -= c.bytes;
+        ++L->progress;
+        mbar_settle(b);
+        any = true;
+    }
+    return any;
+}
+}  // namespace emu
+
+inline void mbar_init(unsigned addr, unsigned count) {
+    emu::L->mbars[addr] = emu::MBarrier{count, count, 0, 0};
+    ++emu::L->progress;
+}
+inline void mbar_arrive(unsigned addr) {
+    auto& b = emu::mbarrier(addr);
+    if (b.pending == 0) emu::fail("an mbarrier arrival beyond its count");
+    --b.pending;
+    ++emu::L->progress;
+    emu::mbar_settle(b);
+}
+// try_wait.parity in a loop: returns once the phase of that parity has completed.
+inline void mbar_wait(unsigned addr, unsigned parity) {
+    while ((emu::mbarrier(addr).phase & 1) == parity) {
+        if (!emu::land_bulk(addr)) emu::yield();
+    }
+}
+inline void bulk_load(void* dst, const void* src, unsigned bytes, unsigned mbar) {
+    auto& b = emu::mbarrier(mbar);                // mbarrier.arrive.expect_tx, then the copy
+    b.tx += bytes;
+    if (b.pending == 0) emu::fail("an mbarrier arrival beyond its count");
+    --b.pending;
+    ++emu::L->progress;
+    emu::L->bulk.push_back({dst, src, bytes, mbar});
+}
+
+// D (16x8 f64) += A (16x4 f64, row) B (4x8 f64, col): a0 (g, t), a1 (g+8, t); b0 (k t, n g);
+// d0 (g, 2t), d1 (g, 2t+1), d2 (g+8, 2t), d3 (g+8, 2t+1).
+inline void dmma_16x8x4(double (&d)[4], double a0, double a1, double b0) {
+    double all[32][3];
+    const double mine[3] = {a0, a1, b0};
+    for (int i = 0; i < 3; ++i) {
+        double lane_vals[32];
+        emu::gather(0xffffffffu, mine[i], lane_vals);
+        for (int l = 0; l < 32; ++l) all[l][i] = lane_vals[l];
+    }
+    const int g = emu::lane() / 4, t = emu::lane() % 4;
+    for (int i = 0; i < 4; ++i) {
+        const int row = g + (i >= 2 ? 8 : 0), col = 2 * t + (i & 1);
+        double s = d[i];
+        for (int k = 0; k < 4; ++k) s = fma(all[4 * (row % 8) + k][row >= 8 ? 1 : 0], all[4 * col + k][2], s);
+        d[i] = s;
+    }
+}
 
 // -- the launch ------------------------------------------------------------------------------------
 
@@ -378,6 +466,8 @@ inline int launch(void (*body)(void**), void** args, dim3_ grid, dim3_ block, un
         launch.warps.assign((n + 31) / 32, WarpState{});
         launch.block_bar = Barrier{};
         for (auto& b : launch.named) b = Barrier{};
+        launch.mbars.clear();
+        launch.bulk.clear();
         for (int i = 0; i < n; ++i) {
             Fiber& f = launch.fibers[i];
             f.flat = i;
@@ -426,10 +516,6 @@ inline void call_with(void (*f)(A...), void** args, std::index_sequence<I...>) {
 
 }  // namespace emu
 
-// The block's dynamic shared memory: the Python side rewrites `extern __shared__ T name[];` as
-// `T* const name = (T*)emu_dynamic_smem;`.
-#define EMU_SMEM_CAPACITY 232448
-inline unsigned char emu_dynamic_smem[EMU_SMEM_CAPACITY] __attribute__((aligned(128)));
 
 // One exported launcher per kernel entry: emu_<entry>(args, grid, block, smem, order, error, size).
 #define EMU_EXPORT(entry)                                                                              \
