@@ -438,6 +438,18 @@ def test_verify_attn_forced_splits(variant, kernel, splits):
 
 
 @gpu
+def test_fp32_full_grid_over_a_long_prefix_keeps_the_contract():
+    """B=8 H=16 Q=17 P=32768: 136 row tiles fill the H200, so for speed one split would do, and a
+    block would sum 32k keys into its fp32 O (9.6e-7 rel L2 on the CPU emulator, at the contract's
+    1e-6). The launch splits it by max_split_keys (kdtr/ops/verify_attn/cuda.py); this holds the
+    launch's own choice to the contract on the GPU."""
+    gen = generated(VERIFY_ATTN, "fp32", FRESH_SEED, batch=8, heads=16, prefix=32768, budget=16)
+    want = VERIFY_ATTN.reference("fp32", gen.inputs, gen.params)
+    got = run_cuda(VERIFY_ATTN, "fp32", gen.inputs, gen.params)
+    check_attn("fp32", f"verify_attn/fp32 B=8 H=16 P=32768 seed {FRESH_SEED}", got, want, gen.inputs, gen.params)
+
+
+@gpu
 @pytest.mark.parametrize("variant", ["fp32", "bf16_paged"])
 def test_kernel_choice_names_a_kernel_of_the_variant(variant):
     gen = generated(VERIFY_ATTN, variant, 3, batch=1, heads=4, prefix=10, budget=2)
