@@ -51,6 +51,25 @@ __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); 
     const int P = kv_indptr[b + 1] - ibase;                                                             \
     const int kvlen = P + Q;
 
+// The fp32 (contiguous layout) kernels' parameters that read q and kv directly (fp32_dmma,
+// fp32_ffma99), in the host's launch order; each kernel's header gives their shapes.
+#define ATTN_DENSE_PARAMS                                                                               \
+    const float* __restrict__ q, const float* __restrict__ kv, const int* __restrict__ prefix_len,      \
+    const u8* __restrict__ visibility, int B, int Q, int H, int S, float sm_scale, int n_splits,        \
+    float* __restrict__ out, float* __restrict__ lse, float* __restrict__ ws_o,                         \
+    float* __restrict__ ws_m, float* __restrict__ ws_l
+
+// The same for an fp32 (contiguous layout) block: its request's P = prefix_len[b] prefix keys,
+// then the Q tree keys; and `chunk`, `kbeg`, `kend` of its split (ATTN_KEY_SPLIT, keys a tile).
+#define ATTN_DENSE_REQUEST(rows, keys)                                                                  \
+    const int b = blockIdx.y, z = blockIdx.z;                                                           \
+    const int rows_req = Q * H;                                                                         \
+    const int row0 = blockIdx.x * (rows);                                                               \
+    const int nrows = min((rows), rows_req - row0);                                                     \
+    const int P = prefix_len[b];                                                                        \
+    const int kvlen = P + Q;                                                                            \
+    ATTN_KEY_SPLIT(kvlen, n_splits, z, keys)
+
 // a / b correctly rounded, given inv = __frcp_rn(b): q = a·inv, then one Newton correction with the
 // exact residual a - q·b (Markstein's theorem: RN(q + (a - q·b)·inv) = RN(a / b) for normal a, b
 // and a normal quotient). Three FP ops instead of IEEE division's sequence and its slow-path branch,

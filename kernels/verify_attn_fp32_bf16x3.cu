@@ -210,13 +210,7 @@ verify_attn_fp32_bf16x3(const unsigned char* __restrict__ pieces, const int* __r
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t4 = lane & 3;
-    const int b = blockIdx.y, z = blockIdx.z;
-    const int rows_req = Q * H;
-    const int row0 = blockIdx.x * FX_ROWS;
-    const int nrows = min(FX_ROWS, rows_req - row0);
-    const int P = prefix_len[b];
-    const int kvlen = P + Q;
-    ATTN_KEY_SPLIT(kvlen, n_splits, z, FX_KEYS)
+    ATTN_DENSE_REQUEST(FX_ROWS, FX_KEYS)
     const int nsub = (kend - kbeg + FX_KEYS - 1) / FX_KEYS;
     const int kv_tiles = (S + FX_KEYS - 1) / FX_KEYS;
     const unsigned char* tiles = pieces + (size_t)b * (kv_tiles + (rows_req + FX_ROWS - 1) / FX_ROWS) * FX_TILE_BYTES;

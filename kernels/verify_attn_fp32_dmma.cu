@@ -119,11 +119,7 @@ __device__ __forceinline__ float f4_at(const float4& v, int i) {
 }
 
 extern "C" __global__ void __launch_bounds__(FD_THREADS, 1)
-verify_attn_fp32_dmma(const float* __restrict__ q, const float* __restrict__ kv,
-                      const int* __restrict__ prefix_len, const u8* __restrict__ visibility,
-                      int B, int Q, int H, int S, float sm_scale, int n_splits,
-                      float* __restrict__ out, float* __restrict__ lse,
-                      float* __restrict__ ws_o, float* __restrict__ ws_m, float* __restrict__ ws_l) {
+verify_attn_fp32_dmma(ATTN_DENSE_PARAMS) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     if (dynamic_smem_bytes() < FD_SMEM_BYTES) __trap();         // host and kernel disagree
     double* sS = (double*)smem_raw;
@@ -136,13 +132,7 @@ verify_attn_fp32_dmma(const float* __restrict__ q, const float* __restrict__ kv,
     const unsigned mb_full = mb, mb_empty_s = mb + 16, mb_empty_kv = mb + 32;
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int b = blockIdx.y, z = blockIdx.z;
-    const int rows_req = Q * H;
-    const int row0 = blockIdx.x * FD_ROWS;
-    const int nrows = min(FD_ROWS, rows_req - row0);
-    const int P = prefix_len[b];
-    const int kvlen = P + Q;
-    ATTN_KEY_SPLIT(kvlen, n_splits, z, FD_KEYS)
+    ATTN_DENSE_REQUEST(FD_ROWS, FD_KEYS)
     const int nsub = (kend - kbeg + FD_KEYS - 1) / FD_KEYS;
     const size_t grow0 = (size_t)b * rows_req + row0;
     const size_t rows_total = (size_t)B * rows_req;

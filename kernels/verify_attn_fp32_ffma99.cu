@@ -84,11 +84,7 @@ __device__ __forceinline__ float two_sum(float a, float b, float& e) {
 }
 
 extern "C" __global__ void __launch_bounds__(FF_THREADS, 1)
-verify_attn_fp32_ffma99(const float* __restrict__ q, const float* __restrict__ kv,
-                        const int* __restrict__ prefix_len, const u8* __restrict__ visibility,
-                        int B, int Q, int H, int S, float sm_scale, int n_splits,
-                        float* __restrict__ out, float* __restrict__ lse,
-                        float* __restrict__ ws_o, float* __restrict__ ws_m, float* __restrict__ ws_l) {
+verify_attn_fp32_ffma99(ATTN_DENSE_PARAMS) {
     extern __shared__ __align__(16) float smem_f[];
     if (dynamic_smem_bytes() < FF_SMEM_BYTES) __trap();         // host and kernel disagree
     float* sQ = smem_f;                                          // [16][580]
@@ -101,13 +97,7 @@ verify_attn_fp32_ffma99(const float* __restrict__ q, const float* __restrict__ k
     float* sAlpha = sC + FF_ROWS;                                // [16] rescale of this tile
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int b = blockIdx.y, z = blockIdx.z;
-    const int rows_req = Q * H;
-    const int row0 = blockIdx.x * FF_ROWS;
-    const int nrows = min(FF_ROWS, rows_req - row0);
-    const int P = prefix_len[b];
-    const int kvlen = P + Q;
-    ATTN_KEY_SPLIT(kvlen, n_splits, z, FF_KEYS)
+    ATTN_DENSE_REQUEST(FF_ROWS, FF_KEYS)
     const int ntiles = (kend - kbeg + FF_KEYS - 1) / FF_KEYS;
     const size_t grow0 = (size_t)b * rows_req + row0;           // global row of the tile's row 0
     const float* qb = q + grow0 * ATTN_D;
