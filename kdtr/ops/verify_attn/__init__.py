@@ -30,6 +30,21 @@ FLOP_PER_KEY = 2 * ROW + 2 * LATENT          # q·k over 576 dims, p·v over 512
 KIMI_K2_SCALE = 0.14467963                   # 192^-0.5 · (0.1·ln 64 + 1)^2
 
 
+def request_cost(variant: str, heads: int, prefix_len: np.ndarray, visibility: np.ndarray) -> Cost:
+    """The cost model of VerifyAttn.cost: request b's H·Q rows see its P_b prefix keys and the tree
+    nodes its Q×Q mask shows them (2176 FLOP each); it moves q, its P_b + Q KV rows, its mask, and
+    out and lse (f32)."""
+    layout = LAYOUTS[variant]
+    batch, q_len = visibility.shape[:2]
+    prefixes = int(prefix_len.astype(np.int64).sum())
+    query_rows = batch * q_len * heads
+    visible_keys = heads * (q_len * prefixes + int(visibility.astype(bool).sum()))
+    itemsize = NUMPY_DTYPES[layout.input_specs["q"]].itemsize
+    out_bytes = query_rows * (LATENT * NUMPY_DTYPES[layout.out_dtype].itemsize + 4)
+    moved = (query_rows + prefixes + batch * q_len) * ROW * itemsize + visibility.size + out_bytes
+    return Cost(flops=float(visible_keys * FLOP_PER_KEY), bytes=float(moved))
+
+
 class VerifyAttn(Op):
     name = "verify_attn"
     variants = tuple(LAYOUTS)
@@ -208,33 +223,16 @@ class VerifyAttn(Op):
         return {"B": batch, "H": heads, "Q": q_len, "prefix": LAYOUTS[variant].longest_prefix(inputs)}
 
     def cost(self, variant, inputs, params):
-        """FLOPs over visible (row, key) pairs; bytes: q, each KV row once, the tree mask, outputs."""
-        visible_keys, kv_rows, mask_bytes = 0, 0, 0
-        for q, keys, prefix_len, visibility in self.requests(variant, inputs):
-            heads = q.shape[1]
-            visible_keys += heads * (prefix_len * q.shape[0] + int(visibility.astype(bool).sum()))
-            kv_rows += keys.shape[0]
-            mask_bytes += visibility.size
-        itemsize = inputs["q"].dtype.itemsize
-        out_bytes = sum(NUMPY_DTYPES[d].itemsize * int(np.prod(s))
-                        for d, s in self.output_specs(variant, inputs, params).values())
-        moved = inputs["q"].nbytes + kv_rows * ROW * itemsize + mask_bytes + out_bytes
-        return Cost(flops=float(visible_keys * FLOP_PER_KEY), bytes=float(moved))
+        """FLOPs over visible (row, key) pairs; bytes: q, each KV row once, the tree mask, outputs
+        (priced from the prefix lengths and masks: no K/V is read)."""
+        prefix_len, visibility = LAYOUTS[variant].prefixes_and_masks(inputs)
+        return request_cost(variant, LAYOUTS[variant].dims(inputs)[2], prefix_len, visibility)
 
     def case_cost(self, case):
-        """`cost` from the prefix lengths and tree masks alone (no q, no K/V): request b's H·Q rows
-        see its P_b keys and the tree nodes its mask shows them; it moves q, its P_b + Q KV rows,
-        its Q×Q mask, and out and lse (f32 in both layouts)."""
+        """`cost` of the inputs `generate(case)` would draw, from its prefix lengths and tree masks
+        alone (drawn as `generate` draws them; no q, no K/V)."""
         _, prefix_len, visibility = self._draw_requests(case)
-        layout = LAYOUTS[case.variant]
-        batch, q_len = visibility.shape[:2]
-        heads, prefixes = case.params["heads"], int(prefix_len.astype(np.int64).sum())
-        query_rows = batch * q_len * heads
-        visible_keys = heads * (q_len * prefixes + int(visibility.astype(bool).sum()))
-        itemsize = NUMPY_DTYPES[layout.input_specs["q"]].itemsize
-        out_bytes = query_rows * (LATENT * NUMPY_DTYPES[layout.out_dtype].itemsize + 4)
-        moved = (query_rows + prefixes + batch * q_len) * ROW * itemsize + visibility.size + out_bytes
-        return Cost(flops=float(visible_keys * FLOP_PER_KEY), bytes=float(moved))
+        return request_cost(case.variant, case.params["heads"], prefix_len, visibility)
 
     # -- bench ----------------------------------------------------------------------------
     def variant_compute_unit(self, variant):

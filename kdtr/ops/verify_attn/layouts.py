@@ -114,6 +114,10 @@ class Dense:
     def longest_prefix(self, inputs) -> int:
         return int(inputs["prefix_len"].max())
 
+    def prefixes_and_masks(self, inputs) -> tuple[np.ndarray, np.ndarray]:
+        """Every request's prefix length P_b [B] (int64) and tree mask [B, Q, Q], without touching K/V."""
+        return inputs["prefix_len"].astype(np.int64), inputs["visibility"]
+
     def kv_tokens(self, inputs) -> int:
         return int(inputs["prefix_len"].sum()) + inputs["visibility"].shape[0] * inputs["visibility"].shape[1]
 
@@ -270,6 +274,15 @@ class Paged:
 
     def longest_prefix(self, inputs) -> int:
         return int((inputs["kv_indptr"][1:] - inputs["kv_indptr"][:-1]).max())
+
+    def prefixes_and_masks(self, inputs) -> tuple[np.ndarray, np.ndarray]:
+        """As Dense's: P_b from kv_indptr, the tree columns of each request's custom_mask rows."""
+        indptr, mask_indptr = inputs["kv_indptr"], inputs["mask_indptr"]
+        prefix_len = np.diff(indptr).astype(np.int64)
+        q_len = len(inputs["tree_slots"]) // len(prefix_len)
+        masks = [inputs["custom_mask"][mask_indptr[b]:mask_indptr[b + 1]].reshape(q_len, p + q_len)[:, p:]
+                 for b, p in enumerate(prefix_len)]
+        return prefix_len, np.stack(masks) if masks else np.zeros((0, q_len, q_len), np.uint8)
 
     def kv_tokens(self, inputs) -> int:
         return int(inputs["kv_indices"].size + inputs["tree_slots"].size)
