@@ -40,8 +40,6 @@ CASES = [
     dict(batch=3, heads=8, prefix=300, budget=8, prefix_mode="mixed"),       # TP8 heads, mixed prefixes
     dict(batch=2, heads=16, prefix=130, budget=3, tree="chain"),             # an MTP chain
 ]
-
-
 TREE_KERNELS = {"sorted": dict(batch=9, depth=15, vocab=128, budget=64),           # the production shape
                 "warp": dict(batch=2, depth=32, vocab=600, topk=512, budget=512),  # sorted's table > 99 KB
                 "smem": dict(batch=2, depth=12, vocab=300, budget=600, quantize=0.5)}   # > 512: ties too

@@ -110,11 +110,11 @@ class EmulatedKernel:
                shared_mem: int = 0, stream: Any = None, *, dependent: bool = False) -> None:
         import torch
 
-        g = (grid, 1, 1) if isinstance(grid, int) else tuple(grid) + (1,) * (3 - len(grid))
-        b = (block, 1, 1) if isinstance(block, int) else tuple(block) + (1,) * (3 - len(block))
+        from kdtr.device import _dims
+
+        g, b = _dims(grid, "grid", self), _dims(block, "block", self)     # checked as a GPU launch is
         if shared_mem > self.gpu.smem_optin:
-            raise RuntimeError(f"{self.name}: {shared_mem} B of shared memory, over the emulated GPU's "
-                               f"{self.gpu.smem_optin} B")
+            raise self._fail(f"{shared_mem} B of shared memory, over the emulated GPU's {self.gpu.smem_optin} B")
         values: list[Any] = []
         for arg in args:
             if isinstance(arg, torch.Tensor):
@@ -127,8 +127,11 @@ class EmulatedKernel:
         rc = self.function(pointers, *map(ctypes.c_uint, g + b), ctypes.c_uint(int(shared_mem)),
                            ctypes.c_int(self.gpu.order), error, ctypes.c_uint(len(error)))
         if rc != 0:
-            raise RuntimeError(f"{self.name} grid {g} block {b}: {error.value.decode()}")
+            raise self._fail(f"grid {g} block {b}: {error.value.decode()}")
         self.gpu.launches.append((self.name, g, b, int(shared_mem)))
+
+    def _fail(self, what: str) -> RuntimeError:
+        return RuntimeError(f"{self.name} (emulated): {what}")
 
 
 class EmulatedGpu:

@@ -12,11 +12,13 @@
 // - cp.async: a copy lands only when its thread waits for its group (the latest the hardware may
 //   deliver it), so a missing wait reads the poison left in shared memory.
 // - Shared memory is filled with 0xFF bytes (a NaN as fp32, -NaN as bf16) before every block.
-// - ldmatrix and mma.sync m16n8k16 bf16 as warp-collective exchanges with the fragment layouts of
-//   the PTX ISA; the MMA sums its 16 exact products in double and rounds once (the tensor cores
-//   round in their own way: results agree to fp32 rounding, not bit for bit).
-// Not modelled: timing, memory consistency between blocks, the hardware's MMA rounding, __trap's
-// exact effect (here: the launch fails with a message).
+// - ldmatrix, mma.sync m16n8k16 bf16 and m16n8k4 f64 as warp-collective exchanges with the
+//   fragment layouts of the PTX ISA; the bf16 MMA sums its 16 exact products in double and rounds
+//   once (the tensor cores round in their own way: results agree to fp32 rounding, not bit for bit).
+// - mbarriers complete a phase when their arrivals are in and their bulk copies have landed; a bulk
+//   copy lands only when a thread waits on its barrier. setmaxnreg and griddepcontrol do nothing.
+// Not modelled: timing, memory consistency between blocks, the hardware's MMA rounding, wgmma,
+// __trap's exact effect (here: the launch fails with a message).
 #pragma once
 #include <math.h>
 #include <cstdint>
@@ -84,10 +86,8 @@ struct BulkCopy { void* dst; const void* src; unsigned bytes; unsigned mbar; };
 
 struct WarpState {
     Barrier sync;
-    unsigned long long xchg[32];
-    const void* ptr[32];
-    float frag[32][8];
-    unsigned ufrag[32][6];
+    unsigned long long xchg[32];                // one value a lane (gather)
+    unsigned ufrag[32][6];                      // an mma.sync's A and B fragments, a lane's six registers
 };
 
 struct Launch {
@@ -279,23 +279,21 @@ inline void named_barrier(int id, int count) {
 // ldmatrix .x4: lane l gives the address of row l % 8 of matrix l / 8; register i of lane l holds
 // matrix i's row l / 4, columns 2 (l % 4) and 2 (l % 4) + 1 (.trans: the transposed matrix's).
 inline void ldmatrix_exchange(u32 (&r)[4], const void* p, bool trans) {
-    auto& w = emu::warp();
+    const void* rows[32];
+    emu::gather(0xffffffffu, p, rows);
     const int l = emu::lane();
-    w.ptr[l] = p;
-    emu::warp_sync(0xffffffffu);
     for (int i = 0; i < 4; ++i) {
         uint16_t lo, hi;
         if (!trans) {
-            const uint16_t* row = (const uint16_t*)w.ptr[8 * i + l / 4];
+            const uint16_t* row = (const uint16_t*)rows[8 * i + l / 4];
             lo = row[2 * (l % 4)];
             hi = row[2 * (l % 4) + 1];
         } else {
-            lo = ((const uint16_t*)w.ptr[8 * i + 2 * (l % 4)])[l / 4];
-            hi = ((const uint16_t*)w.ptr[8 * i + 2 * (l % 4) + 1])[l / 4];
+            lo = ((const uint16_t*)rows[8 * i + 2 * (l % 4)])[l / 4];
+            hi = ((const uint16_t*)rows[8 * i + 2 * (l % 4) + 1])[l / 4];
         }
         r[i] = (u32)lo | ((u32)hi << 16);
     }
-    emu::warp_sync(0xffffffffu);
 }
 inline void ldmatrix_x4(u32 (&r)[4], const void* p) { ldmatrix_exchange(r, p, false); }
 inline void ldmatrix_x4_trans(u32 (&r)[4], const void* p) { ldmatrix_exchange(r, p, true); }

@@ -14,30 +14,16 @@ import sys
 
 import numpy as np
 
-from kdtr.dtypes import to_numpy, to_torch
-from kdtr.ops import get_op
-from kdtr.ops.base import Case
-
-from . import emulated
-
-H200 = (90, 132, 232448)
+from ..test_cuda_kernels import VERIFY_ATTN, generated
+from ..test_emulated_kernels import H200, run
 
 
 def drift(kernel: str, prefix: int) -> tuple[float, float]:
-    op = get_op("verify_attn")
-    params = {p.name: p.default for p in op.params} | dict(batch=1, heads=2, prefix=prefix, budget=4)
-    gen = op.generate(Case(f"long-{prefix}", op.name, "fp32", 5, params))
-    want = op.reference("fp32", gen.inputs, gen.params)
-    inputs = {name: to_torch(a, "cpu") for name, a in gen.inputs.items()}
-    import torch
-
-    outputs = {name: torch.full(shape, float("nan")) for name, (_, shape) in
-               op.output_specs("fp32", gen.inputs, gen.params).items()}
-    with emulated(*H200):
-        op.run_cuda("fp32", inputs, gen.params, outputs, kernel=kernel, splits=1)
-    got = {name: to_numpy(t).astype(np.float64) for name, t in outputs.items()}
-    rel = np.linalg.norm(got["out"] - want["out"]) / np.linalg.norm(want["out"].astype(np.float64))
-    return float(rel), float(np.abs(got["lse"] - want["lse"]).max())
+    gen = generated(VERIFY_ATTN, "fp32", 5, batch=1, heads=2, prefix=prefix, budget=4)
+    want = VERIFY_ATTN.reference("fp32", gen.inputs, gen.params)
+    got = run(kernel, "fp32", gen, H200, splits=1)
+    out, ref = got["out"].astype(np.float64), want["out"].astype(np.float64)
+    return float(np.linalg.norm(out - ref) / np.linalg.norm(ref)), float(np.abs(got["lse"] - want["lse"]).max())
 
 
 if __name__ == "__main__":
