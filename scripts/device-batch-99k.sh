@@ -22,12 +22,6 @@ parts=${*:-all}
 mkdir -p "$out"
 source scripts/device-lib.sh
 unset KDTREE_GPU
-sanitize_goldens() { rm -rf goldens-99k-sanitize; mkdir -p goldens-99k-sanitize/verify_attn
-  for f in bf16_paged_b2_h8_p0_n8 bf16_paged_b2_h16_p2048_n16 bf16_paged_b4_h16_p1024_n16_mixed \
-           bf16_paged_b2_h16_p512_n64 bf16_paged_b1_h16_p8192_n32 \
-           fp32_b2_h8_p0_n8 fp32_b2_h16_p2048_n16 fp32_b4_h16_p1024_n16_mixed fp32_b1_h64_p128_n32; do
-    cp "goldens/verify_attn/$f.kdtr" goldens-99k-sanitize/verify_attn/
-  done; }
 
 {
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
@@ -50,9 +44,12 @@ if want verify; then
       --kernel bf16_wgmma2 -q
 fi
 if want sanitize; then
-  sanitize_goldens
+  pick_goldens goldens-sanitize-99k verify_attn/bf16_paged_b2_h8_p0_n8 verify_attn/bf16_paged_b2_h16_p2048_n16 \
+      verify_attn/bf16_paged_b4_h16_p1024_n16_mixed verify_attn/bf16_paged_b2_h16_p512_n64 \
+      verify_attn/bf16_paged_b1_h16_p8192_n32 verify_attn/fp32_b2_h8_p0_n8 verify_attn/fp32_b2_h16_p2048_n16 \
+      verify_attn/fp32_b4_h16_p1024_n16_mixed verify_attn/fp32_b1_h64_p128_n32
   for tool in memcheck racecheck synccheck initcheck; do
-    KDTREE_GPU=sm_120 step 110 kd verify goldens-99k-sanitize --sanitize "$tool" -q --json "$out/sanitize-as-sm120-$tool.json"
+    KDTREE_GPU=sm_120 step 110 kd verify goldens-sanitize-99k --sanitize "$tool" -q --json "$out/sanitize-as-sm120-$tool.json"
   done
 fi
 if want e2e; then

@@ -38,17 +38,12 @@ if want sanitize; then
   # tree_accept walk in registers and in shared memory, fp32_dmma: these fp32 grids fill under 3/4
   # of the SMs, bf16_wgmma2), then the kernels it does not pick on them forced (--kernel): tree_build
   # warp, bf16_mma and fp32_bf16x3 (kernels/README.md)
-  rm -rf goldens-sanitize goldens-fallback
-  for f in tree_build/example_b tree_build/b64_n64_l15 tree_build/b2_n1024_l24 tree_accept/mixed_b64_n64_l15 \
-           tree_accept/root_only_q1 tree_accept/full_b2_n512 verify_attn/fp32_b2_h8_p0_n8 \
-           verify_attn/fp32_b4_h16_p1024_n16_mixed verify_attn/bf16_paged_b2_h8_p0_n8 \
-           verify_attn/bf16_paged_b4_h16_p1024_n16_mixed verify_attn/bf16_paged_b2_h16_p512_n64; do
-    mkdir -p "goldens-sanitize/$(dirname $f)" && cp "goldens/$f.kdtr" "goldens-sanitize/$f.kdtr"
-  done
-  for f in tree_build/example_b tree_build/b64_n64_l15 verify_attn/bf16_paged_b2_h8_p0_n8 \
-           verify_attn/bf16_paged_b4_h16_p1024_n16_mixed verify_attn/fp32_b4_h16_p1024_n16_mixed; do
-    mkdir -p "goldens-fallback/$(dirname $f)" && cp "goldens/$f.kdtr" "goldens-fallback/$f.kdtr"
-  done
+  pick_goldens goldens-sanitize tree_build/example_b tree_build/b64_n64_l15 tree_build/b2_n1024_l24 \
+      tree_accept/mixed_b64_n64_l15 tree_accept/root_only_q1 tree_accept/full_b2_n512 verify_attn/fp32_b2_h8_p0_n8 \
+      verify_attn/fp32_b4_h16_p1024_n16_mixed verify_attn/bf16_paged_b2_h8_p0_n8 \
+      verify_attn/bf16_paged_b4_h16_p1024_n16_mixed verify_attn/bf16_paged_b2_h16_p512_n64
+  pick_goldens goldens-fallback tree_build/example_b tree_build/b64_n64_l15 verify_attn/bf16_paged_b2_h8_p0_n8 \
+      verify_attn/bf16_paged_b4_h16_p1024_n16_mixed verify_attn/fp32_b4_h16_p1024_n16_mixed
   for tool in memcheck racecheck synccheck initcheck; do
     step 85 kd verify goldens-sanitize --sanitize "$tool" -q --json "$rec/sanitize-$tool.json"
     step 60 kd verify goldens-fallback --sanitize "$tool" --kernel warp --kernel bf16_mma --kernel fp32_bf16x3 -q \
