@@ -26,6 +26,9 @@ from .telemetry import watching
 from .timers import DEFAULT_L2_BYTES, DeviceTimer, HostTimer, rotation_sets
 
 
+UNCAPTURABLE = "its graph capture failed in an earlier case of this run; timed eagerly, not captured again"
+
+
 @dataclass(frozen=True)
 class WorkerJob:
     """What a bench worker process receives: its share of the cases (plain data) and the settings."""
@@ -62,6 +65,9 @@ class _Env:
         self.primary = backend
         self.device = "cuda" if self.gpu else "cpu"
         self.ceilings: Ceilings | None = None
+        # implementations whose capture failed once: not captured again this run, since on torch 2.11
+        # a failed capture kept its private memory pool for good (76 GiB reserved after twelve cases)
+        self.uncapturable: set[str] = set()
         self.watch = None                 # telemetry's read (telemetry.watching), set for the run
         if self.gpu:
             import torch
@@ -346,8 +352,13 @@ class _CaseRunner:
         plan = self.plans.get(mode)
         device = timer is self.env.timer and self.env.gpu
         fixed = plan.calls_per_sample if device and plan is not None and plan.sets == len(calls) else None
+        known = device and name in self.env.uncapturable
         sampler = timer.prepare(calls, options=self.settings.timing, mode="cold" if mode == "cold" else "hot",
-                                graph=graph, **({"calls_per_sample": fixed} if device else {}))
+                                graph=graph and not known, **({"calls_per_sample": fixed} if device else {}))
+        if known:
+            sampler = replace(sampler, note="; ".join(n for n in (sampler.note, UNCAPTURABLE) if n))
+        elif device and graph and sampler.method != "graph":
+            self.env.uncapturable.add(name)
         if device and plan is None:
             self.plans[mode] = TimingPlan(sampler.mode, len(calls), sampler.calls_per_sample, sampler.method, name)
         return sampler

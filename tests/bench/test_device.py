@@ -196,3 +196,35 @@ def test_the_sdpa_guard_counts_what_pytorch_holds_cached_as_free(monkeypatch):
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda *a: 77 << 30)
     monkeypatch.setattr(torch.cuda, "memory_allocated", lambda *a: 1 << 30)
     assert torch_impl._device_free_bytes() == 78 << 30
+
+
+def test_an_implementation_whose_capture_failed_is_not_captured_again_in_the_run(monkeypatch):
+    """A failed capture kept its private memory pool on torch 2.11 (the H100's chain run reserved
+    76 GiB after twelve cases, 1 GiB of it allocated): once an implementation's capture fails, later
+    cases time it eagerly without trying, and say why."""
+    fake = FakeCuda()
+    op = get_op("tree_accept")
+    env = _fake_gpu_env(monkeypatch, 1 << 16, fake=fake)
+    monkeypatch.setattr(op, "run_cuda", lambda variant, inputs, params, outputs: (
+        _fake_run_cuda(op)(variant, inputs, params, outputs), fake.kernel(0.002)()))
+    captures = []
+    real_capture = bench.DeviceTimer._capture
+
+    def capture(timer, calls, k):
+        captures.append(k)
+        fake.fail_capture = True              # every capture fails
+        try:
+            return real_capture(timer, calls, k)
+        finally:
+            fake.fail_capture = False
+    monkeypatch.setattr(bench.DeviceTimer, "_capture", capture)
+    case = Case("c", "tree_accept", "default", 9, dict(op._defaults, batch=4, budget=8, depth=4))
+    item = bench.BenchItem("c", "tree_accept", "default", case.params, "test", case=case)
+    settings = BenchSettings(timing=replace(OPTS, budget_s=0.05, min_samples=3), baselines=(), back_to_back=False)
+    [first] = bench_runner._CaseRunner(env, settings, item, lambda s: None, None).run()
+    assert first.timing.method == "eager" and "graph capture failed" in first.timing.note
+    assert captures and env.uncapturable == {"cuda"}
+    captures.clear()
+    [second] = bench_runner._CaseRunner(env, settings, item, lambda s: None, None).run()
+    assert captures == [] and second.timing.method == "eager"
+    assert bench_runner.UNCAPTURABLE in second.timing.note
