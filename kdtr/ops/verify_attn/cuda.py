@@ -118,7 +118,11 @@ KERNELS = (
                       "sm_120, sm_121); 48-row x 16-key tiles, Q in registers, 4 warps a row group, a 4-stage K/V "
                       "ring; run on the CPU emulator, not yet on a GPU (its 48 x 16 predecessor ran on an H100)",
                rows=48, keys=16, threads=384, smem=mma99_smem(48, 4), min_sm=80, split_min_tiles=8,
-               launch_knobs=(SPLITS_KNOB, M99_ROWS)),
+               launch_knobs=(SPLITS_KNOB, M99_ROWS),
+               # modeled, not fitted (kernels/NOTES.md, "bf16_mma99"): a 16-key step 0.65 us (shared
+               # memory-bound on an H100 as sm_120, tensor-bound on an RTX PRO 6000), a block's ring
+               # fill and epilogue 2.5 us; launch, merge and partial rows as bf16_wgmma2's
+               wave=WaveCost(launch_us=4.0, block_us=2.5, tile_us=0.65, merge_us=1.0, partial_row_us=0.0005)),
 )
 
 
