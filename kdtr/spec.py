@@ -405,14 +405,14 @@ class _SuiteReader:
         except (ValueError, IndexError) as e:
             raise self.doc.error(_field_naming(field, str(e), case.inline), f"inline inputs: {e}") from None
         for name in sorted(case.inline.keys() & generated.inputs.keys()):
-            used, given = generated.inputs[name], case.inline[name]
+            used, inline = generated.inputs[name], case.inline[name]
             try:
-                same = np.array_equal(np.broadcast_to(given, used.shape), used)
+                same = np.array_equal(np.broadcast_to(inline, used.shape), used)
             except ValueError:
                 same = False
             if not same:
                 raise self.doc.error(f"{field}.{name}", f"{self.op_name} does not use {name} as given "
-                                     f"(shape {list(given.shape)}, it takes {list(used.shape)}); give "
+                                     f"(shape {list(inline.shape)}, it takes {list(used.shape)}); give "
                                      f"the inline inputs it reads together: {', '.join(self.op.inline_inputs)}")
         for name in self.op.shape_params:
             made = generated.params.get(name)
