@@ -178,6 +178,15 @@ def test_a_full_disk_is_one_line_and_no_partial_file(goldens, accept_golden, tmp
     assert list((tmp_path / "out").iterdir()) == []
 
 
+def test_a_full_disk_under_gen_refs_names_the_bundle_once(tmp_path):
+    """Issue 36: "…one.kdtr: cannot write: …one.kdtr: cannot write: File too large"."""
+    (tmp_path / "a.yaml").write_text("op: tree_accept\ncases:\n  - {name: one, batch: 1, budget: 4}\n")
+    line = one_line(kdtree("gen-refs", "a.yaml", "-o", "out", "-q", cwd=tmp_path, file_limit=FILE_LIMIT),
+                    "out/tree_accept/one.kdtr: cannot write: File too large")
+    assert line.count("one.kdtr") == 1 and line.count("cannot write") == 1, line
+    assert not [p for p in (tmp_path / "out").rglob("*") if p.is_file()]
+
+
 # -- row 16: an output that is an input -----------------------------------------------------------
 def test_an_output_that_is_an_input_is_refused(goldens, accept_golden, tmp_path):  # noqa: F811
     _records(goldens, tmp_path)
