@@ -258,6 +258,19 @@ def test_devices_without_a_gpu_say_so(goldens, tmp_path):  # noqa: F811
     assert result.returncode == 0 and "no GPU is visible here; 2 worker processes run on the CPU" in result.stderr
 
 
+@pytest.mark.parametrize("command", [["verify", "{goldens}"], ["bench", "a.yaml", "--quick", "-q"]])
+def test_the_cuda_backend_on_devices_without_a_gpu_is_one_line(goldens, tmp_path, command):  # noqa: F811
+    """Issue 36: `verify --backend cuda --devices 0` said "no GPU" once per bundle (54 lines), after
+    a note that the workers run on the CPU, which they do not."""
+    from kdtr.device import gpu_available
+
+    if gpu_available():
+        pytest.skip("a GPU is visible: the run goes ahead on it")
+    (tmp_path / "a.yaml").write_text("op: tree_accept\ncases:\n  - {batch: 1, budget: 4}\n")
+    args = [a.format(goldens=goldens) for a in command]
+    one_line(kdtree(*args, "--backend", "cuda", "--devices", "0", cwd=tmp_path), "no CUDA GPU")
+
+
 def test_an_unknown_baseline_is_said(tmp_path):
     (tmp_path / "a.yaml").write_text("op: tree_accept\ncases:\n  - {batch: 1, budget: 4}\n")
     result = kdtree("bench", "a.yaml", "-b", "torch", "--quick", "--baseline", "nope", "-q", cwd=tmp_path)
