@@ -195,7 +195,8 @@ def bench_cmd(
     settings = bench.BenchSettings(backend=backend, mode=mode, timing=timing, impls=impls,
                                    baselines=() if no_baselines else (tuple(baseline) if baseline else None),
                                    quick=quick, repeat=repeat, sanity=not no_sanity, time_limit_s=time_limit,
-                                   kernels=bench.kernel_builds(kernel, define), back_to_back=not no_back_to_back, lock_clocks=lock_clocks)
+                                   kernels=bench.kernel_builds(kernel, define), back_to_back=not no_back_to_back,
+                                   lock_clocks=lock_clocks)
     targets = [p for p in (json_path if json_path and json_path != "-" else None,
                            bench.default_record_path() if save else None) if p]
     if save:
