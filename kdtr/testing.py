@@ -14,8 +14,8 @@ the style of `torch.testing.assert_close` and `triton.testing.do_bench` (docs/te
   graph replays, the L2 flushed in cold mode, several functions timed in interleaved balanced
   rounds; perf_counter on a machine without a GPU, labelled `host`), one `Timing` per function.
 
-The pytest plugin's `kdtree_case` fixture is built on it (kdtr.pytest_plugin). The module imports
-nothing heavy: torch and the ops load on first use.
+The pytest plugin's `kdtree_case` fixture is built on it (kdtr.pytest_plugin). Importing it does
+not import torch; a call that needs torch imports it.
 """
 
 from __future__ import annotations
@@ -26,7 +26,18 @@ from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
+from . import device
+from .bench import DEFAULT_L2_BYTES, DeviceTimer, HostTimer, TimingOptions, interleave
+from .cases import GOLDEN, reference_outputs
+from .config import config
+from .dtypes import to_numpy
 from .errors import UsageError
+from .impl import Implementation, Serves
+from .impl.base import HOST
+from .impl.parity import position
+from .ops import get_op
+from .spec import load_suites, select, suite_from_text
+from .verify import DEVICE_REFERENCE, REFERENCE, Options, check_case
 
 __all__ = ["OpCase", "OpMismatch", "assert_op_close", "failure_text", "make_case", "op_cases", "time_gpu"]
 
@@ -60,8 +71,6 @@ class OpCase:
 
 
 def _op(op: Any):
-    from .ops import get_op
-
     return get_op(op) if isinstance(op, str) else op
 
 
@@ -72,8 +81,6 @@ def _numpy(arrays: Mapping[str, Any]) -> dict[str, np.ndarray]:
         if isinstance(value, np.ndarray):
             out[name] = value
         else:
-            from .dtypes import to_numpy
-
             out[name] = to_numpy(value)
     return out
 
@@ -88,12 +95,6 @@ def assert_op_close(op: Any, variant: str, inputs: Mapping[str, Any], outputs: M
     reduction (`name`, the implementation's, is held to the tolerances alone where it is "cuda" or
     "numpy", as verify holds ours). OpMismatch naming the worst element of each failing output (and
     `case`, a label for the message); verify's row if all pass."""
-    from .cases import GOLDEN, reference_outputs
-    from .impl import Implementation, Serves
-    from .impl.base import HOST
-    from .verify import Options, check_case
-    from .verify.record import DEVICE_REFERENCE, REFERENCE
-
     op = _op(op)
     if variant not in op.variants:
         raise UsageError(f"unknown variant {variant!r} of op {op.name}; it has {', '.join(op.variants)}")
@@ -119,9 +120,6 @@ def failure_text(row: Any, inputs: Mapping[str, np.ndarray] | None = None,
     """kdtree's account of a failing verify row: the case and trial, why, and per failing output its
     worst element, where that sits in the tree (from `inputs`, where given), its share of the
     tolerance and how many elements missed it."""
-    from .impl.parity import position
-    from .ops import get_op
-
     head = f"FAIL {row.op}/{row.variant}" + (f" {row.case}" if row.case else "") + (
         f" trial {row.trial}" if row.trial else "")
     lines = [head + (f": {row.error}" if row.error else "")]
@@ -155,8 +153,6 @@ def make_case(op: Any, variant: str | None = None, *, seed: int = 0, name: str |
     """A case of `op` from keyword params (the suite parameters of docs/ops: batch, heads, prefix,
     budget, ...; the others at their defaults), checked as a YAML suite's case is (a SpecError
     naming the parameter at fault), its inputs drawn by the op's generator from `seed`."""
-    from .spec import suite_from_text
-
     op = _op(op)
     entry = dict(params, seed=seed, **({"name": name} if name is not None else {}))
     suite = {"op": op.name, **({"variant": variant} if variant is not None else {}), "cases": [entry]}
@@ -175,9 +171,6 @@ def op_cases(op: Any, *, suite: str = "verify", variant: str | None = None,
     """The cases of kdtree's own suites for `op` (suite "verify": the goldens' shapes, specs/<op>.yaml;
     "bench": the timed shapes, specs/bench/), of `variant` and matching -k `pattern` where given,
     each drawn as it is iterated (a serving-size case holds hundreds of MB)."""
-    from .config import config
-    from .spec import load_suites, select
-
     if suite not in SUITES:
         raise UsageError(f"suite {suite!r}: choose one of {', '.join(SUITES)}")
     op = _op(op)
@@ -198,16 +191,13 @@ def time_gpu(fn: Callable[[], Any], *others: Callable[[], Any], mode: str = "hot
     under `options.target` or the budget is spent (kdtr.bench.TimingOptions; default: bench's).
     Without a GPU, perf_counter around each call (mode "host"). The Timing of `fn` (ms per call:
     median, p10, p90, rel_ci, samples), or a tuple of one per function with `others`."""
-    from .bench import DEFAULT_L2_BYTES, DeviceTimer, HostTimer, TimingOptions, interleave
-    from .device import gpu_available
-
     if mode not in ("hot", "cold"):
         raise UsageError(f"mode {mode!r}: choose hot or cold")
     options = options or TimingOptions()
     options.check()
     calls = (fn, *others)
     timer = None
-    if gpu_available():
+    if device.gpu_available():
         import torch
 
         props = torch.cuda.get_device_properties(0)
