@@ -140,15 +140,16 @@ def deduplicated(values: list[str], option: str) -> list[str]:
     return unique
 
 
-def parse_devices_option(text: str | None) -> list[str] | None:
-    """--devices: the worker list; where no GPU is visible the workers run on the CPU, and it says so."""
+def parse_devices_option(text: str | None, backend: str) -> list[str] | None:
+    """--devices: the worker list; where no GPU is visible the workers run on the CPU, and it says so
+    (`backend` resolved: the cuda backend's run refuses that itself, in one line)."""
     if text is None:
         return None
     from kdtr.parallel import parse_devices
 
     available = gpu_count()
     devices = parse_devices(text, available)
-    if devices and not available:
+    if devices and not available and backend != "cuda":
         note(f"--devices {text}: no GPU is visible here; {len(devices)} worker processes run on the CPU")
     return devices
 

@@ -1,4 +1,5 @@
-"""`kdtree bench` (timings, ceilings, baselines, records, the regression gate) and `kdtree report`."""
+"""`kdtree bench`: options parsed into a kdtr.bench.Selection and BenchSettings, `run_bench`, the record rendered
+(table, JSON, CSV) and judged (the exit code, --compare)."""
 
 from __future__ import annotations
 
@@ -44,40 +45,12 @@ def _default_specs() -> list[Path]:
     return [default_specs_dir() / "bench"]
 
 
-def _items(paths: list[Path], pattern: Optional[str], quick: bool, spec):
-    """The cases of this shard, and the meta that lets `report --merge` check shards join."""
-    from kdtr import bench, parallel
+def _devices(text: str | None, backend: str) -> tuple[str, ...] | None:
+    """--devices as the workers' list (None: this process); the cuda backend needs a GPU for them."""
+    from kdtr.backends import resolve_backend
 
-    selected = bench.collect_items(paths, pattern, quick)
-    items = parallel.shard_items(selected, _key, spec)
-    if not items:
-        raise UsageError(f"no case matches -k {pattern!r}" if pattern else "no cases to bench")
-    return items, bench.selection_meta(selected, spec)
-
-
-def _key(item) -> str:
-    return f"{item.op}/{item.name}"
-
-
-def _run_on_devices(devices, items, settings, progress):
-    """One spawned worker per GPU, cases spread by size; the records merge into one. A worker that
-    crashes fails its cases (listed in the record's errors), never the whole run silently."""
-    from kdtr import bench, parallel
-
-    groups = parallel.balance(items, bench.estimated_cost, len(devices))
-    jobs = [[bench.WorkerJob(tuple(group), settings)] for group in groups]
-    records, crashed = [], []
-    for job, result in parallel.map_on_devices(devices, jobs, bench.run_worker, lambda job, why: why):
-        if isinstance(result, str):
-            crashed.append(f"{result}: its cases {', '.join(job.names)} were not timed")
-        else:
-            records.append(result)
-        progress(f"worker done ({len(records) + len(crashed)}/{len(devices)})", len(records) + len(crashed),
-                 len(devices))
-    if not records:
-        raise UsageError("every bench worker crashed: " + "; ".join(crashed))
-    merged = bench.merge_records(records)
-    return replace(merged, errors=merged.errors + tuple(crashed), complete=merged.complete and not crashed)
+    devices = parse_devices_option(text, resolve_backend(backend))
+    return tuple(devices) if devices else None
 
 
 class _Progress:
@@ -216,29 +189,32 @@ def bench_cmd(
     if target is not None:
         timing = replace(timing, target=target)
     timing.check()
-    builds = bench.kernel_builds(kernel, define)
-    if builds:
-        from kdtr.backends import resolve_backend
-
-        if resolve_backend(backend) != "cuda":
-            raise UsageError(f"--kernel and --define force CUDA kernels; they need the cuda backend, "
-                             f"not {resolve_backend(backend)}")
     from kdtr.impl import resolve_refs
 
     impls = resolve_refs(impl)      # each spec resolved once (one that does not: exit 2, up front)
     settings = bench.BenchSettings(backend=backend, mode=mode, timing=timing, impls=impls,
                                    baselines=() if no_baselines else (tuple(baseline) if baseline else None),
                                    quick=quick, repeat=repeat, sanity=not no_sanity, time_limit_s=time_limit,
-                                   kernels=builds, back_to_back=not no_back_to_back, lock_clocks=lock_clocks)
+                                   kernels=bench.kernel_builds(kernel, define), back_to_back=not no_back_to_back,
+                                   lock_clocks=lock_clocks)
     targets = [p for p in (json_path if json_path and json_path != "-" else None,
                            bench.default_record_path() if save else None) if p]
     if save:
         check_writable(targets[-1], "--save")
     if csv_path:
         check_writable(csv_path, "--csv")
+    selection = bench.Selection(tuple(paths or _default_specs()), pattern, this_shard,
+                                _devices(devices, settings.backend))
     limit = mem_limit_bytes(mem_limit)
+
+    def partial(record) -> None:       # the record so far, rewritten after every case
+        for path in targets:
+            bench.write_record(path, record)
+
     with json_out.tables():
-        record = _run(paths, pattern, quick, this_shard, devices, settings, targets, quiet, limit)
+        with _Progress(quiet) as progress:
+            record = bench.run_bench(selection, settings, progress, mem_limit=limit,
+                                     on_partial=partial if targets else None)
         if not json_out.to_stdout:
             from .bench_view import bench_view
 
@@ -270,147 +246,10 @@ def bench_cmd(
 
 
 def _unmatched_baselines(named: list[str], record) -> None:
-    """A --baseline no case has (a typo, another op's) is said, not silently ignored: the ops'
-    baselines are known only once a case's inputs exist, so this is checked after the run."""
-    timed = sorted({r.impl for r in record.rows if not r.primary})
-    unmatched = [name for name in dict.fromkeys(named) if name not in timed]
+    """A --baseline no case has (a typo, another op's) is said, not silently ignored."""
+    from kdtr.bench import unmatched_baselines
+
+    unmatched, timed = unmatched_baselines(named, record)
     if unmatched:
         note(f"--baseline {', '.join(unmatched)}: no case here has a baseline of that name "
              f"(baselines in this run: {', '.join(timed) or 'none'})")
-
-
-def _run(paths, pattern, quick, shard, devices, settings, targets, quiet, mem_limit):
-    """The cases on one GPU (or the host), or spread over --devices; the record, rewritten to
-    `targets` after every case on one device."""
-    from kdtr import bench
-    from kdtr.backends import resolve_backend
-    from kdtr.memory import check_items
-
-    items, selection = _items(paths or _default_specs(), pattern, quick, shard)
-    items = bench.items_for_kernels(items, settings.kernels)
-    check_items(items, resolve_backend(settings.backend), mem_limit)
-
-    def stamped(record):
-        return replace(record, meta=record.meta | selection)
-
-    def partial(record):
-        for path in targets:
-            bench.write_record(path, stamped(record))
-
-    device_list = parse_devices_option(devices)
-    with _Progress(quiet) as progress:
-        if device_list:
-            return stamped(_run_on_devices(device_list, items, settings, progress))
-        return stamped(bench.run_bench(items, settings, progress=progress, on_partial=partial if targets else None))
-@app.command("report")
-@guarded
-def report_cmd(
-    record_paths: List[Path] = typer.Argument(..., metavar="RECORD.json...",
-                                              help="Records written by `kdtree bench --json` (or, with --merge "
-                                                   "or --html, by `kdtree verify --json`)."),
-    merge: Optional[Path] = typer.Option(None, "--merge", help="Join the records (e.g. of --shard jobs) into "
-                                                               "this one file; exit 1 if a merged case failed."),
-    plot: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG: roofline (achieved TFLOP/s against "
-                                                             "intensity, measured ceilings) and latency against prefix."),
-    csv_path: Optional[Path] = typer.Option(None, "--csv", help="Write one CSV line per row here."),
-    compare_gpus: bool = flag("--compare-gpus", help="Bench records of different GPUs side by side: the cases the "
-                              "first shares with another (matched on case name, implementation, mode and every "
-                              "parameter), each "
-                              "one's time, TFLOP/s or GB/s and % of its own GPU's ceilings measured in its own "
-                              "run, and the speed ratio to the first record. A record timed on the host CPU "
-                              "(no GPU, no ceilings) is refused (exit 2)."),
-    html: Optional[Path] = typer.Option(None, "--html", help="Write one self-contained HTML page (inline CSS and "
-                                        "SVG, no network) of these verify and bench records: tables, roofline, "
-                                        "latency against prefix, peers, the GPU comparison of several bench "
-                                        "records, and each record's provenance."),
-    verbose: bool = flag("-v", "--verbose", help="Show every baseline's own row."),
-    wide: bool = flag("--wide", help="Every column (config, timer, TFLOP/s and GB/s, each baseline)."),
-    quiet: bool = flag("--quiet", "-q", help="One plain line per case."),
-):
-    """Show a bench record's table again; plot it (matplotlib), write its CSV, merge shards' records,
-    compare GPUs or write an HTML report."""
-    from kdtr import bench
-    from kdtr.atomic import atomic_write
-
-    refuse_overwriting_inputs({"--merge": merge, "--csv": csv_path, "--plot": plot, "--html": html}, record_paths)
-    for option, path in (("--merge", merge), ("--csv", csv_path), ("--plot", plot)):
-        check_writable(path, option)
-    if plot:
-        from kdtr.plot import require_matplotlib
-
-        require_matplotlib()           # before the CSV is written, not after
-    if merge:
-        _merge(record_paths, merge)
-    check_writable(html, "--html")
-    if compare_gpus:
-        _compare_gpus(record_paths)
-    if html:
-        _html(record_paths, html)
-    if compare_gpus or html:
-        return
-    if len(record_paths) != 1:
-        raise UsageError("give one record (or several with --merge OUT.json, --compare-gpus or --html)")
-    record = bench.load_record(record_paths[0])
-    from .bench_view import bench_view
-
-    bench_view(record, verbose=verbose, quiet=quiet, wide=wide)
-    if csv_path:
-        atomic_write(csv_path, bench.bench_csv(record))
-    if plot:
-        from kdtr.plot import plot_record
-
-        plot_record(record, plot)
-        from . import render
-
-        render.err.print(f"plot: {plot}", markup=False, highlight=False)
-
-
-def _compare_gpus(paths: List[Path]) -> None:
-    from kdtr import bench, report
-    from kdtr.gpu_compare import compare_gpus
-
-    from .gpu_view import gpu_comparison_view
-
-    gpu_comparison_view(compare_gpus([bench.load_record(p) for p in paths], [report.portable(p) for p in paths]))
-
-
-def _html(paths: List[Path], out: Path) -> None:
-    from kdtr.html_report import write_html_report
-
-    from . import render
-
-    write_html_report(paths, out)
-    render.err.print(f"html: {out}", markup=False, highlight=False)
-
-
-def _merge(paths: List[Path], out: Path) -> None:
-    """Verify records merge into a verify record, bench records into a bench record; never both."""
-    import json
-
-    from kdtr import bench, report
-
-    from . import render
-
-    kinds = []
-    for path in paths:
-        try:
-            kinds.append(json.loads(path.read_text(encoding="utf-8")).get("kind"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError) as err:
-            raise UsageError(f"not a kdtree record: {err}", file=path) from None
-    if set(kinds) == {report.VERIFY_KIND}:
-        from kdtr.verify import merge_verify
-
-        merged = merge_verify(paths)
-        report.write_json(out, merged)
-        summary = merged.summary
-        render.plain(f"merged {len(paths)} verify records (shards {', '.join(merged.meta['shards'])}): "
-              f"{summary['passed']} passed, {summary['failed']} failed, "
-              f"{len(summary['errors'])} input errors -> {out}")
-        raise typer.Exit(1 if summary["failed"] else (2 if summary["errors"] else 0))
-    if set(kinds) == {bench.RECORD_KIND}:
-        merged_bench = bench.merge_shards([bench.load_record(p) for p in paths], [report.portable(p) for p in paths])
-        bench.write_record(out, merged_bench)
-        render.plain(f"merged {len(paths)} bench records (shards {', '.join(merged_bench.meta['shards'])}): "
-              f"{len(merged_bench.rows)} rows -> {out}")
-        raise typer.Exit(0)
-    raise UsageError(f"--merge takes records of one kind (verify or bench); got {sorted(map(str, set(kinds)))}")

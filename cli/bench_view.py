@@ -1,5 +1,5 @@
 """Views of bench records and comparisons: the tables, plain lines and footers of `kdtree bench`
-and `kdtree report` (rendering only; the commands are in cli/bench.py)."""
+and `kdtree report` (rendering only; the commands are in cli/bench.py and cli/report.py)."""
 
 from __future__ import annotations
 

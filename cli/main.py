@@ -1,6 +1,6 @@
 """The kdtree command line: assembles the command modules on the shared app and runs it.
 
-Command modules (gen_refs, verify, info, bench, e2e) import `app`, `guarded` and the shared options
+Command modules (gen_refs, verify, info, bench, report, e2e) import `app`, `guarded` and the shared options
 from `cli.app` and register their commands there; views live in `cli.render` and friends.
 """
 
@@ -12,7 +12,8 @@ import sys
 
 import typer
 
-from . import bench, e2e, gen_refs, info, verify  # noqa: F401  (each registers its commands)
+from . import bench, report  # noqa: F401,I001  (each registers its commands; this order is --help's)
+from . import e2e, gen_refs, info, verify  # noqa: F401
 from . import render
 from .app import EXIT_INPUT, EXIT_INTERRUPTED, app, set_debug
 

@@ -9,7 +9,6 @@ escape codes among them) print as visible escapes (`\x1b`). `plain` is the same 
 from __future__ import annotations
 
 import contextlib
-import re
 import sys
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
@@ -18,17 +17,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from kdtr.report import visible
+
 PIPE_WIDTH = 200               # tables written to a file or pipe are not squeezed to 80 columns
-# control characters (all but tab and newline), and lone surrogates (undecodable bytes of a file
-# name), which a UTF-8 stream cannot encode
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
-_CONTROL_OR_NEWLINE = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
-
-
-def visible(text: str, *, one_line: bool = False) -> str:
-    """`text` with each control character as its Python escape (ESC -> `\\x1b`); tab and newline
-    kept unless `one_line`."""
-    return (_CONTROL_OR_NEWLINE if one_line else _CONTROL).sub(lambda m: repr(m.group())[1:-1], text)
 
 
 class LiteralConsole(Console):

@@ -103,7 +103,7 @@ def verify_cmd(
                       kernels=forced, keep_worst=keep_worst, impls=refs if impl else (),
                       against=refs[0] if against else None, case_timeout=case_timeout,
                       invariance=invariance)
-    device_list = parse_devices_option(devices)
+    device_list = parse_devices_option(devices, resolved)
     if device_list:
         selection = replace(selection, devices=tuple(device_list))
     names = ", ".join(ref.name for ref in options.impls) or options.backend

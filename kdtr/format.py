@@ -25,7 +25,7 @@ import numpy as np
 
 from kdtr.atomic import atomic_open
 from kdtr.dtypes import NUMPY_DTYPES, kdtr_dtype
-from kdtr.errors import BundleError
+from kdtr.errors import BundleError, WriteError
 
 MAGIC = b"KDTR"
 MAJOR, MINOR = 1, 0
@@ -456,6 +456,8 @@ def write_bundle(path, meta: dict, tensors: Iterable[tuple[str, str, np.ndarray]
             for pad, raw in parts:
                 handle.write(bytes(pad))
                 handle.write(raw)
+    except WriteError:
+        raise                          # atomic_open's own line, which names the path already
     except OSError as e:
         raise BundleError(f"cannot write: {e.strerror or e}", file=path) from e
     _fsync_dir(path.parent)

@@ -3,6 +3,7 @@ figure a share of its own GPU's ceilings measured in its own run (kdtr/gpus.py).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -65,11 +66,47 @@ def _checked(records: Sequence[BenchRecord], labels: Sequence[str]) -> tuple[Gpu
     return tuple(gpus)
 
 
-def _timed(record: BenchRecord, gpu: GpuIdentity) -> dict[tuple, BenchRow]:
-    """Rows with a time, by their match key, figures recomputed against this GPU's own ceilings."""
+def _timed(record: BenchRecord, gpu: GpuIdentity, label: str) -> dict[tuple, BenchRow]:
+    """Rows with a time, by their match key, figures recomputed against this GPU's own ceilings.
+    UsageError naming the record and the row for a time that is not a positive number (a median of
+    0 s, negative or NaN matches nothing) and for a case the record holds twice (which would it be?)."""
     ceilings = _ceilings(gpu)
-    return {row.key: with_figures(row, ceilings) for row in record.rows
-            if row.timing is not None and row.timing.median > 0}
+    timed: dict[tuple, BenchRow] = {}
+    first_index: dict[tuple, int] = {}
+    for index, row in enumerate(record.rows):
+        if row.timing is None:
+            continue
+        median = row.timing.median
+        if isinstance(median, bool) or not isinstance(median, (int, float)) or not 0 < median < math.inf:
+            raise UsageError(f"{median!r} is not a time (a positive number of ms): --compare-gpus cannot match "
+                             f"case {row.op}/{row.variant} {row.case} ({row.impl}, {row.mode})",
+                             file=label, field=f"rows[{index}].timing.median")
+        if row.key in timed:
+            raise UsageError(f"rows[{first_index[row.key]}] and rows[{index}] are the same case ({row.op}/"
+                             f"{row.variant} {row.case}, {row.impl}, {row.mode}, the same parameters): a record "
+                             "holds each case once; --compare-gpus refuses to pick one", file=label)
+        first_index[row.key] = index
+        timed[row.key] = with_figures(row, ceilings)
+    return timed
+
+
+def _nothing_shared(tables: Sequence[dict[tuple, BenchRow]], labels: Sequence[str]) -> str:
+    """Why the first record shares no timed case with any other: what its rows and theirs differ in."""
+    if not tables[0]:
+        return f"{labels[0]} holds no timed row"
+    names = {(row.op, row.variant, row.case) for row in tables[0].values()}
+    causes = []
+    for table, label in zip(tables[1:], labels[1:]):
+        if not table:
+            causes.append(f"{label} holds no timed row")
+            continue
+        same_names = sum((row.op, row.variant, row.case) in names for row in table.values())
+        causes.append(f"{label}: {same_names} of its {len(table)} timed rows name a case of {labels[0]} but differ "
+                      "in implementation, mode or parameters" if same_names else
+                      f"{label}: none of its {len(table)} timed rows names a case of {labels[0]}")
+    return (f"no case to compare: a case matches on op, variant, case name, implementation, mode and every "
+            f"parameter, and {labels[0]}'s {len(tables[0])} timed rows match none of the others' ("
+            + "; ".join(causes) + ")")
 
 
 def _unit(row: BenchRow) -> str:
@@ -88,9 +125,10 @@ def _figure(row: BenchRow | None, unit: str, first_ms: float) -> GpuFigure | Non
 
 def compare_gpus(records: Sequence[BenchRecord], labels: Sequence[str]) -> GpuComparison:
     """Cases matched on op, variant, case name, implementation, mode and every parameter (BenchRow.key)
-    that the first record and at least one other timed; UsageError for a host-timed record."""
+    that the first record and at least one other timed. UsageError for a host-timed record, a row
+    timed twice or with a time that is not one, and records that share no case (saying why)."""
     gpus = _checked(records, labels)
-    tables = [_timed(record, gpu) for record, gpu in zip(records, gpus)]
+    tables = [_timed(record, gpu, label) for record, gpu, label in zip(records, gpus, labels)]
     rows, compared = [], set()
     for key, first in tables[0].items():
         others = [table.get(key) for table in tables[1:]]
@@ -102,5 +140,7 @@ def compare_gpus(records: Sequence[BenchRecord], labels: Sequence[str]) -> GpuCo
             op=first.op, variant=first.variant, case=first.case, impl=first.impl, mode=first.mode,
             config=dict(first.config), unit=unit,
             figures=tuple(_figure(row, unit, first.timing.median) for row in (first, *others))))
+    if not rows:
+        raise UsageError(_nothing_shared(tables, labels))
     unmatched = tuple(len(table.keys() - compared) for table in tables)
     return GpuComparison(labels=tuple(labels), gpus=gpus, rows=tuple(rows), unmatched=unmatched)

@@ -3,11 +3,29 @@ in its run, as the `gpu` block of every record's meta ("host", no ceilings, wher
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from .errors import UsageError
+
 HOST = "host"
 CEILING_FIELDS = ("hbm_read_gbps", "hbm_copy_gbps", "bf16_mma_tflops", "fp32_fma_tflops")
+
+
+def check_ceilings(values: Any, field: str) -> None:
+    """Measured ceilings as a record holds them (`field`: where, e.g. "ceilings"): every one of
+    CEILING_FIELDS a positive finite number ("inf"/"nan" strings read as JSON holds them), else a
+    UsageError naming the field; every figure is a share of them."""
+    if not isinstance(values, Mapping):
+        raise UsageError(f"expected an object of measured ceilings, got {type(values).__name__}", field=field)
+    for name in CEILING_FIELDS:
+        value = values.get(name)
+        number = float(value) if value in ("inf", "-inf", "nan") else value
+        if name not in values:
+            raise UsageError("missing (a measured ceiling: a positive number)", field=f"{field}.{name}")
+        if isinstance(number, bool) or not isinstance(number, (int, float)) or not 0 < number < math.inf:
+            raise UsageError(f"{value!r} is not a measured ceiling (a positive number)", field=f"{field}.{name}")
 
 
 def gpu_meta(device: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """`kdtree report --html`: one self-contained page of verify and bench records (inline CSS and SVG,
 no script, no network: its Content-Security-Policy forbids every fetch). Every string taken from a
-record goes through `escape`: a record may hold any case name, argv or error text."""
+record goes through `_e`: a record may hold any case name, argv or error text, markup and terminal
+escape codes among them."""
 
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .atomic import atomic_write
-from .bench import COMPUTE_UNITS, RECORD_KIND, BenchRecord, BenchRow
+from .bench import COMPUTE_UNITS, BenchRecord, BenchRow
 from .errors import UsageError
 from .gpu_identity import record_gpu
 from .plot import prefix_series, roofline_points
-from .report import VERIFY_KIND, portable
+from .record import BENCH_KIND, VERIFY_KIND, read_json, record_kind
+from .report import portable, visible
 from .svg_plot import PALETTE, Series, legend, log_chart
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
@@ -45,7 +47,7 @@ dl.prov dt{color:#666}dl.prov dd{margin:0;font-family:ui-monospace,monospace;wor
 @dataclass(frozen=True)
 class LoadedRecord:
     label: str
-    kind: str                       # VERIFY_KIND or RECORD_KIND
+    kind: str                       # VERIFY_KIND or BENCH_KIND
     meta: dict
     verify: dict | None = None      # the verify record as JSON
     bench: BenchRecord | None = None
@@ -55,31 +57,27 @@ def load_records(paths: Sequence[str | Path]) -> list[LoadedRecord]:
     """Verify and bench records (bench ones without their samples: the page needs no raw samples)."""
     loaded = []
     for path in paths:
-        try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
-        except OSError as err:
-            raise UsageError(f"cannot read record: {err.strerror or err}", file=path) from None
-        except (UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise UsageError(f"not JSON: {err}", file=path) from None
-        kind = data.get("kind") if isinstance(data, dict) else None
+        data = read_json(path)
+        kind = record_kind(data, path)
         label = portable(path)
-        if kind == VERIFY_KIND and isinstance(data.get("rows"), list):
+        if kind == VERIFY_KIND:
+            if not isinstance(data.get("rows"), list):
+                raise UsageError("malformed verify record: no list of rows", file=path, field="rows")
             loaded.append(LoadedRecord(label, kind, dict(data.get("meta") or {}), verify=data))
-        elif kind == RECORD_KIND:
+        elif kind == BENCH_KIND:
             try:
                 record = BenchRecord.from_plain(data)
             except UsageError as err:
-                raise UsageError(err.message, file=path) from None
+                raise UsageError(err.message, file=path, field=err.field) from None
             except (TypeError, ValueError, KeyError, AttributeError) as err:
                 raise UsageError(f"malformed bench record: {type(err).__name__}: {err}", file=path) from None
             loaded.append(LoadedRecord(label, kind, record.meta, bench=record))
-        else:
-            raise UsageError(f"not a verify or bench record (kind {kind!r})", file=path)
     return loaded
 
 
 def _e(value: Any) -> str:
-    return escape("" if value is None else str(value), quote=True)
+    """A record's string as HTML text: escaped, its control characters visible (ESC -> `\\x1b`)."""
+    return escape(visible("" if value is None else str(value)), quote=True)
 
 
 def _num(value: float | None, digits: int = 3) -> str:

@@ -216,63 +216,52 @@ class KdtreeItem(pytest.Item):
 
 
 def describe_row(row, path: Path) -> str:
-    """kdtree's account of a failing row: the case and trial, why, and per failing output its worst
-    element, where that sits in the tree, and the share of its tolerance used."""
-    head = f"FAIL {row.op}/{row.variant} {row.case}" + (f" trial {row.trial}" if row.trial else "")
-    lines = [head + (f": {row.error}" if row.error else "")]
-    places = _positions(row, path)
-    for out in row.outputs:
-        if out.passed:
-            continue
-        where = ""
-        if out.worst:
-            element = out.worst[0]
-            spot = places.get(out.name, {}).get(tuple(element.index))
-            where = (f" worst at {list(element.index)}" + (f" ({_place(spot)})" if spot else "")
-                     + f": got {element.got:.7g}, expected {element.expected:.7g}")
-        lines.append(f"  {out.name}: {out.reason or 'mismatch'};{where} tol share {out.tol_share:.3g}"
-                     f" ({out.mismatches} of {out.count} elements outside {out.tolerance.to_json()})")
-    return "\n".join(lines)
+    """kdtree's account of a failing row (kdtr.testing.failure_text), its worst elements placed in
+    the tree from the bundle's own inputs (not for a trial, whose inputs were fresh)."""
+    from .testing import failure_text
 
-
-def _positions(row, path: Path) -> dict[str, dict[tuple[int, ...], dict]]:
-    """Where each failing output's worst element sits (batch, node, head), from the bundle's own
-    inputs; empty for a trial (fresh inputs) or where the bundle cannot be read again."""
     if row.trial:
-        return {}
+        return failure_text(row)
     try:
         from .cases import load_case
-        from .impl.parity import position
 
         case = load_case(path)
     except Exception:  # noqa: BLE001 - the row's own words stand without the position
-        return {}
-    shapes = {name: tuple(array.shape) for name, array in case.expected.items()}
-    out: dict[str, dict[tuple[int, ...], dict]] = {}
-    for check in row.outputs:
-        if check.worst and check.name in shapes:
-            index = tuple(check.worst[0].index)
-            out[check.name] = {index: position(case.op, case.variant, shapes[check.name], index,
-                                               case.inputs, case.params)}
-    return out
-
-
-def _place(spot: dict) -> str:
-    return ", ".join(f"{k} {v}" for k, v in spot.items())
+        return failure_text(row)
+    return failure_text(row, case.inputs, case.params)
 
 
 class KdtreeCase:
-    """One bundle's case for a user's own test: op, variant, params, inputs (numpy), the path, and
+    """One bundle's case for a user's own test: op, variant, params, inputs (numpy), the path;
     `check(fn)`, which runs `fn(inputs, params) -> outputs` (torch tensors in and out, the
-    implementation contract of docs/implementations.md) through kdtree's verify on this bundle."""
+    implementation contract of docs/implementations.md) through kdtree's verify on this bundle;
+    and kdtr.testing on it: `assert_close(outputs)` against the bundle's golden, `time(fn, ...)`."""
 
     def __init__(self, path: Path, options) -> None:
-        from .cases import load_case
+        from .cases import GOLDEN, load_case
 
         loaded = load_case(path)
         self.path, self.op, self.variant = path, loaded.op.name, loaded.variant
         self.case, self.params, self.inputs = loaded.case, dict(loaded.params), loaded.inputs
+        self.expected = loaded.expected if loaded.source == GOLDEN else None     # None: the reference's
         self._options = options
+
+    def assert_close(self, outputs):
+        """kdtr.testing.assert_op_close of `outputs` on this bundle's inputs: its golden outputs,
+        the op's tolerances and derived bound. A miss fails the test with kdtree's words."""
+        from .testing import OpMismatch, assert_op_close
+
+        try:
+            return assert_op_close(self.op, self.variant, self.inputs, outputs, params=self.params,
+                                   expected=self.expected, case=self.case)
+        except OpMismatch as err:
+            pytest.fail(str(err), pytrace=False)
+
+    def time(self, fn, *others, mode: str = "hot", options=None):
+        """kdtr.testing.time_gpu: `fn` (and `others`, interleaved) timed as kdtree bench times."""
+        from .testing import time_gpu
+
+        return time_gpu(fn, *others, mode=mode, options=options)
 
     def check(self, fn) -> list:
         """Verify `fn` on this bundle (golden and trials); a failing row fails the test with

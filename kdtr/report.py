@@ -22,8 +22,7 @@ from . import __version__
 from .atomic import atomic_write
 from .config import REPO_ROOT
 
-RECORD_FORMAT = 1
-VERIFY_KIND = "kdtree.verify"
+from .record import RECORD_FORMAT
 
 
 def drop_defaults(full: dict[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
@@ -275,6 +274,18 @@ def _parse_shard(text: Any) -> tuple[int, int, str] | None:
 
 def _split_text(split: str) -> str:
     return f"by the case times {split}" if split else "by name hash"
+
+
+# control characters (all but tab and newline), and lone surrogates (undecodable bytes of a file
+# name), which a UTF-8 stream cannot encode
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
+_CONTROL_OR_NEWLINE = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def visible(text: str, *, one_line: bool = False) -> str:
+    """`text` with each control character as its Python escape (ESC -> `\\x1b`); tab and newline
+    kept unless `one_line`. The terminal's tables and the HTML report show a record's strings so."""
+    return (_CONTROL_OR_NEWLINE if one_line else _CONTROL).sub(lambda m: repr(m.group())[1:-1], text)
 
 
 _NOT_XML = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")

@@ -11,6 +11,7 @@ from typing import Mapping
 from .config import scheduler_variables
 from .errors import UsageError
 from .parallel import Shard
+from .record import VERIFY_KIND, read_json, record_kind
 
 # (index variable, count variable, index base variable or None, scheduler name); the first one
 # whose index variable is set wins. Kubernetes' Indexed Jobs give no count: --shard-count gives it.
@@ -79,25 +80,21 @@ def case_seconds(path: str | Path) -> Mapping[str, float]:
     summed over trials and implementations; bench: the record's case_seconds)."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise UsageError(f"--balance-from: cannot read: {err.strerror or err}", file=path) from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise UsageError(f"--balance-from: not JSON: {err}", file=path) from None
-    kind = data.get("kind") if isinstance(data, dict) else None
+        data = read_json(path)
+        kind = record_kind(data, path)
+    except UsageError as err:
+        raise UsageError(f"--balance-from: {err.message}", file=path, field=err.field) from None
     seconds: dict[str, float] = {}
     try:
-        if kind == "kdtree.verify":
+        if kind == VERIFY_KIND:
             for row in data.get("rows") or ():
                 key = f"{row['op']}/{row['case']}"
                 seconds[key] = seconds.get(key, 0.0) + float(row.get("seconds") or 0.0)
-        elif kind == "kdtree.bench":
+        else:
             for name, value in (data.get("case_seconds") or {}).items():
                 op_variant, _, case = str(name).partition(" ")      # "op/variant case"
                 key = f"{op_variant.split('/')[0]}/{case}"
                 seconds[key] = seconds.get(key, 0.0) + float(value)
-        else:
-            raise UsageError(f"--balance-from: not a verify or bench record (kind {kind!r})", file=path)
     except (TypeError, ValueError, KeyError, AttributeError) as err:
         raise UsageError(f"--balance-from: malformed record: {type(err).__name__}: {err}", file=path) from None
     if not seconds or not all(s >= 0 for s in seconds.values()):

@@ -405,14 +405,14 @@ class _SuiteReader:
         except (ValueError, IndexError) as e:
             raise self.doc.error(_field_naming(field, str(e), case.inline), f"inline inputs: {e}") from None
         for name in sorted(case.inline.keys() & generated.inputs.keys()):
-            used, given = generated.inputs[name], case.inline[name]
+            used, inline = generated.inputs[name], case.inline[name]
             try:
-                same = np.array_equal(np.broadcast_to(given, used.shape), used)
+                same = np.array_equal(np.broadcast_to(inline, used.shape), used)
             except ValueError:
                 same = False
             if not same:
                 raise self.doc.error(f"{field}.{name}", f"{self.op_name} does not use {name} as given "
-                                     f"(shape {list(given.shape)}, it takes {list(used.shape)}); give "
+                                     f"(shape {list(inline.shape)}, it takes {list(used.shape)}); give "
                                      f"the inline inputs it reads together: {', '.join(self.op.inline_inputs)}")
         for name in self.op.shape_params:
             made = generated.params.get(name)
@@ -482,10 +482,20 @@ def _field_naming(field: str, message: str, inline: dict) -> str:
     return f"{field}.{named[0]}" if len(named) == 1 else field
 
 
+def suite_from_text(text: str, name: str = "<suite>", *, lookup: Lookup = get_op) -> Suite:
+    """A suite from YAML text (JSON is YAML too), checked as `load_suite` checks a file; errors name
+    `name` where they would name the file (kdtr.testing builds a case from keyword params so)."""
+    return _read(Doc(Path(name), text), text.encode("utf-8"), lookup)[0]
+
+
 def _load(path: Path, lookup: Lookup) -> tuple[Suite, dict[str, tuple[str, int]]]:
-    """The suite, and for each case name the field path and line that define it."""
     data = read_suite_bytes(path)
-    doc = Doc(path, decode_suite(path, data))
+    return _read(Doc(path, decode_suite(path, data)), data, lookup)
+
+
+def _read(doc: Doc, data: bytes, lookup: Lookup) -> tuple[Suite, dict[str, tuple[str, int]]]:
+    """The suite, and for each case name the field path and line that define it."""
+    path = doc.path
     op, cases = _SuiteReader(doc, lookup).read()
     origins = {case.name: (field, doc.line(field)) for case, field in cases}
     suite = Suite(path=path, op=op, sha256=hashlib.sha256(data).hexdigest(),

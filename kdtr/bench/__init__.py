@@ -31,8 +31,10 @@ How a figure is made (docs/measuring.md, "One figure"):
   tolerances). Speedup = baseline median / our median, same run, same mode.
 
 The library prints nothing: it returns frozen dataclasses (Timing, BenchRow, Ceilings, BenchRecord)
-and reports progress through a callback. Without a GPU, `run_bench` times the torch backend on the
-host (mode `host`), a degraded run for smoke tests, labelled as such in its record.
+and reports progress through a callback. `run_bench(Selection, BenchSettings, progress)` is the entry
+point (`kdtree bench` parses options into those and renders the record it returns); `bench_items`
+times a list of cases in this process. Without a GPU, the torch backend is timed on the host (mode
+`host`), a degraded run for smoke tests, labelled as such in its record.
 """
 
 from __future__ import annotations
@@ -53,7 +55,8 @@ from .regression import CompareRow, Comparison, compare_records, exit_status, ju
 from .cases import (BenchItem, collect_items, estimated_cost, items_for_kernels, items_from_bundles,
                     items_from_suites, selection_meta)
 from .sanity import sanity_rows
-from .runner import WorkerJob, check_note, run_bench, run_worker
+from .runner import bench_items, check_note
+from .run import Selection, WorkerJob, item_key, run_bench, run_worker, unmatched_baselines
 
 __all__ = ["Z95", "Timing", "agree", "between_rounds", "median_ci", "relative_spread", "summarize", "t95",
            "COMPUTE_UNITS", "FLAG_LIMIT", "MODES", "QUICK_CASES_PER_SUITE", "QUICK_TIMING", "SLOW_CALL_MS",
@@ -66,4 +69,5 @@ __all__ = ["Z95", "Timing", "agree", "between_rounds", "median_ci", "relative_sp
            "samples_path", "settings_dict", "with_figures", "with_speedups", "write_record", "CompareRow",
            "Comparison", "compare_records", "exit_status", "judge", "BenchItem", "collect_items",
            "estimated_cost", "items_for_kernels", "items_from_bundles", "items_from_suites", "selection_meta",
-           "sanity_rows", "WorkerJob", "check_note", "run_bench", "run_worker"]
+           "sanity_rows", "bench_items", "check_note", "Selection", "WorkerJob", "item_key", "run_bench", "run_worker",
+           "unmatched_baselines"]

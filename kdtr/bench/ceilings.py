@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from ..errors import KdtreeError
+from ..gpu_identity import check_ceilings
 from .settings import COMPUTE_UNITS, TimingOptions
 from .stats import Timing, _fields
 from ..errors import reason
@@ -36,6 +37,8 @@ class Ceilings:
 
     @staticmethod
     def from_plain(d: Mapping[str, Any]) -> "Ceilings":
+        """A record's ceilings (UsageError naming the one that is missing, zero or not a number)."""
+        check_ceilings(d, "ceilings")
         return Ceilings(**{**_fields(Ceilings, d),
                            "timings": {k: Timing.from_plain(v) for k, v in d.get("timings", {}).items()}})
 

@@ -16,14 +16,14 @@ from typing import Any, ClassVar, Iterator, Mapping, Sequence
 import numpy as np
 
 from ..errors import UsageError
-from ..record import Record
+from ..record import BENCH_KIND, Record
 from .ceilings import Ceilings
 from .plan import TimingPlan, same_method
 from .settings import FLAG_LIMIT, BenchSettings
 from .stats import Timing, _fields, _num
 
 BENCH_FORMAT = 1
-RECORD_KIND = "kdtree.bench"
+RECORD_KIND = BENCH_KIND
 
 
 @dataclass(frozen=True)
@@ -114,6 +114,11 @@ class BenchRecord(Record):
     def primary(self) -> str:
         return str(self.settings.get("primary", "cuda"))
 
+    @classmethod
+    def load(cls, path: str | Path) -> "BenchRecord":
+        """`load_record`: the record with its samples sidecar."""
+        return load_record(path)
+
     @staticmethod
     def from_plain(d: Mapping[str, Any], file: str | Path | None = None) -> "BenchRecord":
         BenchRecord.check_kind(d, file)
@@ -142,7 +147,7 @@ def load_record(path: str | Path) -> BenchRecord:
             _restore_samples(data, path)
         return BenchRecord.from_plain(data)
     except UsageError as err:
-        raise UsageError(err.message, file=err.file or path) from None
+        raise UsageError(err.message, file=err.file or path, field=err.field) from None
     except (TypeError, ValueError, KeyError, AttributeError) as err:
         raise UsageError(f"malformed bench record: {type(err).__name__}: {err}", file=path) from None
 

@@ -1,4 +1,4 @@
-"""Cases to checked outputs to timed rows: the case runner and `run_bench`."""
+"""Cases to checked outputs to timed rows: the case runner and `bench_items`."""
 
 from __future__ import annotations
 
@@ -27,24 +27,6 @@ from .timers import DEFAULT_L2_BYTES, DeviceTimer, HostTimer, rotation_sets
 
 
 UNCAPTURABLE = "its graph capture failed in an earlier case of this run; timed eagerly, not captured again"
-
-
-@dataclass(frozen=True)
-class WorkerJob:
-    """What a bench worker process receives: its share of the cases (plain data) and the settings."""
-
-    items: tuple[BenchItem, ...]
-    settings: "BenchSettings"
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        """"op/case" keys of this worker's share."""
-        return tuple(f"{i.op}/{i.name}" for i in self.items)
-
-
-def run_worker(job: WorkerJob) -> BenchRecord:
-    """One worker: its share of the cases on the GPU it was pinned to, with its own ceilings."""
-    return run_bench(list(job.items), job.settings)
 
 
 class _Env:
@@ -502,9 +484,9 @@ class _CaseRunner:
                           setup_s=round(time.perf_counter() - started, 3)), sampler)
 
 
-def run_bench(items: Sequence[BenchItem], settings: BenchSettings = BenchSettings(), *,
-              progress: Progress | None = None,
-              on_partial: Callable[[BenchRecord], None] | None = None) -> BenchRecord:
+def bench_items(items: Sequence[BenchItem], settings: BenchSettings = BenchSettings(), *,
+                progress: Progress | None = None,
+                on_partial: Callable[[BenchRecord], None] | None = None) -> BenchRecord:
     """Ceilings, sanity cases, then every case's implementations; one record. A case that fails
     becomes rows with the reason (or an entry in `errors`); the others go on."""
     settings.timing.check()

@@ -13,7 +13,7 @@ from ..cases import GOLDEN
 from ..compare import OutputCheck
 from ..errors import UsageError
 from ..format import MAGIC, PREAMBLE
-from ..record import Record
+from ..record import VERIFY_KIND, Record
 
 if TYPE_CHECKING:        # kdtr.impl is imported where --impl / --against use it, not at start-up
     from ..impl import Implementation
@@ -133,7 +133,7 @@ class VerifyRecord(Record):
     """What `verify --json` writes and `report --merge` joins: meta (with `shard` and `suite_sha256`),
     the rows, the bundles that could not be read, and (cuda runs) the kernels loaded."""
 
-    KIND = report.VERIFY_KIND
+    KIND = VERIFY_KIND
     LABEL = "verify"
 
     meta: dict[str, Any]
@@ -151,7 +151,7 @@ class VerifyRecord(Record):
                 **({"not_run": len(self.not_run)} if self.not_run else {}), "errors": list(self.errors)}
 
     def to_plain(self) -> dict[str, Any]:
-        return {"kind": report.VERIFY_KIND, "meta": self.meta, "summary": self.summary,
+        return {"kind": VERIFY_KIND, "meta": self.meta, "summary": self.summary,
                 "rows": [row.to_plain() for row in self.rows], "errors": list(self.errors),
                 "kernels": None if self.kernels is None else list(self.kernels), "not_run": list(self.not_run)}
 

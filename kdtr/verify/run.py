@@ -321,10 +321,10 @@ def run_verify(selection: Selection, options: Options = Options(),
     if not selected:
         raise selection.nothing_selected()
     devices = selection.devices
-    if options.backend == "cuda" and files and not devices and not options.impls:
+    if options.backend == "cuda" and files and not options.impls:
         from ..device import require_gpu
 
-        require_gpu()                      # one line and exit 2 up front, not one per bundle
+        require_gpu()                      # one line and exit 2 up front, not one per bundle or worker
     if devices:
         groups = parallel.balance(files, lambda f: f.stat().st_size, len(devices))
         outcomes: Iterable = parallel.map_on_devices(devices, groups, functools.partial(verify_file, options=options),

@@ -150,7 +150,7 @@ def _written(tmp_path):
 
 @pytest.mark.parametrize("where", ["folder", "under_a_file"])
 def test_cli_bench_refuses_an_unwritable_json_path_before_any_work(suites, tmp_path, monkeypatch, where):
-    monkeypatch.setattr(bench, "collect_items", lambda *a: pytest.fail("the cases were collected"))
+    monkeypatch.setattr(bench.run, "collect_items", lambda *a: pytest.fail("the cases were collected"))
     (tmp_path / "file.txt").write_text("x")
     target = tmp_path if where == "folder" else tmp_path / "file.txt" / "bench.json"
     result = invoke("bench", suites, "--json", target)

@@ -178,6 +178,15 @@ def test_a_full_disk_is_one_line_and_no_partial_file(goldens, accept_golden, tmp
     assert list((tmp_path / "out").iterdir()) == []
 
 
+def test_a_full_disk_under_gen_refs_names_the_bundle_once(tmp_path):
+    """Issue 36: "…one.kdtr: cannot write: …one.kdtr: cannot write: File too large"."""
+    (tmp_path / "a.yaml").write_text("op: tree_accept\ncases:\n  - {name: one, batch: 1, budget: 4}\n")
+    line = one_line(kdtree("gen-refs", "a.yaml", "-o", "out", "-q", cwd=tmp_path, file_limit=FILE_LIMIT),
+                    "out/tree_accept/one.kdtr: cannot write: File too large")
+    assert line.count("one.kdtr") == 1 and line.count("cannot write") == 1, line
+    assert not [p for p in (tmp_path / "out").rglob("*") if p.is_file()]
+
+
 # -- row 16: an output that is an input -----------------------------------------------------------
 def test_an_output_that_is_an_input_is_refused(goldens, accept_golden, tmp_path):  # noqa: F811
     _records(goldens, tmp_path)
@@ -247,6 +256,19 @@ def test_devices_without_a_gpu_say_so(goldens, tmp_path):  # noqa: F811
         pytest.skip("a GPU is visible: --devices runs on it")
     result = kdtree("verify", goldens / "tree_accept", "-b", "numpy", "-q", "--devices", "0,1", cwd=tmp_path)
     assert result.returncode == 0 and "no GPU is visible here; 2 worker processes run on the CPU" in result.stderr
+
+
+@pytest.mark.parametrize("command", [["verify", "{goldens}"], ["bench", "a.yaml", "--quick", "-q"]])
+def test_the_cuda_backend_on_devices_without_a_gpu_is_one_line(goldens, tmp_path, command):  # noqa: F811
+    """Issue 36: `verify --backend cuda --devices 0` said "no GPU" once per bundle (54 lines), after
+    a note that the workers run on the CPU, which they do not."""
+    from kdtr.device import gpu_available
+
+    if gpu_available():
+        pytest.skip("a GPU is visible: the run goes ahead on it")
+    (tmp_path / "a.yaml").write_text("op: tree_accept\ncases:\n  - {batch: 1, budget: 4}\n")
+    args = [a.format(goldens=goldens) for a in command]
+    one_line(kdtree(*args, "--backend", "cuda", "--devices", "0", cwd=tmp_path), "no CUDA GPU")
 
 
 def test_an_unknown_baseline_is_said(tmp_path):

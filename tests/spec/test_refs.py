@@ -203,6 +203,22 @@ def test_inline_logits_that_contradict_the_declared_depth_are_refused(tmp_path):
     assert done.returncode == 2, done.stdout
     assert done.stderr == ("kdtree: error: s.yaml:4: cases[0].depth: depth: 2 declared, but the inline inputs "
                            "(logits [1, 3]) make depth 1\n")
+
+
+@pytest.mark.parametrize("beside", ["", ", root_token: [3]", ", start: [7]", ", root_token: [3], start: [7]"],
+                         ids=["logits", "root_token", "start", "both"])
+def test_inline_logits_beside_root_or_start_that_contradict_the_depth_are_refused(tmp_path, beside):
+    """Issue 36: with `root_token:` or `start:` given inline too, the same case was written with
+    params.depth 1 and case_params.depth 2 (the declared params were hidden by a loop variable)."""
+    from kdtr.errors import SpecError
+    from kdtr.spec import load_suite
+
+    path = tmp_path / "s.yaml"
+    path.write_text("op: tree_build\ncases:\n  - name: two_d\n    depth: 2\n    vocab: 3\n    budget: 3\n"
+                    f"    inputs: {{logits: [[1.0, 2.0, 3.0]]{beside}}}\n")
+    with pytest.raises(SpecError, match=r"s\.yaml:4: cases\[0\]\.depth: depth: 2 declared, but the inline inputs "
+                                        r"\(logits \[1, 3\].*\) make depth 1"):
+        load_suite(path)
     assert not (tmp_path / "g").exists()
 
 

@@ -164,6 +164,32 @@ def test_kdtree_case_fixture_runs_a_users_kernel(pytester, goldens, monkeypatch)
     result.stdout.fnmatch_lines(["*FAIL tree_accept/default*"])
 
 
+def test_kdtree_case_fixture_checks_outputs_through_kdtr_testing(pytester, goldens, monkeypatch):
+    """`kdtree_case.assert_close(outputs)`: kdtr.testing.assert_op_close against the bundle's
+    golden; one element off fails the test with the element named and where it sits."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    pytester.makepyfile(test_mine="""
+        import pytest
+        from kdtr.ops import get_op
+
+        def test_golden(kdtree_case):
+            op = get_op(kdtree_case.op)
+            row = kdtree_case.assert_close(op.reference(kdtree_case.variant, kdtree_case.inputs, kdtree_case.params))
+            assert row.passed and row.case == kdtree_case.case
+
+        def test_off(kdtree_case):
+            if kdtree_case.variant != "fp32":
+                pytest.skip("one case is enough")
+            out = dict(get_op("verify_attn").reference("fp32", kdtree_case.inputs, kdtree_case.params))
+            out["out"] = out["out"].copy()
+            out["out"][1, 2, 3, 0] += 1.0
+            kdtree_case.assert_close(out)
+    """)
+    result = pytester.runpytest("test_mine.py", "--kdtree", str(goldens))
+    result.assert_outcomes(passed=BUNDLES, failed=1, skipped=BUNDLES - 1)
+    result.stdout.fnmatch_lines(["*out: *worst at [[]1, 2, 3, 0[]] (batch 1, node 2, head 3*tol share*"])
+
+
 def test_xdist_runs_the_items_on_two_workers(pytester, goldens):
     pytest.importorskip("xdist")
     result = pytester.runpytest_subprocess("--kdtree", str(goldens), "--kdtree-backend", "numpy", "-n", "2", "-v")
