@@ -33,7 +33,7 @@ HEADER = Path(__file__).with_name("host_cuda.h")
 EMULATED_KERNELS = ("fp32_ffma99", "bf16_mma", "bf16_mma99", "sorted", "warp", "smem", "walk", "fp32_bf16x3",
                     "fp32_dmma")
 ENTRY_RE = re.compile(r'extern "C" __global__ void(?:\s+__launch_bounds__\((?:[^()]|\([^()]*\))*\))?\s+(\w+)\(')
-MACRO_ENTRY_RE = re.compile(r"^ATTN_MERGE(?:_BATCHED)?_ENTRY\((\w+),", re.M)
+MACRO_ENTRY_RE = re.compile(r"^ATTN_MERGE(?:_BATCHED|_DEPENDENT)?_ENTRY\((\w+),", re.M)
 DYNAMIC_SHARED_RE = re.compile(r"extern\s+__shared__\s+(?:__align__\(\d+\)\s+)?(\w+(?: \w+)*?)\s+(\w+)\[\];")
 
 
