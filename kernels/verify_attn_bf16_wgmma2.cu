@@ -59,7 +59,8 @@
 //
 // Knobs (compile-time; the op's launch sets none but the two it reads):
 //   WG2_LPT 0 / WG2_PDL 0 (also read by the launch): no balanced schedule / no programmatic
-//     dependent launch; both 0 build the kernel of f651642, SASS for SASS.
+//     dependent launch. WG2_STAGED_STORE 0: the epilogue stores fragments directly (the same
+//     bytes). All three 0 build the kernel of f651642, SASS for SASS.
 //   WG2_PV_FIRST 0: WG1 publishes tile j + 1 before it issues its P·V_j (design 3's A/B).
 //   WG2_SKIP_RESCALE 1: a warp skips O's rescale when all its alphas are 1; not through the GPU tests
 //     or racecheck. Off by default.
@@ -127,6 +128,13 @@
 #ifndef WG2_PDL
 #define WG2_PDL 1
 #endif
+// 1: the epilogue stores the tile through shared memory, whole rows in 16-byte stores; 0: each
+// thread stores its fragments (4 or 8 bytes, 8 rows a warp instruction). The same bytes.
+#ifndef WG2_STAGED_STORE
+#define WG2_STAGED_STORE 1
+#endif
+#define WG2_OUT_PITCH (1024 + 16)             // bytes a staged bf16 row (padded: no bank conflicts)
+#define WG2_PART_PITCH (2048 + 32)            // ... a staged fp32 partial row
 // Timing diagnostics only (wrong results): 1 = one S wgmma per tile instead of 36, 2 = no P.V
 // wgmma, 3 = no K refills after the first two tiles.
 #ifndef WG_DIAG
@@ -476,6 +484,61 @@ verify_attn_bf16_wgmma2(ATTN_BF16_PAGED_PARAMS, int lpt_chunk, int lpt_sms, int*
 #endif
     const bool rv0 = r0 < nrows, rv1 = r1 < nrows;
     const int colbase = wg * 256 + 2 * t;
+#if WG2_STAGED_STORE
+    // The tile leaves through shared memory: each thread's fragments into the K ring (free: every
+    // wgmma that read it and every cp.async into it completed before BAR_FIN and the sync below),
+    // rows padded by 16 B (bf16) / 32 B (fp32) so that a warp's 8 rows hit distinct banks; then
+    // whole rows out, a warp storing 512 contiguous bytes with 16-byte stores (instead of 8 rows x
+    // 16 or 32 bytes a store instruction). The same values as the direct stores, bit for bit.
+    unsigned char* stage = smem + WG_OFF_K;
+    __syncthreads();
+    if (direct) {
+        const float inv0 = __frcp_rn(l0), inv1 = __frcp_rn(l1);
+#pragma unroll
+        for (int i = 0; i < 32; ++i) {
+            const int col = colbase + 8 * i;
+            *(u32*)(stage + r0 * WG2_OUT_PITCH + 2 * col) =
+                pack_bf16x2(div_rn_by(o[4 * i], l0, inv0), div_rn_by(o[4 * i + 1], l0, inv0));
+            *(u32*)(stage + r1 * WG2_OUT_PITCH + 2 * col) =
+                pack_bf16x2(div_rn_by(o[4 * i + 2], l1, inv1), div_rn_by(o[4 * i + 3], l1, inv1));
+        }
+        if (wg == 0 && t == 0) {
+            if (rv0) lse[gr0] = LN2_F * (m0 + log2f(l0));
+            if (rv1) lse[gr1] = LN2_F * (m1 + log2f(l1));
+        }
+        __syncthreads();
+#pragma unroll 4
+        for (int c = tid; c < WG_ROWS * 64; c += WG_THREADS) {         // 64 16-byte chunks a row
+            const int row = c >> 6, k = c & 63;
+            if (row < nrows)
+                *(uint4*)(out + (grow0 + row) * ATTN_DV + 8 * k) = *(const uint4*)(stage + row * WG2_OUT_PITCH + 16 * k);
+        }
+    } else {
+#if WG2_LPT
+        const size_t pr0 = prow0 + r0, pr1 = prow0 + r1;  // partial rows
+#else
+        const size_t pr0 = (size_t)z * rows_total + gr0, pr1 = (size_t)z * rows_total + gr1;
+#endif
+#pragma unroll
+        for (int i = 0; i < 32; ++i) {
+            const int col = colbase + 8 * i;
+            *(float2*)(stage + r0 * WG2_PART_PITCH + 4 * col) = make_float2(o[4 * i], o[4 * i + 1]);
+            *(float2*)(stage + r1 * WG2_PART_PITCH + 4 * col) = make_float2(o[4 * i + 2], o[4 * i + 3]);
+        }
+        if (wg == 0 && t == 0) {
+            if (rv0) { ws_m[pr0] = m0 * LN2_F; ws_l[pr0] = l0; }
+            if (rv1) { ws_m[pr1] = m1 * LN2_F; ws_l[pr1] = l1; }
+        }
+        __syncthreads();
+        const size_t prow = pr0 - r0;                                   // the tile's first partial row
+#pragma unroll 4
+        for (int c = tid; c < WG_ROWS * 128; c += WG_THREADS) {        // 128 16-byte chunks a row
+            const int row = c >> 7, k = c & 127;
+            if (row < nrows)
+                *(float4*)(ws_o + (prow + row) * ATTN_DV + 4 * k) = *(const float4*)(stage + row * WG2_PART_PITCH + 16 * k);
+        }
+    }
+#else
     if (direct) {
         const float inv0 = __frcp_rn(l0), inv1 = __frcp_rn(l1);
 #pragma unroll
@@ -509,6 +572,7 @@ verify_attn_bf16_wgmma2(ATTN_BF16_PAGED_PARAMS, int lpt_chunk, int lpt_sms, int*
             if (rv1) { ws_m[pr1] = m1 * LN2_F; ws_l[pr1] = l1; }
         }
     }
+#endif
 #endif
 }
 
