@@ -124,28 +124,23 @@ __device__ __forceinline__ LptJob lpt_job(int job, const int* __restrict__ kv_in
     return out;
 }
 
-// The merge of the schedule's partials: grid = (ceil(Q*H / LPT_MERGE_ROWS), B), block =
-// MERGE_THREADS (128); block (x, b) merges rows x * LPT_MERGE_ROWS .. of request b from its
-// meta[b] = (first slot, chunks) (a request of one chunk was written by the main kernel: the block
-// returns). The arithmetic is merge_row_batched's, in chunk order, so a uniform batch gives the
-// uniform grid's bits. It waits for the main kernel's grid (a programmatic dependent launch).
-#define LPT_MERGE_ROWS 4
+// The merge of the schedule's partials: grid = (Q*H, B), block = MERGE_THREADS (128); block (r, b)
+// merges row r of request b from its meta[b] = (first slot, chunks) (a request of one chunk was
+// written by the main kernel: the block returns). One row a block, as the uniform grid's merge, so
+// that the requests it split merge with as many rows in flight; the arithmetic is
+// merge_row_batched's, in chunk order, so a uniform batch gives the uniform grid's bits. It waits
+// for the main kernel's grid (a programmatic dependent launch); meta is read through L2 (ld.cg).
 #define ATTN_MERGE_LPT_ENTRY(name, out_t, Store)                                                      \
     extern "C" __global__ void __launch_bounds__(MERGE_THREADS)                                       \
     name(const float* __restrict__ ws_o, const float* __restrict__ ws_m,                               \
-         const float* __restrict__ ws_l, const int* __restrict__ meta, int rows_req,                   \
-         out_t* __restrict__ out, float* __restrict__ lse) {                                           \
+         const float* __restrict__ ws_l, const int* meta, int rows_req, out_t* __restrict__ out,      \
+         float* __restrict__ lse) {                                                                    \
         grid_dep_wait();                                                                               \
         grid_dep_launch();                                                                             \
-        const int b = blockIdx.y, first = meta[2 * b], n = meta[2 * b + 1];                            \
+        const int b = blockIdx.y, first = __ldcg(meta + 2 * b), n = __ldcg(meta + 2 * b + 1);          \
         if (n == 1) return;                                                                            \
         const size_t at = (size_t)first * rows_req;                                                    \
-        for (int i = 0; i < LPT_MERGE_ROWS; ++i) {                                                     \
-            const int row = blockIdx.x * LPT_MERGE_ROWS + i;                                           \
-            if (row >= rows_req) break;                                                                \
-            merge_row_batched<ATTN_MERGE_MAXZ>(ws_o + at * ATTN_DV, ws_m + at, ws_l + at, n, rows_req, \
-                                               row, lse + (size_t)b * rows_req,                        \
-                                               Store{out + (size_t)b * rows_req * ATTN_DV});           \
-            __syncthreads();                                                                           \
-        }                                                                                              \
+        merge_row_batched<ATTN_MERGE_MAXZ>(ws_o + at * ATTN_DV, ws_m + at, ws_l + at, n, rows_req,     \
+                                           blockIdx.x, lse + (size_t)b * rows_req,                     \
+                                           Store{out + (size_t)b * rows_req * ATTN_DV});               \
     }

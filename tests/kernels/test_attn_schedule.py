@@ -19,8 +19,8 @@ from ctypes import c_int
 import numpy as np
 import pytest
 
-from kdtr.ops.verify_attn.cuda import (CHUNK_KNOB, KERNELS, LPT_MAX_BATCH, LPT_MERGE_ROWS, SPLITS_KNOB,
-                                       balanced_chunk, balanced_jobs, splits_for)
+from kdtr.ops.verify_attn.cuda import (CHUNK_KNOB, KERNELS, LPT_MAX_BATCH, SPLITS_KNOB, balanced_chunk,
+                                       balanced_jobs, splits_for)
 
 from .emulator import KERNELS_DIR, EmulatedGpu, EmulatedKernel, compiler
 
@@ -233,8 +233,8 @@ def partials(rng, chunks, rows):
 @emulator
 @pytest.mark.parametrize("order", [0, 7])
 def test_the_balanced_merge_gives_the_uniform_merges_bits(order):
-    """Requests of 3, 1, 5, 2 and 1 parts (rows = Q*H = 10: not a multiple of LPT_MERGE_ROWS), their
-    parts at first slots in a scrambled order: _merge_lpt writes the split requests' out and lse
+    """Requests of 3, 1, 5, 2 and 1 parts (rows = Q*H = 10), their parts at first slots in a
+    scrambled order: _merge_lpt writes the split requests' out and lse
     with the bits of _merge on the same partials laid out [split][B*Q*H rows] (absent parts empty),
     and leaves the unsplit ones (the main kernel wrote them) alone."""
     import torch
@@ -270,7 +270,7 @@ def test_the_balanced_merge_gives_the_uniform_merges_bits(order):
             grid, 128, [torch.from_numpy(a) if isinstance(a, np.ndarray) else a for a in args] + [out, lse])
         return out.view(torch.int16).numpy(), lse.numpy()
 
-    lpt = run("verify_attn_bf16_wgmma2_merge_lpt", (math.ceil(rows / LPT_MERGE_ROWS), batch),
+    lpt = run("verify_attn_bf16_wgmma2_merge_lpt", (rows, batch),
               [ws_o, ws_m, ws_l, meta, c_int(rows)])
     uni = run("verify_attn_bf16_wgmma2_merge", batch * rows, [u_o, u_m, u_l, c_int(most), c_int(batch * rows)])
     for b in range(batch):
@@ -342,7 +342,7 @@ def test_a_mixed_batch_launches_the_schedule_and_its_merge():
     assert tuple(ws_o.shape) == (jobs, rows, 512) and tuple(ws_m.shape) == tuple(ws_l.shape) == (jobs, rows)
     assert (value(chunk_arg), value(sms_arg), tuple(meta.shape)) == (chunk, H100[1], (8,))
     assert (merge["entry"], merge["grid"], merge["block"], merge["dependent"]) == (
-        "verify_attn_bf16_wgmma2_merge_lpt", (math.ceil(rows / LPT_MERGE_ROWS), 4), 128, True)
+        "verify_attn_bf16_wgmma2_merge_lpt", (rows, 4), 128, True)
     assert merge["args"][:4] == [ws_o, ws_m, ws_l, meta] and value(merge["args"][4]) == rows
 
 
@@ -392,3 +392,24 @@ def test_a_forced_chunk_is_taken_as_given():
 def test_a_chunk_the_launch_cannot_take_is_refused(batch, chunk, says):
     with pytest.raises(ValueError, match=says):
         launches(batch, defines={CHUNK_KNOB: chunk}, heads=8, prefix=300, budget=8)
+
+
+@pytest.mark.parametrize("dims,want", [
+    ((8, 8, 17, 21), False),        # a few microseconds, nothing split: no schedule, no merge
+    ((8, 8, 17, 2048), True),       # the uniform grid splits (a merge either way)
+    ((64, 128, 2, 8192), True),     # one wave of long requests: worth balancing
+    ((32, 8, 65, 4096), True),      # the mixed serving batch
+    ((1, 16, 17, 2048), False),     # one request
+])
+def test_the_launch_balances_where_it_can_gain(dims, want):
+    from kdtr.ops.verify_attn.cuda import balanced
+
+    batch, heads, q_len, prefix = dims
+    tiles, kv = math.ceil(q_len * heads / 64), prefix + q_len
+    splits = splits_for(WGMMA2, tiles * batch, kv, H100[1], batch * q_len * heads)
+    assert balanced(WGMMA2, batch, tiles, kv, splits, H100[1]) == want
+
+
+def test_a_forced_chunk_balances_a_small_batch_too():
+    _, log = launches(3, defines={CHUNK_KNOB: "64"}, heads=8, prefix=5, budget=2, prefix_mode="mixed")
+    assert log[0]["grid"][2] == 1 and log[1]["entry"] == "verify_attn_bf16_wgmma2_merge_lpt"

@@ -16,7 +16,7 @@ PIECES_SPLIT, PIECES_BLOCK = 4, 144     # a `pieces` kernel's blocks per tile an
 SPLITS_KNOB = "SPLITS"    # the launch knob (--define NAME:SPLITS=N) that forces the KV split count
 CHUNK_KNOB = "CHUNK"      # the launch knob that forces the balanced schedule's chunk (keys)
 LPT_MAX_BATCH = 256       # the balanced schedule's batches: its per-block order costs O(B^2 / 256)
-LPT_MERGE_ROWS = 4        # rows a block of <entry>_merge_lpt (kernels/attn_schedule.cuh)
+LPT_MIN_SHARE = 8         # ... and key tiles an SM (mean request) where the uniform grid splits nothing
 
 
 @dataclass(frozen=True)
@@ -201,6 +201,16 @@ def knob_on(defines, name: str) -> bool:
     return int(defines.get(name, 1)) != 0
 
 
+def balanced(k: AttnKernel, batch: int, tiles: int, kv_mean: int, splits: int, sms: int) -> bool:
+    """Whether the launch runs k's balanced schedule (k.balance_knob on) rather than the uniform
+    grid: for 2 to LPT_MAX_BATCH requests, where the uniform grid would split the keys (and so
+    launch a merge anyway) or the work is at least LPT_MIN_SHARE key tiles an SM. Below that a
+    batch is a few microseconds, and the schedule's merge, launched whether or not a request was
+    split (the host cannot see the lengths), would cost more than the balance could gain."""
+    work = tiles * batch * math.ceil(kv_mean / k.keys)
+    return 2 <= batch <= LPT_MAX_BATCH and (splits > 1 or work >= LPT_MIN_SHARE * sms)
+
+
 def balanced_chunk(k: AttnKernel, kv_mean: int, splits: int) -> int:
     """The balanced schedule's least chunk, in keys: the uniform grid's split of the mean request
     (so a batch of equal requests runs the very splits the uniform grid would)."""
@@ -245,10 +255,12 @@ def run_cuda(op, variant, inputs, params, outputs, kernel=None, splits=None, def
     if forced is not None and not 1 <= splits <= kv_tiles:
         raise ValueError(f"{SPLITS_KNOB}={forced}: this case takes 1 to {kv_tiles} KV splits "
                          f"(its key tiles of {k.keys})")
-    balanced = (bool(k.balance_knob) and knob_on(defines, k.balance_knob) and not uniform
-                and 2 <= batch <= LPT_MAX_BATCH)
+    kv_mean = layout.request_keys(inputs)
+    lpt = (bool(k.balance_knob) and knob_on(defines, k.balance_knob) and not uniform
+           and (balanced(k, batch, tiles, kv_mean, splits, sms)
+                or (forced_chunk is not None and 2 <= batch <= LPT_MAX_BATCH)))
     if forced_chunk is not None:
-        if not balanced:
+        if not lpt:
             raise ValueError(f"{CHUNK_KNOB}={forced_chunk}: forces the balanced schedule's chunk, and this launch "
                              f"runs the uniform grid (the schedule serves {k.name} batches of 2 to "
                              f"{LPT_MAX_BATCH} requests, without {SPLITS_KNOB})")
@@ -271,11 +283,10 @@ def run_cuda(op, variant, inputs, params, outputs, kernel=None, splits=None, def
         operands = [pieces]
     sm_scale = float(params["sm_scale"])
     out = [outputs["out"], outputs["lse"]]
-    if balanced:
+    if lpt:
         import torch
 
         merger = get_kernel(k.source, k.merge + "_lpt", arch=arch, defines=defines)
-        kv_mean = layout.request_keys(inputs)
         chunk = int(forced_chunk) if forced_chunk is not None else balanced_chunk(k, kv_mean, auto_splits)
         jobs = balanced_jobs(batch, kv_mean, chunk)
         workspace = _partials(jobs, q_len * heads, device)
@@ -284,7 +295,7 @@ def run_cuda(op, variant, inputs, params, outputs, kernel=None, splits=None, def
         main.launch((tiles, jobs, 1), k.threads, args + out + workspace + [
                     c_int(chunk), c_int(0 if forced_chunk is not None else sms), meta], shared_mem=k.smem,
                     dependent=dependent)
-        merger.launch((math.ceil(q_len * heads / LPT_MERGE_ROWS), batch), 128,
+        merger.launch((q_len * heads, batch), 128,
                       workspace + [meta, c_int(q_len * heads)] + out, dependent=dependent)
         return
     merger = get_kernel(k.source, k.merge, arch=arch, defines=defines) if splits > 1 else None
