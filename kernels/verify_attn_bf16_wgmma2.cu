@@ -492,20 +492,29 @@ verify_attn_bf16_wgmma2(ATTN_BF16_PAGED_PARAMS, int lpt_chunk, int lpt_sms, int*
     // 16 or 32 bytes a store instruction). The same values as the direct stores, bit for bit.
     unsigned char* stage = smem + WG_OFF_K;
     __syncthreads();
+#endif
     if (direct) {
         const float inv0 = __frcp_rn(l0), inv1 = __frcp_rn(l1);
 #pragma unroll
         for (int i = 0; i < 32; ++i) {
             const int col = colbase + 8 * i;
+#if WG2_STAGED_STORE
             *(u32*)(stage + r0 * WG2_OUT_PITCH + 2 * col) =
                 pack_bf16x2(div_rn_by(o[4 * i], l0, inv0), div_rn_by(o[4 * i + 1], l0, inv0));
             *(u32*)(stage + r1 * WG2_OUT_PITCH + 2 * col) =
                 pack_bf16x2(div_rn_by(o[4 * i + 2], l1, inv1), div_rn_by(o[4 * i + 3], l1, inv1));
+#else
+            if (rv0) *(u32*)(out + gr0 * ATTN_DV + col) =
+                pack_bf16x2(div_rn_by(o[4 * i], l0, inv0), div_rn_by(o[4 * i + 1], l0, inv0));
+            if (rv1) *(u32*)(out + gr1 * ATTN_DV + col) =
+                pack_bf16x2(div_rn_by(o[4 * i + 2], l1, inv1), div_rn_by(o[4 * i + 3], l1, inv1));
+#endif
         }
         if (wg == 0 && t == 0) {
             if (rv0) lse[gr0] = LN2_F * (m0 + log2f(l0));
             if (rv1) lse[gr1] = LN2_F * (m1 + log2f(l1));
         }
+#if WG2_STAGED_STORE
         __syncthreads();
 #pragma unroll 4
         for (int c = tid; c < WG_ROWS * 64; c += WG_THREADS) {         // 64 16-byte chunks a row
@@ -513,22 +522,33 @@ verify_attn_bf16_wgmma2(ATTN_BF16_PAGED_PARAMS, int lpt_chunk, int lpt_sms, int*
             if (row < nrows)
                 *(uint4*)(out + (grow0 + row) * ATTN_DV + 8 * k) = *(const uint4*)(stage + row * WG2_OUT_PITCH + 16 * k);
         }
+#endif
     } else {
 #if WG2_LPT
         const size_t pr0 = prow0 + r0, pr1 = prow0 + r1;  // partial rows
 #else
         const size_t pr0 = (size_t)z * rows_total + gr0, pr1 = (size_t)z * rows_total + gr1;
 #endif
+#if !WG2_STAGED_STORE
+        float* w0 = ws_o + pr0 * ATTN_DV;
+        float* w1 = ws_o + pr1 * ATTN_DV;
+#endif
 #pragma unroll
         for (int i = 0; i < 32; ++i) {
             const int col = colbase + 8 * i;
+#if WG2_STAGED_STORE
             *(float2*)(stage + r0 * WG2_PART_PITCH + 4 * col) = make_float2(o[4 * i], o[4 * i + 1]);
             *(float2*)(stage + r1 * WG2_PART_PITCH + 4 * col) = make_float2(o[4 * i + 2], o[4 * i + 3]);
+#else
+            if (rv0) *(float2*)(w0 + col) = make_float2(o[4 * i], o[4 * i + 1]);
+            if (rv1) *(float2*)(w1 + col) = make_float2(o[4 * i + 2], o[4 * i + 3]);
+#endif
         }
         if (wg == 0 && t == 0) {
             if (rv0) { ws_m[pr0] = m0 * LN2_F; ws_l[pr0] = l0; }
             if (rv1) { ws_m[pr1] = m1 * LN2_F; ws_l[pr1] = l1; }
         }
+#if WG2_STAGED_STORE
         __syncthreads();
         const size_t prow = pr0 - r0;                                   // the tile's first partial row
 #pragma unroll 4
@@ -537,42 +557,8 @@ verify_attn_bf16_wgmma2(ATTN_BF16_PAGED_PARAMS, int lpt_chunk, int lpt_sms, int*
             if (row < nrows)
                 *(float4*)(ws_o + (prow + row) * ATTN_DV + 4 * k) = *(const float4*)(stage + row * WG2_PART_PITCH + 16 * k);
         }
-    }
-#else
-    if (direct) {
-        const float inv0 = __frcp_rn(l0), inv1 = __frcp_rn(l1);
-#pragma unroll
-        for (int i = 0; i < 32; ++i) {
-            const int col = colbase + 8 * i;
-            if (rv0) *(u32*)(out + gr0 * ATTN_DV + col) =
-                pack_bf16x2(div_rn_by(o[4 * i], l0, inv0), div_rn_by(o[4 * i + 1], l0, inv0));
-            if (rv1) *(u32*)(out + gr1 * ATTN_DV + col) =
-                pack_bf16x2(div_rn_by(o[4 * i + 2], l1, inv1), div_rn_by(o[4 * i + 3], l1, inv1));
-        }
-        if (wg == 0 && t == 0) {
-            if (rv0) lse[gr0] = LN2_F * (m0 + log2f(l0));
-            if (rv1) lse[gr1] = LN2_F * (m1 + log2f(l1));
-        }
-    } else {
-#if WG2_LPT
-        const size_t pr0 = prow0 + r0, pr1 = prow0 + r1;  // partial rows
-#else
-        const size_t pr0 = (size_t)z * rows_total + gr0, pr1 = (size_t)z * rows_total + gr1;
 #endif
-        float* w0 = ws_o + pr0 * ATTN_DV;
-        float* w1 = ws_o + pr1 * ATTN_DV;
-#pragma unroll
-        for (int i = 0; i < 32; ++i) {
-            const int col = colbase + 8 * i;
-            if (rv0) *(float2*)(w0 + col) = make_float2(o[4 * i], o[4 * i + 1]);
-            if (rv1) *(float2*)(w1 + col) = make_float2(o[4 * i + 2], o[4 * i + 3]);
-        }
-        if (wg == 0 && t == 0) {
-            if (rv0) { ws_m[pr0] = m0 * LN2_F; ws_l[pr0] = l0; }
-            if (rv1) { ws_m[pr1] = m1 * LN2_F; ws_l[pr1] = l1; }
-        }
     }
-#endif
 #endif
 }
 
