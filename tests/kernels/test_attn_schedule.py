@@ -413,3 +413,80 @@ def test_the_launch_balances_where_it_can_gain(dims, want):
 def test_a_forced_chunk_balances_a_small_batch_too():
     _, log = launches(3, defines={CHUNK_KNOB: "64"}, heads=8, prefix=5, budget=2, prefix_mode="mixed")
     assert log[0]["grid"][2] == 1 and log[1]["entry"] == "verify_attn_bf16_wgmma2_merge_lpt"
+
+
+# -- on an H100 / H200 (the balanced launch runs only there) -------------------------------------------
+
+def gpu_run(gen, defines=None, graph_calls=0):
+    """bf16_wgmma2's outputs on the GPU; with graph_calls, from that many replays of a graph that
+    first overwrites q from a copy (a kernel right before ours, as a server's projection is) and
+    then runs the op, the copy's source changed between replays."""
+    import torch
+
+    from kdtr.dtypes import to_numpy, to_torch
+
+    from .test_cuda_kernels import VERIFY_ATTN, poisoned_outputs
+
+    inputs = {name: to_torch(a, "cuda") for name, a in gen.inputs.items()}
+    outputs = poisoned_outputs(VERIFY_ATTN, "bf16_paged", gen.inputs, gen.params)
+
+    def call():
+        VERIFY_ATTN.run_cuda("bf16_paged", inputs, gen.params, outputs, kernel="bf16_wgmma2", defines=defines)
+
+    if not graph_calls:
+        call()
+        torch.cuda.synchronize()
+        return [{n: to_numpy(t) for n, t in outputs.items()}]
+    source = inputs["q"].clone()
+    call()                                                           # compile and load before capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        inputs["q"].copy_(source)
+        call()
+    runs = []
+    for i in range(graph_calls):
+        source.copy_(to_torch(gen.inputs["q"], "cuda") * (1 - 2 * (i % 2)))      # q, then -q
+        graph.replay()
+        torch.cuda.synchronize()
+        runs.append({n: to_numpy(t) for n, t in outputs.items()})
+    return runs
+
+
+CASES_GPU = {   # name: (case parameters, defines)
+    "mixed_b5_split_and_direct": (dict(batch=5, heads=8, prefix=3000, budget=8, prefix_mode="mixed"),
+                                  {CHUNK_KNOB: "1024"}),
+    "mixed_b64_chain": (dict(batch=64, heads=16, prefix=2048, budget=3, prefix_mode="mixed", tree="chain",
+                             slots="pages64"), None),
+    "mixed_b200_small": (dict(batch=200, heads=2, prefix=700, budget=4, prefix_mode="mixed"), {CHUNK_KNOB: "128"}),
+    "equal_b6_lpt_off": (dict(batch=6, heads=16, prefix=1500, budget=16), {"WG2_LPT": "0"}),
+    "equal_b6_pdl_off": (dict(batch=6, heads=16, prefix=1500, budget=16), {"WG2_PDL": "0"}),
+}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", CASES_GPU)
+def test_the_balanced_launch_matches_the_reference(name):
+    from .test_cuda_kernels import FRESH_SEED, VERIFY_ATTN, check_attn, generated, skip_unless_runs_here
+
+    skip_unless_runs_here("bf16_paged", "bf16_wgmma2")
+    params, defines = CASES_GPU[name]
+    gen = generated(VERIFY_ATTN, "bf16_paged", FRESH_SEED, **params)
+    (got,) = gpu_run(gen, defines)
+    check_attn("bf16_paged", f"{name} seed {FRESH_SEED}", got, VERIFY_ATTN.reference("bf16_paged", gen.inputs,
+                                                                                        gen.params), gen.inputs, gen.params)
+
+
+@pytest.mark.gpu
+def test_a_graph_of_the_balanced_launch_reads_the_inputs_written_before_it():
+    """Programmatic dependent launches: the replays alternate q and -q, written by the copy kernel
+    right before ours; each replay's outputs are those of its own q (none read before the wait)."""
+    from .test_cuda_kernels import FRESH_SEED, VERIFY_ATTN, check_attn, generated, skip_unless_runs_here
+
+    skip_unless_runs_here("bf16_paged", "bf16_wgmma2")
+    gen = generated(VERIFY_ATTN, "bf16_paged", FRESH_SEED, batch=6, heads=16, prefix=2000, budget=8,
+                    prefix_mode="mixed")
+    both = (gen.inputs, dict(gen.inputs, q=-gen.inputs["q"]))
+    want = [VERIFY_ATTN.reference("bf16_paged", inputs, gen.params) for inputs in both]
+    for i, got in enumerate(gpu_run(gen, graph_calls=4)):
+        check_attn("bf16_paged", f"replay {i} seed {FRESH_SEED}", got, want[i % 2], both[i % 2], gen.params)
