@@ -1,5 +1,6 @@
 """verify_attn's CUDA binding: the kernel registry (kernels/README.md is its table), the launch's
-choice of kernel and its grid (row tiles x requests x KV splits, a merge when the keys are split)."""
+choice of kernel and its grid (row tiles x requests x KV splits, a merge when the keys are split;
+for a balanced kernel and a batch, row tiles x jobs of the schedule in kernels/attn_schedule.cuh)."""
 
 from __future__ import annotations
 
