@@ -25,7 +25,7 @@
 //   longest-first order (request b, chunk z of n_b; lpt_chunk the least chunk in keys, lpt_sms the
 //   SMs of the fair share, 0: lpt_chunk as given). A request of one chunk writes out/lse, otherwise
 //   partials at slot y ([slot][Q*H rows]) and block (0, 0) writes lpt_meta; then
-//   verify_attn_bf16_wgmma2_merge_lpt (grid = (ceil(Q*H / 4), B), block = 128) merges the requests
+//   verify_attn_bf16_wgmma2_merge_lpt (grid = (Q*H, B), block = 128) merges the requests
 //   it split. With WG2_PDL both are launched as programmatic dependents: nothing global is read
 //   before griddepcontrol.wait (checked in the SASS: no load precedes its ACQBULK).
 //
