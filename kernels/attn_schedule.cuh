@@ -21,8 +21,6 @@
 // the shortest fill the last wave (list scheduling, longest first).
 #pragma once
 
-#define LPT_SCRATCH_INTS(B) (128 + 4 * (B))   // lpt_job's shared scratch
-
 struct LptJob {
     int b;        // the request (-1: no job for this block)
     int z;        // its chunk, 0 .. n - 1
@@ -39,7 +37,8 @@ __device__ __forceinline__ int warp_sum(int v) {
 }
 
 // Job `job` of the schedule (above), computed by every thread of the block (it holds
-// __syncthreads) in `scratch` (LPT_SCRATCH_INTS(B) ints of shared memory, free again on return);
+// __syncthreads) in `scratch` (128 + 4 B ints of shared memory, free again on return: bf16_wgmma2
+// lends it K stage 1, 73,728 B, room for 4,576 requests);
 // `write_meta`: this block writes meta[2b], meta[2b + 1] = (first slot, chunks) of every request.
 __device__ __forceinline__ LptJob lpt_job(int job, const int* __restrict__ kv_indptr, int B, int Q,
                                           int row_tiles, int chunk_min, int sms, int* __restrict__ meta,
