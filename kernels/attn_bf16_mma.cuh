@@ -1,10 +1,10 @@
 // The block of verify_attn/bf16_paged on mma.sync, its tiles compile-time: ROWS (token, head) rows
-// a block (16 per row group, RG = ROWS / 16 row groups, 2 RG warps) and KEYS keys a step (16 or
-// 32). Two kernels instantiate it: bf16_mma (64 rows x 32 keys, 166,144 B) and bf16_mma99 (48 x 16,
-// 99,712 B: within the 101,376 B of sm_120, sm_89 and sm_86). One body, no arch branch: what a 99 KB
-// GPU runs is this code at smaller tiles. bf16_mma<64, 32> compiles for sm_80 and sm_90 to the very
-// SASS of the hand-written kernel it replaced (the one verified on the H200). Each kernel's header
-// states its launch; the numbers below are those of any instantiation.
+// a block (16 per row group, RG = ROWS / 16 row groups, a power of two, 2 RG warps) and KEYS keys a
+// step (16 or 32). bf16_mma instantiates it at 64 rows x 32 keys (166,144 B), and compiles for sm_80
+// and sm_90 to the very SASS of the hand-written kernel it replaced (the one verified on the H200).
+// The 99 KB GPUs' kernel, bf16_mma99, was this block at 48 x 16 until its own design replaced it
+// (Q in registers, four warps a row group, a deeper K/V ring: verify_attn_bf16_mma99.cu). Its
+// header states its launch; the numbers below are those of any instantiation.
 //
 // Launch (main): grid = (ceil(Q*H / ROWS), B, n_splits), block = 64 RG threads, dynamic shared
 //   memory BF16_MMA_SMEM_BYTES(ROWS, KEYS) (opt-in above 48 KB).
@@ -62,7 +62,7 @@ __device__ __forceinline__ void bf16_mma_block(ATTN_BF16_PAGED_PARAMS) {
     constexpr int RG = ROWS / 16;                  // row groups; warps 0..RG-1 and RG..2RG-1 pair up
     constexpr int THREADS = 64 * RG;
     constexpr int NT = KEYS / 8;                   // n8 key tiles of a step
-    static_assert(ROWS % 16 == 0 && ROWS <= 64, "rows in 1 to 4 m16 groups");
+    static_assert(ROWS % 16 == 0 && ROWS <= 64 && (RG & (RG - 1)) == 0, "rows in 1, 2 or 4 m16 groups");
     static_assert(KEYS == 16 || KEYS == 32, "keys in one or two k16 steps");
     static_assert((KEYS * (ATTN_D / 8)) % THREADS == 0, "a K tile's 16-byte chunks spread evenly");
     static_assert(KEYS <= THREADS, "one thread per key loads the slot indices");
@@ -73,10 +73,8 @@ __device__ __forceinline__ void bf16_mma_block(ATTN_BF16_PAGED_PARAMS) {
     int* sSlot = (int*)(sX + 2 * RG * NT * 32);           // [2][KEYS] pool slots of a tile's keys
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    // (RG a power of two: the bit operations of the 64-row kernel as it was verified)
-    constexpr bool POW2 = (RG & (RG - 1)) == 0;
-    const int rg = POW2 ? warp & (RG - 1) : warp % RG, half = POW2 ? warp >> (RG == 4 ? 2 : RG / 2) : warp / RG;
-    const int partner = POW2 ? warp ^ RG : (warp < RG ? warp + RG : warp - RG);   // the other half's warp
+    const int rg = warp & (RG - 1), half = warp >> (RG == 4 ? 2 : RG / 2);
+    const int partner = warp ^ RG;                        // the other half's warp
     const int g = lane >> 2, t = lane & 3;
     ATTN_PAGED_REQUEST(ROWS)
     const int mbase = mask_indptr[b];

@@ -43,17 +43,45 @@ def back_to_back_line(rows: Sequence) -> str | None:
 
 def method_line(rows: Sequence) -> str | None:
     """Rows timed by another method than our row of their case (no ratio quoted for them)."""
-    ours = {(r.case, r.mode): r.timing.method for r in rows if r.primary and r.timing is not None}
-    other = sorted({f"{r.impl} ({r.timing.method})" for r in rows
-                    if not r.primary and r.timing is not None and ours.get((r.case, r.mode)) not in (None, r.timing.method)})
+    from .plan import same_method
+
+    ours = {(r.case, r.mode): r.timing for r in rows if r.primary and r.timing is not None}
+    other = sorted({f"{r.impl} in {r.case} ({_how(r.timing)})" for r in rows
+                    if not r.primary and r.timing is not None and (r.case, r.mode) in ours
+                    and not same_method(r.timing, ours[(r.case, r.mode)])})
     if not other:
         return None
     return ("timed by another method than ours, no speedup quoted: " + ", ".join(other)
-            + " (a graph capture failed; the row's note says why)")
+            + " (the row's note says why)")
+
+
+def _how(timing) -> str:
+    return f"{timing.mode} {timing.method} x{timing.calls_per_sample}"
+
+
+def plan_line(record) -> str | None:
+    """How the cases were timed, said once: every row of a case by its plan (kdtr/bench/plan.py)."""
+    from .plan import TimingPlan
+
+    plans = [TimingPlan.from_plain(p) for modes in getattr(record, "timing_plans", {}).values() for p in modes.values()]
+    if not plans:
+        return None
+    parts = []
+    for mode in dict.fromkeys(p.mode for p in plans):
+        mine = [p for p in plans if p.mode == mode]
+        sets, ks = sorted({p.sets for p in mine}), sorted({p.calls_per_sample for p in mine})
+        parts.append(f"{mode} in {len(mine)} case(s)" + (f", {_span(sets)} input sets" if sets != [1] else "")
+                     + f", {_span(ks)} call(s) a sample")
+    return "one method a case, the same for every implementation of it: " + "; ".join(parts)
+
+
+def _span(values: Sequence[int]) -> str:
+    return str(values[0]) if len(values) == 1 else f"{values[0]}-{values[-1]}"
 
 
 def timing_notes(record) -> list[str]:
-    return [line for line in (telemetry_line(record), back_to_back_line(record.rows), method_line(record.rows)) if line]
+    return [line for line in (plan_line(record), telemetry_line(record), back_to_back_line(record.rows),
+                              method_line(record.rows)) if line]
 
 
 def row_telemetry(timing) -> str:

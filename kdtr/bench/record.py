@@ -18,6 +18,7 @@ import numpy as np
 from ..errors import UsageError
 from ..record import Record
 from .ceilings import Ceilings
+from .plan import TimingPlan, same_method
 from .settings import FLAG_LIMIT, BenchSettings
 from .stats import Timing, _fields, _num
 
@@ -104,6 +105,8 @@ class BenchRecord(Record):
     not_run: tuple[str, ...] = ()        # cases left out by the run's time limit
     complete: bool = True
     case_seconds: dict[str, float] = field(default_factory=dict)   # "op/variant case" -> wall seconds
+    # "op/variant case" -> mode -> how every row of it was timed (kdtr/bench/plan.py), said once a case
+    timing_plans: dict[str, dict[str, dict]] = field(default_factory=dict)
     kind: str = RECORD_KIND
     bench_format: int = BENCH_FORMAT
 
@@ -123,7 +126,9 @@ class BenchRecord(Record):
             rows=tuple(BenchRow.from_plain(r) for r in d.get("rows") or ()),
             errors=tuple(d.get("errors") or ()), not_run=tuple(d.get("not_run") or ()),
             complete=bool(d.get("complete", True)),
-            case_seconds={str(k): _num(v) for k, v in (d.get("case_seconds") or {}).items()})
+            case_seconds={str(k): _num(v) for k, v in (d.get("case_seconds") or {}).items()},
+            timing_plans={str(k): {str(m): TimingPlan.from_plain(p).to_plain() for m, p in v.items()}
+                          for k, v in (d.get("timing_plans") or {}).items()})
 
 
 def load_record(path: str | Path) -> BenchRecord:
@@ -224,8 +229,8 @@ def with_figures(row: BenchRow, ceilings: Ceilings | None) -> BenchRow:
 def with_speedups(rows: Sequence[BenchRow]) -> list[BenchRow]:
     """Speedups of each primary row over the baselines of the same case and mode (both timed, both
     checked, both by one method): baseline headline / primary headline (`BenchRow.headline`). A
-    baseline timed by another method than ours (eager beside a graph replay: its launch path counted
-    against it) gets no speedup; its row's method says why. Where several kernels were forced by
+    baseline timed by another method than ours (eager beside a graph replay, another count of calls
+    a sample, a flush beside rotated sets: `plan.same_method`) gets no speedup; its row's note says why. Where several kernels were forced by
     name, each one's speedup over the first of them (the reference point) joins its speedups the
     same way."""
     def usable(r: BenchRow) -> bool:
@@ -239,9 +244,10 @@ def with_speedups(rows: Sequence[BenchRow]) -> list[BenchRow]:
         if row.primary and usable(row):
             group = [o for o in rows if o.case == row.case and o.mode == row.mode and usable(o)]
             speedups = {o.impl: ratio(o, row) for o in group
-                        if not o.primary and o.timing.method == row.timing.method}
+                        if not o.primary and same_method(o.timing, row.timing)}
             forced = [o for o in rows if o.case == row.case and o.mode == row.mode and o.kernel is not None]
-            if len(forced) > 1 and forced[0] is not row and usable(forced[0]):
+            if (len(forced) > 1 and forced[0] is not row and usable(forced[0])
+                    and same_method(forced[0].timing, row.timing)):
                 speedups[forced[0].impl] = ratio(forced[0], row)
             row = replace(row, speedups=speedups)
         out.append(row)
@@ -334,7 +340,8 @@ def merge_records(records: Sequence[BenchRecord]) -> BenchRecord:
                    errors=tuple(e for r in records for e in r.errors),
                    not_run=tuple(n for r in records for n in r.not_run),
                    complete=all(r.complete for r in records),
-                   case_seconds={k: v for r in records for k, v in r.case_seconds.items()})
+                   case_seconds={k: v for r in records for k, v in r.case_seconds.items()},
+                   timing_plans={k: v for r in records for k, v in r.timing_plans.items()})
 
 
 def merge_shards(records: Sequence[BenchRecord], labels: Sequence[str]) -> BenchRecord:

@@ -14,6 +14,7 @@ from ..errors import reason
 from ..gpu_identity import with_ceilings
 from ..impl import CaseData, Implementation, Status
 from .cases import BenchItem
+from .plan import TimingPlan
 from .ceilings import Ceilings, gpu_clocks, measure_ceilings
 from .record import (TIME_LIMIT_SKIP, BenchRecord, BenchRow, _jsonable, bench_meta, settings_dict, with_figures,
                      with_speedups)
@@ -23,6 +24,9 @@ from .settings import MODES, BenchSettings, KernelBuild, Progress
 from .stats import Timing, agree
 from .telemetry import watching
 from .timers import DEFAULT_L2_BYTES, DeviceTimer, HostTimer, rotation_sets
+
+
+UNCAPTURABLE = "its graph capture failed in an earlier case of this run; timed eagerly, not captured again"
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,9 @@ class _Env:
         self.primary = backend
         self.device = "cuda" if self.gpu else "cpu"
         self.ceilings: Ceilings | None = None
+        # implementations whose capture failed once: not captured again this run, since on torch 2.11
+        # a failed capture kept its private memory pool for good (76 GiB reserved after twelve cases)
+        self.uncapturable: set[str] = set()
         self.watch = None                 # telemetry's read (telemetry.watching), set for the run
         if self.gpu:
             import torch
@@ -83,6 +90,15 @@ class _Env:
             import torch
 
             torch.cuda.empty_cache()
+
+    def held(self) -> list[float] | None:
+        """[allocated, reserved] GiB of PyTorch's allocator now (None without a GPU): kept per case
+        in the record's meta, so memory one case leaves to the next shows where it is left."""
+        if not self.gpu:
+            return None
+        import torch
+
+        return [round(torch.cuda.memory_allocated() / 2**30, 2), round(torch.cuda.memory_reserved() / 2**30, 2)]
 
 
 def _is_oom(err: BaseException | str) -> bool:
@@ -193,6 +209,7 @@ class _CaseRunner:
         self.progress = lambda what: progress(f"{item.op} {what}")
         self.op = get_op(item.op)
         self.builds = [b for b in settings.kernels if b.name in self.op.cuda_kernels(item.variant)]
+        self.plans: dict[str, TimingPlan] = {}      # mode -> how every row of the case was timed
 
     def late(self) -> bool:
         return self.deadline is not None and time.perf_counter() > self.deadline
@@ -301,10 +318,50 @@ class _CaseRunner:
             return replace(row, skip=f"out of memory while timing: {why}")
         return replace(row, check=f"{row.check}; timing failed: {why}")
 
-    def _prepare(self, calls, mode: str, graph: bool, timer=None) -> Sampler:
+    def _rotation_count(self, mode: str, outputs: Mapping[str, Any] | None) -> int:
+        """Input sets to rotate through in this case (1: flush the L2 before each one-call sample):
+        the case's plan where one is set, else from its inputs' and outputs' bytes."""
+        if mode != "cold" or not self.env.gpu:
+            return 1
+        if mode in self.plans:
+            return self.plans[mode].sets
+        written = outputs if outputs is not None else self.expected
+        set_bytes = sum(t.nbytes for t in self.device_inputs.values()) + sum(t.nbytes for t in written.values())
+        return rotation_sets(set_bytes, self.env.timer.flush_bytes)
+
+    def _input_sets(self, impl: Implementation, call, mode: str) -> tuple[list, str]:
+        """`call` and, where the case rotates input sets, one more call per other set: the
+        implementation's own prepare over copies of the inputs. Returns the calls and why they
+        fall short of the plan ("" where they do not)."""
+        count = self._rotation_count(mode, getattr(call, "outputs", None))
+        calls = [call]
+        try:
+            for _ in range(count - 1):
+                calls.append(impl.prepare(self.op, self.item.variant,
+                                          {n: t.clone() for n, t in self.device_inputs.items()}, dict(self.params)))
+        except Exception as err:  # noqa: BLE001 - timed on one set, labelled, no ratio
+            del calls[1:]
+            self.env.cleanup()
+            return calls, f"its {count} input sets could not be made ({reason(err)}): not timed by the case's method"
+        return calls, ""
+
+    def _prepare(self, calls, mode: str, graph: bool, timer=None, name: str = "") -> Sampler:
+        """A sampler of `calls` by the case's plan for `mode` (the first implementation timed on the
+        device sets it: kdtr/bench/plan.py); on the host clock, the host's own way."""
         timer = timer or self.env.timer
-        return timer.prepare(calls, options=self.settings.timing, mode="cold" if mode == "cold" else "hot",
-                             graph=graph)
+        plan = self.plans.get(mode)
+        device = timer is self.env.timer and self.env.gpu
+        fixed = plan.calls_per_sample if device and plan is not None and plan.sets == len(calls) else None
+        known = device and name in self.env.uncapturable
+        sampler = timer.prepare(calls, options=self.settings.timing, mode="cold" if mode == "cold" else "hot",
+                                graph=graph and not known, **({"calls_per_sample": fixed} if device else {}))
+        if known:
+            sampler = replace(sampler, note="; ".join(n for n in (sampler.note, UNCAPTURABLE) if n))
+        elif device and graph and sampler.method != "graph":
+            self.env.uncapturable.add(name)
+        if device and plan is None:
+            self.plans[mode] = TimingPlan(sampler.mode, len(calls), sampler.calls_per_sample, sampler.method, name)
+        return sampler
 
     def _ours_impl(self, build: KernelBuild | None) -> Implementation:
         """The implementation under test as this run holds it: the backend (or `build`: a kernel
@@ -349,22 +406,17 @@ class _CaseRunner:
             passed, note = _against(build, got, earlier, note)
         if not passed:
             return untimed(check_passed=False, check=note)
-        call = outcome.call
-        outputs = getattr(call, "outputs", None)         # the buffers our kernels write (cuda)
-        calls, sets = [call], [outputs]
-        if outputs is not None and mode == "cold":
-            set_bytes = sum(t.nbytes for t in self.device_inputs.values()) + sum(t.nbytes for t in outputs.values())
-            count = rotation_sets(set_bytes, env.timer.flush_bytes)
-            for _ in range(count - 1):
-                extra = impl.prepare(op, item.variant, {n: t.clone() for n, t in self.device_inputs.items()},
-                                     dict(self.params))
-                calls.append(extra)
-                sets.append(extra.outputs)
+        outputs = getattr(outcome.call, "outputs", None)         # the buffers our kernels write (cuda)
+        calls, short = self._input_sets(impl, outcome.call, mode) if env.gpu else ([outcome.call], "")
+        sets = [c.outputs for c in calls if getattr(c, "outputs", None) is not None]
         try:
-            sampler = self._prepare(calls, mode, graph=True, timer=env.timer if env.gpu else env.host_timer)
+            sampler = self._prepare(calls, mode, graph=True, timer=env.timer if env.gpu else env.host_timer,
+                                    name=name)
         except Exception as err:  # noqa: BLE001
             env.cleanup()
             return untimed(check_passed=True, check=f"{note}; timing failed: {reason(err)}")
+        if short:
+            note = f"{note}; {short}"
         row = self._row(name, mode, True, timing=None, check_passed=True, check=note,
                         setup_s=round(time.perf_counter() - started, 3), compute_unit=unit, **forced)
 
@@ -433,9 +485,12 @@ class _CaseRunner:
         note = check_note(outcome)
         if not outcome.passed:
             return self._row(name, row_mode, False, timing=None, check_passed=False, check=note), None
+        timer = env.host_timer if clock == "host" else env.timer
+        calls, short = self._input_sets(impl, outcome.call, mode) if timer is env.timer else ([outcome.call], "")
+        if short:
+            note = f"{note}; {short}"
         try:
-            timer = env.host_timer if clock == "host" else env.timer
-            sampler = self._prepare([outcome.call], mode, graph=True, timer=timer)     # eager where capture fails
+            sampler = self._prepare(calls, mode, graph=True, timer=timer, name=name)     # eager where capture fails
         except Exception as err:  # noqa: BLE001
             env.cleanup()
             if _is_oom(err):
@@ -468,16 +523,21 @@ def run_bench(items: Sequence[BenchItem], settings: BenchSettings = BenchSetting
     not_run: list[str] = []
     sanity: list[BenchRow] = []
     case_seconds: dict[str, float] = {}
+    plans: dict[str, dict[str, dict]] = {}     # "op/variant case" -> mode -> TimingPlan.to_plain()
+    held: dict[str, list[float]] = {}           # "op/variant case" -> GiB allocated, reserved after it
 
     def record(complete: bool) -> BenchRecord:
         meta_now = dict(meta, seconds=round(time.perf_counter() - started, 3),
                         gpu=with_ceilings(meta["gpu"], env.ceilings))
+        if held:
+            meta_now["device_memory_gib"] = {"after_case": ["allocated", "reserved"], **held}
         if complete and env.gpu:
             meta_now["clocks_after"] = gpu_clocks()
         cut = any(r.skip == TIME_LIMIT_SKIP for r in rows)
         return BenchRecord(meta_now, settings_dict(settings, env.primary, env.modes, env.gpu), env.ceilings,
                            tuple(sanity), tuple(rows), tuple(errors), tuple(not_run),
-                           complete=complete and not not_run and not cut, case_seconds=dict(case_seconds))
+                           complete=complete and not not_run and not cut, case_seconds=dict(case_seconds),
+                           timing_plans=dict(plans))
 
     import torch
 
@@ -514,10 +574,15 @@ def run_bench(items: Sequence[BenchItem], settings: BenchSettings = BenchSetting
                 errors.append(f"{item.op}/{item.variant} {item.name} ({item.source}): "
                               f"{reason(err)}")
             finally:
+                key = f"{item.op}/{item.variant} {item.name}"
+                if runner.plans:
+                    plans[key] = {mode: plan.to_plain() for mode, plan in runner.plans.items()}
                 del runner
-                case_seconds[f"{item.op}/{item.variant} {item.name}"] = round(time.perf_counter() - case_started, 3)
+                case_seconds[key] = round(time.perf_counter() - case_started, 3)
                 try:
                     env.cleanup()
+                    if (now := env.held()) is not None:
+                        held[key] = now
                 except Exception as err:  # noqa: BLE001 - e.g. a kernel's illegal address, reported late
                     lost = f"{reason(err)}"
             if lost:                      # a sticky device error: nothing after it can be trusted

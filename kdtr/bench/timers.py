@@ -110,11 +110,20 @@ class DeviceTimer:
         return graph
 
     def prepare(self, calls: Sequence[Callable[[], Any]], *, options: TimingOptions, mode: str = "hot",
-                graph: bool = True) -> Sampler:
+                graph: bool = True, calls_per_sample: int | None = None) -> Sampler:
         """Make `calls` ready to time (one callable, or several over distinct input sets to rotate
         through in cold mode): warm-up, capture, k calls per sample. `mode` is "hot" or "cold";
-        `graph` tries CUDA-graph capture, else eager."""
+        `graph` tries CUDA-graph capture, else eager. k is sized to `options.sample_ms` from this
+        implementation's own call time unless `calls_per_sample` fixes it (bench gives every
+        implementation of a case the same k: kdtr/bench/plan.py); rotated sets need a multiple of
+        their count, a flushed sample one call."""
         import torch
+
+        if calls_per_sample is not None:
+            if calls_per_sample < 1 or calls_per_sample % len(calls):
+                raise ValueError(f"{calls_per_sample} calls a sample do not rotate {len(calls)} input sets evenly")
+            if mode == "cold" and len(calls) == 1 and calls_per_sample != 1:
+                raise ValueError("a sample after an L2 flush is one call")
 
         rotate = len(calls) > 1
         flush = mode == "cold" and not rotate
@@ -146,6 +155,7 @@ class DeviceTimer:
             k = max(1, min(options.max_calls, math.ceil(options.sample_ms / max(per_call, 1e-4))))
             if rotate:
                 k = len(calls) * max(1, math.ceil(k / len(calls)))
+            k = calls_per_sample or k
             run = one
             if k > 1 or rotate:
                 run = eager(k)

@@ -154,6 +154,7 @@ def _fake_gpu_env(monkeypatch, l2_bytes=4096, modes=("cold",), fake=None):
     env.host_timer = bench.HostTimer()
     env.ceilings = CEILINGS
     env.watch = None
+    env.uncapturable = set()
     return env
 
 

@@ -89,8 +89,16 @@ def test_case_runner_cuda_path_on_a_fake_device(monkeypatch, op_name, case_param
     assert ours.compute_unit == op.compute_unit(variant, ours.extra.get("kernel"))
     assert ours.extra.get("kernel") == op.kernel_choice(variant, *item.load())   # None: one kernel
     assert [r.impl for r in rows] == ["cuda", *baselines]
-    for r in rows[1:]:       # baselines are captured like ours (one method for all: docs/timing.md)
+    runner = bench_runner._CaseRunner(env, settings, item, seen.append, None)
+    rows = runner.run()
+    ours = next(r for r in rows if r.primary)
+    plan = runner.plans["cold"]
+    assert (plan.mode, plan.sized_by) == ("cold-rotate", "cuda") and plan.sets > 1
+    assert (ours.timing.mode, ours.timing.calls_per_sample) == (plan.mode, plan.calls_per_sample)
+    for r in rows[1:]:       # every baseline timed by the case's one plan: same mode, sets and calls a sample
         assert r.check_passed and r.timing.method == "graph" and r.timing.rounds == ours.timing.rounds, r.check
+        assert (r.timing.mode, r.timing.calls_per_sample) == (plan.mode, plan.calls_per_sample), r.timing
+        assert f"{plan.sets} input sets rotated" in r.timing.note
     for r in rows:           # and each timed again alone, after the rounds
         assert r.alone is not None and r.alone.rounds >= OPTS.min_rounds and r.alone.method == r.timing.method
     assert any(s.endswith("back to back (cold)") for s in seen), seen
@@ -128,3 +136,95 @@ def test_case_runner_reports_a_wrong_kernel_and_a_missing_one(monkeypatch):
     monkeypatch.setattr(op, "run_cuda", lambda *a: (_ for _ in ()).throw(NotImplementedError()))
     [row_] = bench_runner._CaseRunner(env, settings, item, lambda s: None, None).run()
     assert row_.skip == "tree_accept/default has no run_cuda yet" and row_.check_passed is None
+
+
+def test_every_implementation_of_a_case_is_timed_by_one_plan_on_a_fake_clock(monkeypatch):
+    """The fake clock makes our kernel 2 us a call and the baseline 40 us: the baseline still gets our
+    calls a sample and input sets (the plan's), its figure is its own per-call time, and the ratio
+    between them is the kernels' (20x), not a method's. A baseline whose extra input sets cannot be
+    made is timed on one set, says so, and gets no ratio."""
+    from kdtr.impl.base import BenchRole, Implementation, Serves
+
+    fake = FakeCuda()
+    op = get_op("tree_accept")
+    env = _fake_gpu_env(monkeypatch, 1 << 16, fake=fake)
+    monkeypatch.setattr(op, "run_cuda", lambda variant, inputs, params, outputs: (
+        _fake_run_cuda(op)(variant, inputs, params, outputs), fake.kernel(0.002)()))
+    case = Case("c", "tree_accept", "default", 9, dict(op._defaults, batch=4, budget=8, depth=4))
+    item = bench.BenchItem("c", "tree_accept", "default", case.params, "test", case=case)
+    made = []
+
+    def slow_prepare(op_, variant, inputs, params):
+        made.append(1)
+        if fail_extra and len(made) > 1:
+            raise RuntimeError("no second set")
+        outputs = op_.run_torch(variant, inputs, params)
+
+        def call():
+            fake.kernel(0.040)()
+            return outputs
+        return call
+    peer = Implementation("peer", (Serves("tree_accept"),), slow_prepare, device="cuda", bench=BenchRole())
+    monkeypatch.setattr(op, "baselines", lambda *a: [peer])
+    settings = BenchSettings(timing=replace(OPTS, budget_s=0.05, min_samples=3), back_to_back=False)
+    for fail_extra in (False, True):
+        made.clear()
+        runner = bench_runner._CaseRunner(env, settings, item, lambda s: None, None)
+        rows = runner.run()
+        ours, other = rows
+        plan = runner.plans["cold"]
+        assert plan.sets > 1 and plan.calls_per_sample % plan.sets == 0
+        if not fail_extra:
+            assert len(made) == plan.sets
+            assert (other.timing.mode, other.timing.calls_per_sample) == ("cold-rotate", plan.calls_per_sample)
+            assert other.timing.median == pytest.approx(0.040) and ours.timing.median == pytest.approx(0.002)
+            assert ours.speedups["peer"] == pytest.approx(20, rel=1e-3)
+        else:
+            assert other.timing.mode == "cold-flush" and other.timing.calls_per_sample == 1
+            assert "not timed by the case's method" in other.check and "peer" not in ours.speedups
+
+
+def test_the_sdpa_guard_counts_what_pytorch_holds_cached_as_free(monkeypatch):
+    """76 GiB reserved by PyTorch's allocator but unallocated is memory the next allocation gets
+    (the allocator hands it out, or empties it before an out-of-memory error): the guard counts it."""
+    import torch
+
+    from kdtr.ops.verify_attn import torch_impl
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (2 << 30, 80 << 30))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda *a: 77 << 30)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda *a: 1 << 30)
+    assert torch_impl._device_free_bytes() == 78 << 30
+
+
+def test_an_implementation_whose_capture_failed_is_not_captured_again_in_the_run(monkeypatch):
+    """A failed capture kept its private memory pool on torch 2.11 (the H100's chain run reserved
+    76 GiB after twelve cases, 1 GiB of it allocated): once an implementation's capture fails, later
+    cases time it eagerly without trying, and say why."""
+    fake = FakeCuda()
+    op = get_op("tree_accept")
+    env = _fake_gpu_env(monkeypatch, 1 << 16, fake=fake)
+    monkeypatch.setattr(op, "run_cuda", lambda variant, inputs, params, outputs: (
+        _fake_run_cuda(op)(variant, inputs, params, outputs), fake.kernel(0.002)()))
+    captures = []
+    real_capture = bench.DeviceTimer._capture
+
+    def capture(timer, calls, k):
+        captures.append(k)
+        fake.fail_capture = True              # every capture fails
+        try:
+            return real_capture(timer, calls, k)
+        finally:
+            fake.fail_capture = False
+    monkeypatch.setattr(bench.DeviceTimer, "_capture", capture)
+    case = Case("c", "tree_accept", "default", 9, dict(op._defaults, batch=4, budget=8, depth=4))
+    item = bench.BenchItem("c", "tree_accept", "default", case.params, "test", case=case)
+    settings = BenchSettings(timing=replace(OPTS, budget_s=0.05, min_samples=3), baselines=(), back_to_back=False)
+    [first] = bench_runner._CaseRunner(env, settings, item, lambda s: None, None).run()
+    assert first.timing.method == "eager" and "graph capture failed" in first.timing.note
+    assert captures and env.uncapturable == {"cuda"}
+    captures.clear()
+    [second] = bench_runner._CaseRunner(env, settings, item, lambda s: None, None).run()
+    assert captures == [] and second.timing.method == "eager"
+    assert bench_runner.UNCAPTURABLE in second.timing.note

@@ -132,9 +132,13 @@ def test_a_row_timed_by_another_method_gets_no_ratio():
     eager = replace(row("c", "sglang_triton", 3.0, primary=False),
                     timing=replace(timing(3.0), method="eager"))
     captured = row("c", "torch", 4.0, primary=False)
-    [ours, *_] = with_speedups([ours, eager, captured])
-    assert set(ours.speedups) == {"torch"}
-    assert "sglang_triton (eager)" in method_line([ours, eager, captured])
+    fewer = replace(row("c", "flashmla", 2.0, primary=False), timing=replace(timing(2.0), calls_per_sample=10))
+    rotated = replace(row("c", "peer", 2.0, primary=False), timing=replace(timing(2.0), mode="cold-rotate"))
+    [ours, *others] = with_speedups([ours, eager, captured, fewer, rotated])
+    assert set(ours.speedups) == {"torch"}        # another launch, calls a sample or mode: no ratio
+    line = method_line([ours, *others])
+    assert "sglang_triton in c (cold-flush eager x1)" in line and "flashmla in c (cold-flush graph x10)" in line
+    assert "peer in c (cold-rotate graph x1)" in line and "torch" not in line
 
 
 def test_the_record_keeps_telemetry_and_the_back_to_back_timing(tmp_path):

@@ -51,14 +51,16 @@ def test_the_emulated_kernels_are_the_ones_the_table_says():
     assert set(EMULATED_KERNELS) == set(KERNEL_GPUS) | set(FORCED_GPUS) | set(TREE_KERNELS) | {"walk"}
 
 
-def run(kernel, variant, gen, gpu, order=0, splits=None, kernels_dir=KERNELS_DIR, choose=False, op=VERIFY_ATTN):
+def run(kernel, variant, gen, gpu, order=0, splits=None, kernels_dir=KERNELS_DIR, choose=False, op=VERIFY_ATTN,
+        defines=None):
     """One launch through run_cuda on the emulated GPU (with the choice the launch makes there, or
-    `kernel` forced); the outputs as numpy."""
+    `kernel` forced, built with `defines`); the outputs as numpy."""
     inputs = {name: to_torch(a, "cpu") for name, a in gen.inputs.items()}
     outputs = poisoned_outputs(op, variant, gen.inputs, gen.params, device="cpu")
     forced = {} if choose else {"kernel": kernel}
+    extra = {**({"splits": splits} if splits else {}), **({"defines": defines} if defines else {})}
     with emulated(*gpu, order=order, kernels_dir=kernels_dir) as emu:
-        op.run_cuda(variant, inputs, gen.params, outputs, **forced, **({"splits": splits} if splits else {}))
+        op.run_cuda(variant, inputs, gen.params, outputs, **forced, **extra)
     assert f"{op.name}_{kernel}" in [name for name, *_ in emu.launches], emu.launches
     return {name: to_numpy(t) for name, t in outputs.items()}
 
@@ -109,6 +111,28 @@ def test_forced_splits_and_the_merge(kernel, splits):
     check_attn(variant, f"{kernel} emulated, splits {splits}, seed {FRESH_SEED}", got, want, gen.inputs, gen.params)
 
 
+MMA99_BUILDS = [{"M99_ROWS": "32"}, {"M99_STAGES": "2"}, {"M99_STAGES": "3", "M99_SKIP_RESCALE": "0"},
+                {"M99_ROWS": "32", "M99_STAGES": "3"}]
+
+
+@pytest.mark.parametrize("splits", [1, 4])
+def test_bf16_mma99_knob_builds_give_the_default_builds_bytes(splits):
+    """Rows a block, ring stages and the rescale skip change who computes what and when, never a
+    row's arithmetic: at one split count every build gives the default's bytes (4 splits of 3 tiles
+    run the ring's prologue past the split's tiles; the mixed prefixes give tiles of prefix and tree
+    keys together, the masked path)."""
+    gen = generated(VERIFY_ATTN, "bf16_paged", FRESH_SEED, batch=2, heads=5, prefix=130, budget=12,
+                    prefix_mode="mixed")
+    want = VERIFY_ATTN.reference("bf16_paged", gen.inputs, gen.params)
+    base = run("bf16_mma99", "bf16_paged", gen, RTX_PRO_6000, splits=splits)
+    check_attn("bf16_paged", f"bf16_mma99, splits {splits}", base, want, gen.inputs, gen.params)
+    for defines in MMA99_BUILDS:
+        got = run("bf16_mma99", "bf16_paged", gen, RTX_PRO_6000, order=2, splits=splits, defines=defines)
+        for name in base:
+            np.testing.assert_array_equal(got[name].view(np.uint8), base[name].view(np.uint8),
+                                          err_msg=f"bf16_mma99 {defines}: {name} differs from the default build")
+
+
 def test_fp32_ffma99_keeps_the_contract_over_16k_keys_in_one_split():
     """With one split a row's running sums go over all of its keys (as they do on a GPU full of row
     tiles): 2,050 tiles of 8. The compensated sums keep rel L2 near 1e-7 (the plain fmaf chain
@@ -152,10 +176,10 @@ MUTANTS = {
 }
 
 
-def mutated_kernels(tmp_path, old, new):
+def mutated_kernels(tmp_path, old, new, source=FFMA99):
     for f in list(KERNELS_DIR.glob("*.cu")) + list(KERNELS_DIR.glob("*.cuh")):
         text = f.read_text()
-        if f.name == FFMA99:
+        if f.name == source:
             assert text.count(old) == 1, old
             text = text.replace(old, new)
         (tmp_path / f.name).write_text(text)
@@ -171,6 +195,30 @@ def test_a_broken_kernel_fails_on_the_emulator(tmp_path, mutant):
     with pytest.raises(AssertionError):
         for got in runs:
             check_attn("fp32", mutant, got, want, gen.inputs, gen.params)
+
+
+MMA99 = "verify_attn_bf16_mma99.cu"
+MMA99_MUTANTS = {
+    # step it waits for one group too few: tile it has not landed (the ring's depth off by one)
+    "the ring waited one tile short": ("cp_async_wait<NSTAGE - 2>();", "cp_async_wait<NSTAGE - 1>();"),
+    # a warp adds its row group's partials before the other three wrote them
+    "no barrier before the partials are added": ("        named_barrier(1 + rg, 128);\n", ""),
+    # a tile's slot indices land in the buffer of the tile being copied this step
+    "slots fetched into the wrong buffer": ("sSlot + (ahead % SLOTS) * KEYS", "sSlot + (next % SLOTS) * KEYS"),
+}
+
+
+@pytest.mark.parametrize("mutant", sorted(MMA99_MUTANTS))
+def test_a_broken_bf16_mma99_fails_on_the_emulator(tmp_path, mutant):
+    gen = generated(VERIFY_ATTN, "bf16_paged", 11, batch=2, heads=5, prefix=200, budget=8)
+    want = VERIFY_ATTN.reference("bf16_paged", gen.inputs, gen.params)
+    kernels_dir = mutated_kernels(tmp_path, *MMA99_MUTANTS[mutant], source=MMA99)
+    runs = [run("bf16_mma99", "bf16_paged", gen, RTX_PRO_6000, order=o, kernels_dir=kernels_dir, splits=1)
+            for o in ORDERS]
+    with pytest.raises(AssertionError):
+        for got in runs:
+            check_attn("bf16_paged", mutant, got, want, gen.inputs, gen.params)
+        same_bits_in_every_order("bf16_mma99", runs)
 
 
 def test_a_barrier_only_some_threads_reach_is_a_deadlock(tmp_path):

@@ -5,7 +5,7 @@ for a balanced kernel and a batch, row tiles x jobs of the schedule in kernels/a
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ...errors import DeviceError
 from ..base import CudaKernel, Gpu
@@ -18,6 +18,18 @@ SPLITS_KNOB = "SPLITS"    # the launch knob (--define NAME:SPLITS=N) that forces
 CHUNK_KNOB = "CHUNK"      # the launch knob that forces the balanced schedule's chunk (keys)
 LPT_MAX_BATCH = 256       # the balanced schedule's batches: its per-block order costs O(B^2 / 256)
 LPT_MIN_SHARE = 8         # ... and key tiles an SM (mean request) where the uniform grid splits nothing
+# bf16_mma99's tiling knobs (kernels/verify_attn_bf16_mma99.cu): rows a block, a launch knob (the grid,
+# so the split count, follows it), and stages of its K/V ring, a compile knob its launch sizes shared
+# memory for (every stage count gives the same bytes, which the bench checks)
+M99_ROWS, M99_STAGES = "M99_ROWS", "M99_STAGES"
+M99_CHOICES = {M99_ROWS: (32, 48), M99_STAGES: (2, 3, 4)}
+M99_DEFAULTS = {M99_ROWS: 48, M99_STAGES: 4}
+
+
+def mma99_smem(rows: int, stages: int) -> int:
+    """M99_SMEM_BYTES of verify_attn_bf16_mma99.cu: its K/V ring (16-key tiles of 584-bf16 rows),
+    the S partials (rows / 4 warps x 2 n-tiles x 32 lanes, a float4 each), the slot-index buffers."""
+    return stages * 16 * 584 * 2 + rows // 4 * 2 * 32 * 16 + (2 * stages - 2) * 16 * 4
 
 
 @dataclass(frozen=True)
@@ -116,10 +128,33 @@ KERNELS = (
                rows=64, keys=32, threads=256, smem=166144, min_sm=80),
     AttnKernel(op="verify_attn", variant="bf16_paged", name="bf16_mma99", role="fallback",
                serves="GPUs where bf16_mma does not fit: 101,376 B of shared memory a block (sm_86, sm_89, "
-                      "sm_120, sm_121); bf16_mma's block at 48-row x 16-key tiles, run on the CPU emulator, not "
-                      "yet on a GPU",
-               rows=48, keys=16, threads=192, smem=99712, min_sm=80, split_min_tiles=8),
+                      "sm_120, sm_121); 48-row x 16-key tiles, Q in registers, 4 warps a row group, a 4-stage K/V "
+                      "ring; run on the CPU emulator, not yet on a GPU (its 48 x 16 predecessor ran on an H100)",
+               rows=48, keys=16, threads=384, smem=mma99_smem(48, 4), min_sm=80, split_min_tiles=8,
+               launch_knobs=(SPLITS_KNOB, M99_ROWS),
+               # modeled, not fitted (kernels/NOTES.md, "bf16_mma99"): a 16-key step 0.65 us (shared
+               # memory-bound on an H100 as sm_120, tensor-bound on an RTX PRO 6000), a block's ring
+               # fill and epilogue 2.5 us; launch, merge and partial rows as bf16_wgmma2's
+               wave=WaveCost(launch_us=4.0, block_us=2.5, tile_us=0.65, merge_us=1.0, partial_row_us=0.0005)),
 )
+
+
+def as_built(k: AttnKernel, defines) -> AttnKernel:
+    """k as a build with these `--define` knobs launches it: bf16_mma99's M99_ROWS and M99_STAGES
+    set its rows, block and shared memory; ValueError for a value it has no tiling for. Other
+    kernels' knobs leave their launch as registered."""
+    if k.name != "bf16_mma99":
+        return k
+    knobs = dict(M99_DEFAULTS)
+    for name in M99_CHOICES:
+        if name in defines:
+            value = str(defines[name])
+            if not value.isdigit() or int(value) not in M99_CHOICES[name]:
+                raise ValueError(f"{name}={value}: bf16_mma99 takes {name} in "
+                                 f"{', '.join(map(str, M99_CHOICES[name]))}")
+            knobs[name] = int(value)
+    rows = knobs[M99_ROWS]
+    return replace(k, rows=rows, threads=8 * rows, smem=mma99_smem(rows, knobs[M99_STAGES]))
 
 
 WAVE_MARGIN = 0.03      # the wave model's choice: the fewest splits within 3% of its best time
@@ -241,14 +276,14 @@ def run_cuda(op, variant, inputs, params, outputs, kernel=None, splits=None, def
 
     from ...device import device_arch, get_kernel, multiprocessor_count
 
-    k = op.cuda_kernel(kernel or op.kernel_choice(variant, inputs, params), variant)
+    defines = dict(defines or {})
+    k = as_built(op.cuda_kernel(kernel or op.kernel_choice(variant, inputs, params), variant), defines)
     layout = LAYOUTS[variant]
     sms = multiprocessor_count()
     batch, q_len, heads, tiles, auto_splits = grid(k, inputs, sms)
     kv_bound = layout.dims(inputs)[3]
     kv_tiles = math.ceil(kv_bound / k.keys)
     rows = batch * q_len * heads
-    defines = dict(defines or {})
     forced = defines.pop(SPLITS_KNOB, None)           # launch knobs, not compile-time defines
     forced_chunk = defines.pop(CHUNK_KNOB, None)
     uniform = forced is not None or splits is not None

@@ -53,8 +53,8 @@ def reference(variant, inputs, params) -> dict[str, np.ndarray]:
 
 def dense_reference(variant, inputs, params, chunk_bytes=None):
     """float64 in torch with the reference's math (masked softmax over dense keys), on the inputs'
-    device, in chunks of requests and heads whose float64 scores stay under `chunk_bytes`
-    (REFERENCE_DEVICE_BYTES)."""
+    device, in chunks of requests and heads whose float64 scores and keys stay under `chunk_bytes`
+    (REFERENCE_DEVICE_BYTES): B=128 P=16384 in one chunk gathered 9 GiB of float64 keys."""
     import torch
 
     layout = LAYOUTS[variant]
@@ -62,8 +62,10 @@ def dense_reference(variant, inputs, params, chunk_bytes=None):
     batch, q_len, heads, _ = layout.dims(inputs)
     width = layout.longest_prefix(inputs)
     per_head = q_len * (width + q_len) * 8                    # float64 score bytes, one request
+    # one request's gathered keys: float64 (and the dense copy) beside the source dtype's gather
+    per_request_keys = (width + q_len) * ROW * (2 * 8 + inputs["q"].element_size())
     head_step = max(1, min(heads, chunk_bytes // per_head))
-    batch_step = max(1, chunk_bytes // (per_head * heads)) if head_step == heads else 1
+    batch_step = (max(1, chunk_bytes // (per_head * heads + per_request_keys)) if head_step == heads else 1)
     scale = float(params["sm_scale"])
     device = inputs["q"].device
     out = torch.empty((batch, q_len, heads, LATENT), dtype=torch.float32, device=device)

@@ -153,9 +153,15 @@ def sdpa_skip(variant, inputs):
 
 
 def _device_free_bytes() -> int | None:
+    """Bytes a new allocation can have on the GPU: the driver's free memory plus what PyTorch's
+    caching allocator holds reserved but unallocated (it hands that out first, and empties it before
+    an out-of-memory error). The driver's figure alone counted the cache left by earlier
+    implementations as taken: on an H100 76 GiB of it made every later guard refuse."""
     try:
         import torch
 
-        return int(torch.cuda.mem_get_info()[0]) if torch.cuda.is_available() else None
+        if not torch.cuda.is_available():
+            return None
+        return int(torch.cuda.mem_get_info()[0]) + int(torch.cuda.memory_reserved()) - int(torch.cuda.memory_allocated())
     except Exception:   # noqa: BLE001 - no usable GPU: no memory estimate
         return None
