@@ -122,11 +122,12 @@ __device__ __forceinline__ void merge_batch(const float4 (&oz)[N], const float* 
     }
 }
 
+// Row `row` of split-KV partials laid out [split][rows] (ws_m, ws_l; ws_o with ATTN_DV columns a row),
+// stored to row `row` of out / lse.
 template <typename Store>
 __device__ __forceinline__ void merge_row(const float* __restrict__ ws_o, const float* __restrict__ ws_m,
-                                          const float* __restrict__ ws_l, int n_splits, int rows,
+                                          const float* __restrict__ ws_l, int n_splits, int rows, int row,
                                           float* __restrict__ lse, Store store) {
-    const int row = blockIdx.x;
     if (row >= rows) return;
     float M = neg_inf();
     for (int z = 0; z < n_splits; ++z) M = fmaxf(M, ws_m[(size_t)z * rows + row]);
@@ -161,15 +162,15 @@ struct StoreBF16 {
 // merge_row's arithmetic in its order (ascending z, empty splits skipped), with the loads of MAXZ
 // splits in flight at once: every m and l first (one round trip, through shared memory), then the o
 // rows in batches of MAXZ (ceil(n_splits / MAXZ) round trips). More than 256 splits: merge_row.
+// A block that merges another row after this one must __syncthreads first (s_m, s_l are reused).
 template <int MAXZ, typename Store>
 __device__ __forceinline__ void merge_row_batched(const float* __restrict__ ws_o, const float* __restrict__ ws_m,
-                                                  const float* __restrict__ ws_l, int n_splits, int rows,
+                                                  const float* __restrict__ ws_l, int n_splits, int rows, int row,
                                                   float* __restrict__ lse, Store store) {
     __shared__ float s_m[256], s_l[256];
-    const int row = blockIdx.x;
     if (row >= rows) return;
     if (n_splits > 256) {
-        merge_row(ws_o, ws_m, ws_l, n_splits, rows, lse, store);
+        merge_row(ws_o, ws_m, ws_l, n_splits, rows, row, lse, store);
         return;
     }
     for (int z = threadIdx.x; z < n_splits; z += MERGE_THREADS) {
@@ -208,17 +209,20 @@ __device__ __forceinline__ void merge_row_batched(const float* __restrict__ ws_o
     name(const float* __restrict__ ws_o, const float* __restrict__ ws_m,                               \
          const float* __restrict__ ws_l, int n_splits, int rows, out_t* __restrict__ out,              \
          float* __restrict__ lse) {                                                                    \
-        merge_row_batched<ATTN_MERGE_MAXZ>(ws_o, ws_m, ws_l, n_splits, rows, lse, Store{out});         \
+        merge_row_batched<ATTN_MERGE_MAXZ>(ws_o, ws_m, ws_l, n_splits, rows, blockIdx.x, lse, Store{out}); \
     }
 
-// An fp32 kernel's batched split-KV merge entry: grid = B*Q*H rows, block = MERGE_THREADS (128); it may
-// be launched as a programmatic dependent of its main kernel.
-#define ATTN_MERGE_BATCHED_ENTRY(name, maxz)                                                          \
+// A batched split-KV merge entry that may be launched as a programmatic dependent of its main
+// kernel (it waits for that grid first): grid = B*Q*H rows, block = MERGE_THREADS (128), MAXZ
+// splits' loads in flight, out_t / Store the output's type and its store.
+#define ATTN_MERGE_DEPENDENT_ENTRY(name, maxz, out_t, Store)                                         \
     extern "C" __global__ void __launch_bounds__(MERGE_THREADS)                                       \
     name(const float* __restrict__ ws_o, const float* __restrict__ ws_m,                               \
-         const float* __restrict__ ws_l, int n_splits, int rows, float* __restrict__ out,              \
+         const float* __restrict__ ws_l, int n_splits, int rows, out_t* __restrict__ out,              \
          float* __restrict__ lse) {                                                                    \
         grid_dep_wait();                                                                               \
         grid_dep_launch();                                                                             \
-        merge_row_batched<maxz>(ws_o, ws_m, ws_l, n_splits, rows, lse, StoreF32{out});                 \
+        merge_row_batched<maxz>(ws_o, ws_m, ws_l, n_splits, rows, blockIdx.x, lse, Store{out});        \
     }
+// The fp32 kernels' (fp32 output).
+#define ATTN_MERGE_BATCHED_ENTRY(name, maxz) ATTN_MERGE_DEPENDENT_ENTRY(name, maxz, float, StoreF32)

@@ -3,21 +3,31 @@
 // host never launches there: the host picks it only on an sm_90 device, compiled for sm_90a (the
 // portable mma.sync kernel, verify_attn_bf16_mma.cu, serves other GPUs).
 //
-// A block owns 64 consecutive (token, head) rows of one request and one split of its keys
-// (ceil(kvlen / n_splits) rounded up to 64). Keys, values and the mask as in verify_attn_bf16_mma.cu:
-// prefix keys always visible and their mask columns never read; keys past the split end zero-filled
-// and masked; only the request's own pool slots are read. Rows past the request's rows are computed
-// on zero queries and never stored.
+// A block owns 64 consecutive (token, head) rows of one request and one chunk of its keys. Keys,
+// values and the mask as in verify_attn_bf16_mma.cu: prefix keys always visible and their mask
+// columns never read; keys past the chunk end zero-filled and masked; only the request's own pool
+// slots are read. Rows past the request's rows are computed on zero queries and never stored.
 //
-// Launch (main): grid = (ceil(Q*H / 64), B, n_splits), block = 256 (two warpgroups), dynamic shared
-//   memory WG2_SMEM_BYTES (223,768 B: opt-in, one block per SM).
+// Launch (main): block = 256 (two warpgroups), dynamic shared memory WG2_SMEM_BYTES (223,768 B:
+//   opt-in, one block per SM).
 //   verify_attn_bf16_wgmma2(q bf16 [B*Q,H,576], kv_buffer bf16 [N,576], kv_indptr i32 [B+1],
 //                           kv_indices i32 [*], tree_slots i32 [B*Q], custom_mask u8 [*],
 //                           mask_indptr i32 [B+1], B, Q, H, sm_scale_log2 (= sm_scale*log2 e),
-//                           n_splits, out bf16 [B*Q,H,512], lse f32 [B*Q,H], ws_o, ws_m, ws_l)
-//   n_splits == 1 writes out/lse; otherwise partials (attn_common.cuh) that
-//   verify_attn_bf16_wgmma2_merge (grid = B*Q*H, block = 128) finishes. The host picks n_splits
-//   (splits_for in kdtr/ops/verify_attn/cuda.py: a wave model for grids under one wave).
+//                           n_splits, out bf16 [B*Q,H,512], lse f32 [B*Q,H], ws_o, ws_m, ws_l,
+//                           lpt_chunk, lpt_sms, lpt_meta i32 [2B])
+//   The uniform grid (n_splits > 0): grid = (ceil(Q*H / 64), B, n_splits), split z of a request
+//   ceil(kvlen / n_splits) keys rounded up to 64; n_splits == 1 writes out/lse, otherwise partials
+//   [split][B*Q*H rows] (attn_common.cuh) that verify_attn_bf16_wgmma2_merge (grid = B*Q*H, block
+//   = 128) finishes. The host picks n_splits (splits_for in kdtr/ops/verify_attn/cuda.py: a wave
+//   model for grids under one wave) and this grid for one request (or SPLITS forced, or WG2_LPT 0).
+//   The balanced schedule (n_splits == 0; batches of 2 to LPT_MAX_BATCH requests): grid =
+//   (ceil(Q*H / 64), jobs >= the schedule's, 1); block (x, y) runs job y of attn_schedule.cuh's
+//   longest-first order (request b, chunk z of n_b; lpt_chunk the least chunk in keys, lpt_sms the
+//   SMs of the fair share, 0: lpt_chunk as given). A request of one chunk writes out/lse, otherwise
+//   partials at slot y ([slot][Q*H rows]) and block (0, 0) writes lpt_meta; then
+//   verify_attn_bf16_wgmma2_merge_lpt (grid = (Q*H, B), block = 128) merges the requests
+//   it split. With WG2_PDL both are launched as programmatic dependents: nothing global is read
+//   before griddepcontrol.wait (checked in the SASS: no load precedes its ACQBULK).
 //
 // Numerical contract: bf16 inputs, fp32 accumulation on tensor cores (wgmma m64nNk16 bf16); scores
 //   in the log2 domain: the row max m over the raw fp32 dot products, scaled once,
@@ -47,7 +57,10 @@
 //      column, loads its rows' slots from global one tile ahead, and refills a tile with 36 cp.async at
 //      immediate offsets from 4 row pointers (~50 SASS instructions per thread).
 //
-// Knobs (compile-time; the op's launch sets none):
+// Knobs (compile-time; the op's launch sets none but the two it reads):
+//   WG2_LPT 0 / WG2_PDL 0 (also read by the launch): no balanced schedule / no programmatic
+//     dependent launch. WG2_STAGED_STORE 0: the epilogue stores fragments directly (the same
+//     bytes). All three 0 build the kernel of f651642, SASS for SASS.
 //   WG2_PV_FIRST 0: WG1 publishes tile j + 1 before it issues its P·V_j (design 3's A/B).
 //   WG2_SKIP_RESCALE 1: a warp skips O's rescale when all its alphas are 1; not through the GPU tests
 //     or racecheck. Off by default.
@@ -75,6 +88,7 @@
 //   wait or sync: the conditions (j + 1 < T, j + 2 < T) are the same on both sides; T = 0 runs no
 //   loop iteration.
 #include "attn_common.cuh"
+#include "attn_schedule.cuh"
 #include "wgmma_sm90.cuh"
 
 #define WG_ROWS 64
@@ -102,6 +116,25 @@
 #ifndef WG2_PV_FIRST
 #define WG2_PV_FIRST 1
 #endif
+// 1: the kernel can run the balanced schedule (attn_schedule.cuh), which the launch uses for batches
+// of 2 to LPT_MAX_BATCH requests; 0: the uniform grid only (the kernel as before it, SASS for SASS
+// with WG2_PDL 0). Also read by the launch.
+#ifndef WG2_LPT
+#define WG2_LPT 1
+#endif
+// 1: main and merge wait for the grid before them (griddepcontrol) and the launch makes them
+// programmatic dependents, so a launch overlaps the previous grid's tail; 0: plain launches.
+// Also read by the launch.
+#ifndef WG2_PDL
+#define WG2_PDL 1
+#endif
+// 1: the epilogue stores the tile through shared memory, whole rows in 16-byte stores; 0: each
+// thread stores its fragments (4 or 8 bytes, 8 rows a warp instruction). The same bytes.
+#ifndef WG2_STAGED_STORE
+#define WG2_STAGED_STORE 1
+#endif
+#define WG2_OUT_PITCH (1024 + 16)             // bytes a staged bf16 row (padded: no bank conflicts)
+#define WG2_PART_PITCH (2048 + 32)            // ... a staged fp32 partial row
 // Timing diagnostics only (wrong results): 1 = one S wgmma per tile instead of 36, 2 = no P.V
 // wgmma, 3 = no K refills after the first two tiles.
 #ifndef WG_DIAG
@@ -154,7 +187,7 @@ __device__ __forceinline__ void gather_rows(unsigned dst, const unsigned char* s
 }
 
 extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
-verify_attn_bf16_wgmma2(ATTN_BF16_PAGED_PARAMS) {
+verify_attn_bf16_wgmma2(ATTN_BF16_PAGED_PARAMS, int lpt_chunk, int lpt_sms, int* __restrict__ lpt_meta) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     const unsigned raw_addr = smem_addr(smem_raw);
@@ -172,15 +205,51 @@ verify_attn_bf16_wgmma2(ATTN_BF16_PAGED_PARAMS) {
         mbar_init(mb_pfull, 128);
     }
     __syncthreads();                                      // the barriers exist before any arrive
+#if WG2_PDL
+    grid_dep_wait();                                      // the grid before this one (its writes) done
+    grid_dep_launch();
+#endif
 
     const int tid = threadIdx.x;
     const int wg = tid >> 7, wt = tid & 127;
     const int lane = tid & 31, wq = (tid >> 5) & 3;       // warp within the warpgroup
     const int g = lane >> 2, t = lane & 3;
+#if WG2_LPT
+    // this block's request b and its keys [kbeg, kend); `direct`: it writes out / lse, else the
+    // partial rows prow0 + (tile row) of the workspace
+    const int rows_req = Q * H;
+    const int row0 = blockIdx.x * WG_ROWS;
+    const int nrows = min(WG_ROWS, rows_req - row0);
+    int b, ibase, kvlen, kbeg, chunk;
+    bool direct;
+    size_t prow0;
+    if (n_splits > 0) {                                   // the uniform grid: split blockIdx.z of n_splits
+        b = blockIdx.y;
+        ibase = kv_indptr[b];
+        kvlen = kv_indptr[b + 1] - ibase + Q;
+        chunk = ((kvlen + n_splits - 1) / n_splits + WG_KEYS - 1) / WG_KEYS * WG_KEYS;
+        kbeg = (int)blockIdx.z * chunk;
+        direct = n_splits == 1;
+        prow0 = ((size_t)blockIdx.z * B + b) * rows_req + row0;
+    } else {                                              // the balanced schedule: job blockIdx.y
+        const LptJob job = lpt_job(blockIdx.y, kv_indptr, B, Q, gridDim.x, lpt_chunk, lpt_sms, lpt_meta,
+                                   blockIdx.x == 0 && blockIdx.y == 0, (int*)(smem + WG_OFF_K + WG_TILE));
+        if (job.b < 0) return;                            // past the last job (the whole block)
+        b = job.b;
+        ibase = job.ibase;
+        kvlen = job.kvlen;
+        chunk = job.chunk;
+        kbeg = job.z * chunk;
+        direct = job.n == 1;
+        prow0 = (size_t)blockIdx.y * rows_req + row0;
+    }
+    const int P = kvlen - Q;
+#else
     ATTN_PAGED_REQUEST(WG_ROWS)
     const int per_split = (kvlen + n_splits - 1) / n_splits;
     const int chunk = (per_split + WG_KEYS - 1) / WG_KEYS * WG_KEYS;
     const int kbeg = z * chunk;
+#endif
     const int kend = min(kbeg + chunk, kvlen);
     const int T = kend > kbeg ? (kend - kbeg + WG_KEYS - 1) / WG_KEYS : 0;
     const size_t grow0 = (size_t)b * rows_req + row0;
@@ -408,39 +477,94 @@ verify_attn_bf16_wgmma2(ATTN_BF16_PAGED_PARAMS) {
     }
 
     // ---------------------------------------------------------------- epilogue: both halves
-    const size_t rows_total = (size_t)B * rows_req;
     const size_t gr0 = grow0 + r0, gr1 = grow0 + r1;
+#if !WG2_LPT
+    const size_t rows_total = (size_t)B * rows_req;
+    const bool direct = n_splits == 1;
+#endif
     const bool rv0 = r0 < nrows, rv1 = r1 < nrows;
     const int colbase = wg * 256 + 2 * t;
-    if (n_splits == 1) {
+#if WG2_STAGED_STORE
+    // The tile leaves through shared memory: each thread's fragments into the K ring (free: every
+    // wgmma that read it and every cp.async into it completed before BAR_FIN and the sync below),
+    // rows padded by 16 B (bf16) / 32 B (fp32) so that a warp's 8 rows hit distinct banks; then
+    // whole rows out, a warp storing 512 contiguous bytes with 16-byte stores (instead of 8 rows x
+    // 16 or 32 bytes a store instruction). The same values as the direct stores, bit for bit.
+    unsigned char* stage = smem + WG_OFF_K;
+    __syncthreads();
+#endif
+    if (direct) {
         const float inv0 = __frcp_rn(l0), inv1 = __frcp_rn(l1);
 #pragma unroll
         for (int i = 0; i < 32; ++i) {
             const int col = colbase + 8 * i;
+#if WG2_STAGED_STORE
+            *(u32*)(stage + r0 * WG2_OUT_PITCH + 2 * col) =
+                pack_bf16x2(div_rn_by(o[4 * i], l0, inv0), div_rn_by(o[4 * i + 1], l0, inv0));
+            *(u32*)(stage + r1 * WG2_OUT_PITCH + 2 * col) =
+                pack_bf16x2(div_rn_by(o[4 * i + 2], l1, inv1), div_rn_by(o[4 * i + 3], l1, inv1));
+#else
             if (rv0) *(u32*)(out + gr0 * ATTN_DV + col) =
                 pack_bf16x2(div_rn_by(o[4 * i], l0, inv0), div_rn_by(o[4 * i + 1], l0, inv0));
             if (rv1) *(u32*)(out + gr1 * ATTN_DV + col) =
                 pack_bf16x2(div_rn_by(o[4 * i + 2], l1, inv1), div_rn_by(o[4 * i + 3], l1, inv1));
+#endif
         }
         if (wg == 0 && t == 0) {
             if (rv0) lse[gr0] = LN2_F * (m0 + log2f(l0));
             if (rv1) lse[gr1] = LN2_F * (m1 + log2f(l1));
         }
+#if WG2_STAGED_STORE
+        __syncthreads();
+#pragma unroll 4
+        for (int c = tid; c < WG_ROWS * 64; c += WG_THREADS) {         // 64 16-byte chunks a row
+            const int row = c >> 6, k = c & 63;
+            if (row < nrows)
+                *(uint4*)(out + (grow0 + row) * ATTN_DV + 8 * k) = *(const uint4*)(stage + row * WG2_OUT_PITCH + 16 * k);
+        }
+#endif
     } else {
-        float* w0 = ws_o + ((size_t)z * rows_total + gr0) * ATTN_DV;
-        float* w1 = ws_o + ((size_t)z * rows_total + gr1) * ATTN_DV;
+#if WG2_LPT
+        const size_t pr0 = prow0 + r0, pr1 = prow0 + r1;  // partial rows
+#else
+        const size_t pr0 = (size_t)z * rows_total + gr0, pr1 = (size_t)z * rows_total + gr1;
+#endif
+#if !WG2_STAGED_STORE
+        float* w0 = ws_o + pr0 * ATTN_DV;
+        float* w1 = ws_o + pr1 * ATTN_DV;
+#endif
 #pragma unroll
         for (int i = 0; i < 32; ++i) {
             const int col = colbase + 8 * i;
+#if WG2_STAGED_STORE
+            *(float2*)(stage + r0 * WG2_PART_PITCH + 4 * col) = make_float2(o[4 * i], o[4 * i + 1]);
+            *(float2*)(stage + r1 * WG2_PART_PITCH + 4 * col) = make_float2(o[4 * i + 2], o[4 * i + 3]);
+#else
             if (rv0) *(float2*)(w0 + col) = make_float2(o[4 * i], o[4 * i + 1]);
             if (rv1) *(float2*)(w1 + col) = make_float2(o[4 * i + 2], o[4 * i + 3]);
+#endif
         }
         if (wg == 0 && t == 0) {
-            if (rv0) { ws_m[(size_t)z * rows_total + gr0] = m0 * LN2_F; ws_l[(size_t)z * rows_total + gr0] = l0; }
-            if (rv1) { ws_m[(size_t)z * rows_total + gr1] = m1 * LN2_F; ws_l[(size_t)z * rows_total + gr1] = l1; }
+            if (rv0) { ws_m[pr0] = m0 * LN2_F; ws_l[pr0] = l0; }
+            if (rv1) { ws_m[pr1] = m1 * LN2_F; ws_l[pr1] = l1; }
         }
+#if WG2_STAGED_STORE
+        __syncthreads();
+        const size_t prow = pr0 - r0;                                   // the tile's first partial row
+#pragma unroll 4
+        for (int c = tid; c < WG_ROWS * 128; c += WG_THREADS) {        // 128 16-byte chunks a row
+            const int row = c >> 7, k = c & 127;
+            if (row < nrows)
+                *(float4*)(ws_o + (prow + row) * ATTN_DV + 4 * k) = *(const float4*)(stage + row * WG2_PART_PITCH + 16 * k);
+        }
+#endif
     }
 #endif
 }
 
+#if WG2_PDL
+ATTN_MERGE_DEPENDENT_ENTRY(verify_attn_bf16_wgmma2_merge, ATTN_MERGE_MAXZ, u16, StoreBF16)
+#else
 ATTN_MERGE_ENTRY(verify_attn_bf16_wgmma2_merge, u16, StoreBF16)
+#endif
+ATTN_MERGE_LPT_ENTRY(verify_attn_bf16_wgmma2_merge_lpt, u16, StoreBF16)

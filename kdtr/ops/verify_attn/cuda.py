@@ -1,5 +1,6 @@
 """verify_attn's CUDA binding: the kernel registry (kernels/README.md is its table), the launch's
-choice of kernel and its grid (row tiles x requests x KV splits, a merge when the keys are split)."""
+choice of kernel and its grid (row tiles x requests x KV splits, a merge when the keys are split;
+for a balanced kernel and a batch, row tiles x jobs of the schedule in kernels/attn_schedule.cuh)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ PIECES_SPLIT, PIECES_BLOCK = 4, 144     # a `pieces` kernel's blocks per tile an
 
 
 SPLITS_KNOB = "SPLITS"    # the launch knob (--define NAME:SPLITS=N) that forces the KV split count
+CHUNK_KNOB = "CHUNK"      # the launch knob that forces the balanced schedule's chunk (keys)
+LPT_MAX_BATCH = 256       # the balanced schedule's batches: its per-block order costs O(B^2 / 256)
+LPT_MIN_SHARE = 8         # ... and key tiles an SM (mean request) where the uniform grid splits nothing
 # bf16_mma99's tiling knobs (kernels/verify_attn_bf16_mma99.cu): rows a block, a launch knob (the grid,
 # so the split count, follows it), and stages of its K/V ring, a compile knob its launch sizes shared
 # memory for (every stage count gives the same bytes, which the bench checks)
@@ -61,6 +65,12 @@ class AttnKernel(CudaKernel):
     main and merge kernels are launched as programmatic dependents of the grid before each.
     `wave`: its measured costs, which price the split count of grids under one wave (splits_for).
     `max_split_keys`: the most keys one block may sum, for the variant's accuracy (0: no limit).
+    `balance_knob`: the define (compile-time and read by the launch, default 1) under which the
+    kernel runs the balanced schedule of kernels/attn_schedule.cuh for batches of 2 to
+    LPT_MAX_BATCH requests (its main entry takes (chunk, sms, meta) after the workspace and
+    <entry>_merge_lpt merges); "": it has none. `pdl_knob`: the define (likewise) under which its
+    main and merge entries wait for the grid before them, so the launch makes them programmatic
+    dependents; "": launched as `dependent` says.
     A block adds its keys' P·V into O in plain fp32, which drifts like u·sqrt(terms): fp32_dmma
     adds one fmaf a key, fp32_bf16x3 one add per 16-key tile. On the CPU emulator with one split,
     dmma reached rel L2 1.4e-6 at 8k keys and bf16x3 9.6e-7 at 32k, against the fp32 contract's
@@ -76,6 +86,8 @@ class AttnKernel(CudaKernel):
     dependent: bool = False
     wave: WaveCost | None = None
     max_split_keys: int = 0
+    balance_knob: str = ""
+    pdl_knob: str = ""
     launch_knobs: tuple[str, ...] = (SPLITS_KNOB,)
 
     @property
@@ -108,7 +120,8 @@ KERNELS = (
     AttnKernel(op="verify_attn", variant="bf16_paged", name="bf16_wgmma2", role="default",
                serves="sm_90 (H100, H200: wgmma is sm_90a code), every shape",
                rows=64, keys=64, threads=256, smem=223768, arch_feature="a", split_min_tiles=2,
-               rebalance=True, only_sm=90,
+               rebalance=True, only_sm=90, balance_knob="WG2_LPT", pdl_knob="WG2_PDL",
+               launch_knobs=(SPLITS_KNOB, CHUNK_KNOB, "WG2_LPT", "WG2_PDL"),
                wave=WaveCost(launch_us=4.0, block_us=5.0, tile_us=1.8, merge_us=1.0, partial_row_us=0.0005)),
     AttnKernel(op="verify_attn", variant="bf16_paged", name="bf16_mma", role="fallback",
                serves="GPUs other than sm_90 with 166,208 B of shared memory a block (sm_80, sm_100)",
@@ -219,40 +232,84 @@ def serving(variant, gpu: Gpu) -> tuple[str, ...]:
     return tuple(out)
 
 
-def run_cuda(op, variant, inputs, params, outputs, kernel=None, splits=None, defines=None) -> None:
-    """One block per (row tile, request, KV split); a merge kernel when the keys are split."""
+def knob_on(defines, name: str) -> bool:
+    """A 0/1 define that the kernel's build and its launch both read (absent: 1)."""
+    return int(defines.get(name, 1)) != 0
+
+
+def balanced(k: AttnKernel, batch: int, tiles: int, kv_mean: int, splits: int, sms: int) -> bool:
+    """Whether the launch runs k's balanced schedule (k.balance_knob on) rather than the uniform
+    grid: for 2 to LPT_MAX_BATCH requests, where the uniform grid would split the keys (and so
+    launch a merge anyway) or the work is at least LPT_MIN_SHARE key tiles an SM. Below that a
+    batch is a few microseconds, and the schedule's merge, launched whether or not a request was
+    split (the host cannot see the lengths), would cost more than the balance could gain."""
+    work = tiles * batch * math.ceil(kv_mean / k.keys)
+    return 2 <= batch <= LPT_MAX_BATCH and (splits > 1 or work >= LPT_MIN_SHARE * sms)
+
+
+def balanced_chunk(k: AttnKernel, kv_mean: int, splits: int) -> int:
+    """The balanced schedule's least chunk, in keys: the uniform grid's split of the mean request
+    (so a batch of equal requests runs the very splits the uniform grid would)."""
+    return k.keys * math.ceil(math.ceil(kv_mean / splits) / k.keys)
+
+
+def balanced_jobs(batch: int, kv_mean: int, chunk: int) -> int:
+    """An upper bound, from shapes, on the schedule's jobs sum_b ceil(kvlen_b / c) for any chunk
+    c >= `chunk` (the kernel may take a larger one): sum_b kvlen_b <= batch * kv_mean."""
+    return (batch * kv_mean + batch * (chunk - 1)) // chunk
+
+
+def _partials(jobs: int, rows: int, device):
+    """The split-KV workspace (attn_common.cuh): o [jobs, rows, 512], m and l [jobs, rows], fp32."""
     import torch
+
+    return [torch.empty((jobs, rows, LATENT), dtype=torch.float32, device=device),
+            torch.empty((jobs, rows), dtype=torch.float32, device=device),
+            torch.empty((jobs, rows), dtype=torch.float32, device=device)]
+
+
+def run_cuda(op, variant, inputs, params, outputs, kernel=None, splits=None, defines=None) -> None:
+    """One block per (row tile, request, KV split), a merge kernel when the keys are split; with a
+    balanced kernel and 2 to LPT_MAX_BATCH requests, one block per (row tile, job) of the balanced
+    schedule (kernels/attn_schedule.cuh) and its merge, which finishes the requests it split."""
+    from ctypes import c_int, c_void_p
 
     from ...device import device_arch, get_kernel, multiprocessor_count
 
     defines = dict(defines or {})
     k = as_built(op.cuda_kernel(kernel or op.kernel_choice(variant, inputs, params), variant), defines)
     layout = LAYOUTS[variant]
-    batch, q_len, heads, tiles, auto_splits = grid(k, inputs, multiprocessor_count())
+    sms = multiprocessor_count()
+    batch, q_len, heads, tiles, auto_splits = grid(k, inputs, sms)
     kv_bound = layout.dims(inputs)[3]
     kv_tiles = math.ceil(kv_bound / k.keys)
     rows = batch * q_len * heads
-    forced = defines.pop(SPLITS_KNOB, None)           # a launch knob, not a compile-time define
+    forced = defines.pop(SPLITS_KNOB, None)           # launch knobs, not compile-time defines
+    forced_chunk = defines.pop(CHUNK_KNOB, None)
+    uniform = forced is not None or splits is not None
     splits = int(forced) if forced is not None else auto_splits if splits is None else splits
     if forced is not None and not 1 <= splits <= kv_tiles:
         raise ValueError(f"{SPLITS_KNOB}={forced}: this case takes 1 to {kv_tiles} KV splits "
                          f"(its key tiles of {k.keys})")
+    kv_mean = layout.request_keys(inputs)
+    lpt = (bool(k.balance_knob) and knob_on(defines, k.balance_knob) and not uniform
+           and (balanced(k, batch, tiles, kv_mean, splits, sms)
+                or (forced_chunk is not None and 2 <= batch <= LPT_MAX_BATCH)))
+    if forced_chunk is not None:
+        if not lpt:
+            raise ValueError(f"{CHUNK_KNOB}={forced_chunk}: forces the balanced schedule's chunk, and this launch "
+                             f"runs the uniform grid (the schedule serves {k.name} batches of 2 to "
+                             f"{LPT_MAX_BATCH} requests, without {SPLITS_KNOB})")
+        if int(forced_chunk) < k.keys or int(forced_chunk) % k.keys:
+            raise ValueError(f"{CHUNK_KNOB}={forced_chunk}: a chunk is a positive multiple of {k.keys} keys")
+    dependent = k.dependent or (bool(k.pdl_knob) and knob_on(defines, k.pdl_knob))
     k.require_present()                               # KDTREE_GPU may pick what this GPU cannot run
     arch = device_arch() + k.arch_feature if k.arch_feature else None
     main = get_kernel(k.source, k.entry, arch=arch, defines=defines)
-    merger = get_kernel(k.source, k.merge, arch=arch, defines=defines) if splits > 1 else None
     device = outputs["out"].device
-    if splits > 1:
-        workspace = [torch.empty((splits, rows, LATENT), dtype=torch.float32, device=device),
-                     torch.empty((splits, rows), dtype=torch.float32, device=device),
-                     torch.empty((splits, rows), dtype=torch.float32, device=device)]
-    else:
-        from ctypes import c_void_p
-
-        workspace = [c_void_p(0)] * 3
     operands = layout.kernel_operands(inputs)
     if k.pieces:
-        from ctypes import c_int
+        import torch
 
         pieces = torch.empty(batch * (kv_tiles + tiles) * k.pieces, dtype=torch.uint8, device=device)
         get_kernel(k.source, k.entry + "_pieces", arch=arch).launch(
@@ -260,11 +317,28 @@ def run_cuda(op, variant, inputs, params, outputs, kernel=None, splits=None, def
             operands + [inputs["prefix_len"], c_int(q_len), c_int(heads), c_int(kv_bound), pieces],
             dependent=k.dependent)
         operands = [pieces]
-    args = operands + layout.kernel_tail(inputs, batch, q_len, heads, kv_bound, float(params["sm_scale"]), splits)
-    main.launch((tiles, batch, splits), k.threads, args + [outputs["out"], outputs["lse"], *workspace],
-                shared_mem=k.smem, dependent=k.dependent)
-    if merger is not None:
-        from ctypes import c_int
+    sm_scale = float(params["sm_scale"])
+    out = [outputs["out"], outputs["lse"]]
+    if lpt:
+        import torch
 
-        merger.launch(rows, 128, [*workspace, c_int(splits), c_int(rows), outputs["out"], outputs["lse"]],
-                      dependent=k.dependent)
+        merger = get_kernel(k.source, k.merge + "_lpt", arch=arch, defines=defines)
+        chunk = int(forced_chunk) if forced_chunk is not None else balanced_chunk(k, kv_mean, auto_splits)
+        jobs = balanced_jobs(batch, kv_mean, chunk)
+        workspace = _partials(jobs, q_len * heads, device)
+        meta = torch.empty(2 * batch, dtype=torch.int32, device=device)     # (first slot, chunks) a request
+        args = operands + layout.kernel_tail(inputs, batch, q_len, heads, kv_bound, sm_scale, 0)
+        main.launch((tiles, jobs, 1), k.threads, args + out + workspace + [
+                    c_int(chunk), c_int(0 if forced_chunk is not None else sms), meta], shared_mem=k.smem,
+                    dependent=dependent)
+        merger.launch((q_len * heads, batch), 128,
+                      workspace + [meta, c_int(q_len * heads)] + out, dependent=dependent)
+        return
+    merger = get_kernel(k.source, k.merge, arch=arch, defines=defines) if splits > 1 else None
+    workspace = _partials(splits, rows, device) if splits > 1 else [c_void_p(0)] * 3
+    args = operands + layout.kernel_tail(inputs, batch, q_len, heads, kv_bound, sm_scale, splits)
+    tail = [c_int(0), c_int(0), c_void_p(0)] if k.balance_knob else []     # no balanced schedule
+    main.launch((tiles, batch, splits), k.threads, args + out + workspace + tail, shared_mem=k.smem,
+                dependent=dependent)
+    if merger is not None:
+        merger.launch(rows, 128, workspace + [c_int(splits), c_int(rows)] + out, dependent=dependent)

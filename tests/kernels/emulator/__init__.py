@@ -33,7 +33,7 @@ HEADER = Path(__file__).with_name("host_cuda.h")
 EMULATED_KERNELS = ("fp32_ffma99", "bf16_mma", "bf16_mma99", "sorted", "warp", "smem", "walk", "fp32_bf16x3",
                     "fp32_dmma")
 ENTRY_RE = re.compile(r'extern "C" __global__ void(?:\s+__launch_bounds__\((?:[^()]|\([^()]*\))*\))?\s+(\w+)\(')
-MACRO_ENTRY_RE = re.compile(r"^ATTN_MERGE(?:_BATCHED)?_ENTRY\((\w+),", re.M)
+MACRO_ENTRY_RE = re.compile(r"^ATTN_MERGE(?:_BATCHED|_DEPENDENT|_LPT)?_ENTRY\((\w+),", re.M)
 DYNAMIC_SHARED_RE = re.compile(r"extern\s+__shared__\s+(?:__align__\(\d+\)\s+)?(\w+(?: \w+)*?)\s+(\w+)\[\];")
 
 
@@ -51,9 +51,10 @@ def host_source(text: str) -> str:
 
 
 def entries(source: str, kernels_dir: Path = KERNELS_DIR) -> list[str]:
-    """The kernel entries a .cu defines: its extern "C" __global__ functions and merge macros."""
+    """The kernel entries a .cu defines: its extern "C" __global__ functions and merge macros (once
+    each: a source may define one in either branch of an #if)."""
     text = (kernels_dir / source).read_text()
-    return ENTRY_RE.findall(text) + MACRO_ENTRY_RE.findall(text)
+    return list(dict.fromkeys(ENTRY_RE.findall(text) + MACRO_ENTRY_RE.findall(text)))
 
 
 @functools.cache
