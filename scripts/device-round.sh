@@ -6,28 +6,39 @@
 #   scripts/device-round.sh OUT [part…]        (no part: the default order, which fits one 10-minute call)
 # default order:
 #   install  the peers' wheels into /tmp/site (sgl-flash-mla, sglang, nvidia-ml-py)
-#   chain    the serving suite's chain cases: ours, FlashMLA and SGLang's Triton kernel, one timing
-#            plan a case for all (docs/timing.md), with the memory the allocator holds after each case
+#   verifyab the verify_attn goldens (gen-refs of that suite) with our kernels natively (bf16_wgmma2,
+#            fp32_bf16x3/fp32_dmma) and as sm_120 (bf16_mma99, fp32_ffma99), --trials 2
+#   chain    the serving suite's chain cases: our default bf16_wgmma2, the f651642 build of it
+#            ($old_wgmma2: the same SASS) and FlashMLA, one timing plan a case for all (docs/timing.md),
+#            with the memory the allocator holds after each case
 #   mma99    the serving suite, bf16_mma then bf16_mma99 forced by name (same card, same run: the
 #            99 KB kernel's ratio to bf16_mma is its "vs 1st"), and SGLang's Triton kernel
 # more parts (name them):
 #   refs       gen-refs of the default suites (the parts below need it; it runs once)
 #   verify     every golden with our kernels natively and as sm_120, --trials 3
+#   verify99   every golden as sm_120 only (bf16_mma99, fp32_ffma99), --trials 3
 #   sanitize99 racecheck, synccheck, initcheck (and memcheck) run as sm_120 over one bundle per path
 #   e2e99      kdtree e2e run as sm_120
 #   pytest99   the GPU tests run as sm_120
 #   oob        an --impl whose kernel writes out of bounds: its rows fail, the rest of the run intact
 #   serving    the whole serving suite, ours against every peer, for the README's table
+#   peers      the chain cases again with the torch baselines and SGLang's kernel (memory evidence)
+#   knobs      bf16_wgmma2's knobs one at a time (PDL, staged epilogue, balanced schedule) on
+#              specs/ab/wgmma2_vs_flashmla.yaml, FlashMLA beside
+#   ab         specs/ab/wgmma2_vs_flashmla.yaml whole: new, old, FlashMLA
 set -uo pipefail
-out=${1:?usage: scripts/device-round.sh OUT [install|chain|mma99|refs|verify|sanitize99|e2e99|pytest99|oob|serving]...}
+out=${1:?usage: scripts/device-round.sh OUT [install|verifyab|chain|mma99|refs|verify|verify99|sanitize99|e2e99|pytest99|oob|serving|peers|knobs|ab]...}
 shift
-parts=${*:-install chain mma99}
+parts=${*:-install verifyab chain mma99}
 rec=/tmp/device-round-records
 mkdir -p "$out" "$rec"
 source scripts/device-lib.sh
 want() { [[ " $parts " == *" $1 "* ]]; }
 unset KDTREE_GPU
 serving=specs/bench/verify_attn_serving.yaml
+ab_suite=specs/ab/wgmma2_vs_flashmla.yaml
+old_wgmma2=bf16_wgmma2:WG2_LPT=0,WG2_PDL=0,WG2_STAGED_STORE=0
+wgmma2=(--no-baselines --no-sanity --kernel bf16_wgmma2 --impl flashmla -q)
 pack() { tar -czf "$out/records.tgz.tmp" -C "$rec" . && mv "$out/records.tgz.tmp" "$out/records.tgz"; }
 refs_done=
 refs() { [ -n "$refs_done" ] || step 150 kd gen-refs -q; refs_done=1; }
@@ -35,14 +46,37 @@ refs() { [ -n "$refs_done" ] || step 150 kd gen-refs -q; refs_done=1; }
 {
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit,memory.total --format=csv,noheader
 want install && install_wheels
+if want verifyab; then
+  step 60 kd gen-refs specs/verify_attn.yaml -j 16 -q
+  step 80 kd verify goldens/verify_attn --backend cuda --trials 2 -q --json "$rec/verify-attn-native.json"
+  KDTREE_GPU=sm_120 step 80 kd verify goldens/verify_attn --backend cuda --trials 2 -q \
+      --json "$rec/verify-attn-as-sm120.json"
+  pack
+fi
 if want chain; then
+  step 190 kd bench "$serving" -k chain "${wgmma2[@]}" --define "$old_wgmma2" --time-limit 170 \
+      --json "$rec/bench-chain.json"
+  pack
+fi
+if want peers; then
   step 230 kd bench "$serving" -k chain --impl flashmla --impl sglang_triton --no-sanity --time-limit 200 \
-      --json "$rec/bench-chain.json" -q
+      --json "$rec/bench-chain-peers.json" -q
+  pack
+fi
+if want knobs; then
+  step 50 kd bench "$ab_suite" -k 'b1_h*_p2*' "${wgmma2[@]}" --define bf16_wgmma2:WG2_PDL=0 \
+      --define bf16_wgmma2:WG2_STAGED_STORE=0 --time-limit 40 --json "$rec/knobs-small.json"
+  step 90 kd bench "$ab_suite" -k '*mixed*' "${wgmma2[@]}" --define bf16_wgmma2:WG2_LPT=0 --time-limit 80 \
+      --json "$rec/knobs-mixed.json"
+  pack
+fi
+if want ab; then
+  step 540 kd bench "$ab_suite" "${wgmma2[@]}" --define "$old_wgmma2" --time-limit 520 --json "$rec/bench-ab.json"
   pack
 fi
 if want mma99; then
-  step 280 kd bench "$serving" --no-baselines --no-sanity --kernel bf16_mma --kernel bf16_mma99 \
-      --impl sglang_triton --time-limit 250 --json "$rec/bench-mma99.json" -q
+  step 175 kd bench "$serving" --no-baselines --no-sanity --no-back-to-back --kernel bf16_mma --kernel bf16_mma99 \
+      --impl sglang_triton --time-limit 155 --json "$rec/bench-mma99.json" -q
   pack
 fi
 if want serving; then
@@ -56,14 +90,18 @@ if want verify; then
   KDTREE_GPU=sm_120 step 120 kd verify goldens --backend cuda --trials 3 -q --json "$rec/verify-as-sm120.json"
   pack
 fi
+if want verify99; then
+  refs
+  KDTREE_GPU=sm_120 step 150 kd verify goldens --backend cuda --trials 3 -q --json "$rec/verify-as-sm120.json"
+  pack
+fi
 if want sanitize99; then
   refs
   pick_goldens goldens-sanitize-99k verify_attn/bf16_paged_b2_h8_p0_n8 verify_attn/bf16_paged_b2_h16_p2048_n16 \
-      verify_attn/bf16_paged_b4_h16_p1024_n16_mixed verify_attn/bf16_paged_b2_h16_p512_n64 \
-      verify_attn/fp32_b2_h8_p0_n8 verify_attn/fp32_b4_h16_p1024_n16_mixed tree_build/example_b \
-      tree_accept/mixed_b64_n64_l15
+      verify_attn/bf16_paged_b4_h16_p1024_n16_mixed verify_attn/fp32_b2_h8_p0_n8 \
+      verify_attn/fp32_b4_h16_p1024_n16_mixed
   for tool in racecheck synccheck initcheck memcheck; do
-    KDTREE_GPU=sm_120 step 100 kd verify goldens-sanitize-99k --sanitize "$tool" -q \
+    KDTREE_GPU=sm_120 step 75 kd verify goldens-sanitize-99k --sanitize "$tool" -q \
         --json "$rec/sanitize-as-sm120-$tool.json"
   done
   pack
