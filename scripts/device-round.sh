@@ -48,13 +48,13 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit,m
 want install && install_wheels
 if want verifyab; then
   step 60 kd gen-refs specs/verify_attn.yaml -j 16 -q
-  step 80 kd verify goldens/verify_attn --backend cuda --trials 2 -q --json "$rec/verify-attn-native.json"
-  KDTREE_GPU=sm_120 step 80 kd verify goldens/verify_attn --backend cuda --trials 2 -q \
+  step 60 kd verify goldens/verify_attn --backend cuda --trials 2 -q --json "$rec/verify-attn-native.json"
+  KDTREE_GPU=sm_120 step 60 kd verify goldens/verify_attn --backend cuda --trials 2 -q \
       --json "$rec/verify-attn-as-sm120.json"
   pack
 fi
 if want chain; then
-  step 190 kd bench "$serving" -k chain "${wgmma2[@]}" --define "$old_wgmma2" --time-limit 170 \
+  step 160 kd bench "$serving" -k chain "${wgmma2[@]}" --define "$old_wgmma2" --time-limit 140 \
       --json "$rec/bench-chain.json"
   pack
 fi
@@ -75,8 +75,8 @@ if want ab; then
   pack
 fi
 if want mma99; then
-  step 175 kd bench "$serving" --no-baselines --no-sanity --no-back-to-back --kernel bf16_mma --kernel bf16_mma99 \
-      --impl sglang_triton --time-limit 155 --json "$rec/bench-mma99.json" -q
+  step 140 kd bench "$serving" --no-baselines --no-sanity --no-back-to-back --kernel bf16_mma --kernel bf16_mma99 \
+      --impl sglang_triton --time-limit 120 --json "$rec/bench-mma99.json" -q
   pack
 fi
 if want serving; then
