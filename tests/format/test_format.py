@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from kdtr.dtypes import NUMPY_DTYPES
-from kdtr.errors import BundleError
+from kdtr.errors import BundleError, WriteError
 from kdtr.format import (MAJOR, MAX_HEADER_LEN, MAX_INT_DIGITS, MAX_JSON_DEPTH, MAX_NDIM, MINOR,
                          Bundle, TensorEntry, bundle_bytes, read_bundle, write_bundle)
 
@@ -483,8 +483,9 @@ def test_failure_mid_write_leaves_nothing(tmp_path, monkeypatch):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "fsync", broken_fsync)
-    with pytest.raises(BundleError, match="keep.kdtr: cannot write: No space left"):
+    with pytest.raises(WriteError, match="keep.kdtr: cannot write: No space left") as caught:
         write_bundle(target, {"v": 2}, [("a", "input", np.zeros(1 << 16, "<f4"))])
+    assert str(caught.value).count("keep.kdtr") == 1            # the path once (issue 36)
     monkeypatch.undo()
     assert target.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.kdtr"]
