@@ -503,6 +503,6 @@ def test_failing_tensor_iterable_leaves_nothing(tmp_path):
 
 def test_writer_refuses_a_directory_target(tmp_path):
     (tmp_path / "d.kdtr").mkdir()
-    with pytest.raises(BundleError, match="cannot write"):
+    with pytest.raises(WriteError, match="cannot write"):
         write_bundle(tmp_path / "d.kdtr", {}, [])
     assert [p.name for p in tmp_path.iterdir()] == ["d.kdtr"]
