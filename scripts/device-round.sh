@@ -54,7 +54,7 @@ if want verifyab; then
   pack
 fi
 if want chain; then
-  step 160 kd bench "$serving" -k chain "${wgmma2[@]}" --define "$old_wgmma2" --time-limit 140 \
+  step 130 kd bench "$serving" -k chain "${wgmma2[@]}" --define "$old_wgmma2" --time-limit 110 \
       --json "$rec/bench-chain.json"
   pack
 fi
@@ -75,8 +75,8 @@ if want ab; then
   pack
 fi
 if want mma99; then
-  step 140 kd bench "$serving" --no-baselines --no-sanity --no-back-to-back --kernel bf16_mma --kernel bf16_mma99 \
-      --impl sglang_triton --time-limit 120 --json "$rec/bench-mma99.json" -q
+  step 115 kd bench "$serving" --no-baselines --no-sanity --no-back-to-back --kernel bf16_mma --kernel bf16_mma99 \
+      --impl sglang_triton --time-limit 100 --json "$rec/bench-mma99.json" -q
   pack
 fi
 if want serving; then
