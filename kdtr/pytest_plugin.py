@@ -13,8 +13,10 @@ Under pytest-xdist every worker pins one GPU (`CUDA_VISIBLE_DEVICES`), round rob
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -276,12 +278,20 @@ class KdtreeCase:
 
     def check(self, fn) -> list:
         """Verify `fn` on this bundle (golden and trials); a failing row fails the test with
-        kdtree's words, an implementation that cannot run here skips it. Returns the rows."""
-        from .impl.base import Implementation, Serves
+        kdtree's words, an implementation that cannot run here skips it. Returns the rows. `fn`
+        runs in a worker process of its own (kdtr.impl.isolation: a crash fails the test, not the
+        session) where it can be sent there by reference (a module-level function); a lambda or a
+        closure runs in the test's process."""
+        from .impl.resolve import callable_impl
+        from .impl.base import Serves
         from .verify import verify_item
 
-        impl = Implementation(getattr(fn, "__name__", "kdtree_case"), (Serves(self.op, self.variant),),
-                              lambda op, variant, inputs, params: lambda: fn(inputs, params))
+        name, serves = getattr(fn, "__name__", "kdtree_case"), (Serves(self.op, self.variant),)
+        impl = callable_impl(name, fn, serves)
+        if _picklable(fn):
+            from .impl.isolation import isolated
+
+            impl = isolated(impl, functools.partial(callable_impl, name, fn, serves))
         rows = verify_item(self.path, impl, self._options)
         failed = [row for row in rows if row.failed]
         if failed:
@@ -289,6 +299,14 @@ class KdtreeCase:
         if rows and all(row.skipped is not None for row in rows):
             pytest.skip(rows[0].skipped)
         return rows
+
+
+def _picklable(fn) -> bool:
+    try:
+        pickle.dumps(fn)
+    except Exception:  # noqa: BLE001 - a lambda, a closure, a local function: not by reference
+        return False
+    return True
 
 
 def pytest_generate_tests(metafunc) -> None:

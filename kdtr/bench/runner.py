@@ -13,6 +13,7 @@ from ..errors import UsageError
 from ..errors import reason
 from ..gpu_identity import with_ceilings
 from ..impl import CaseData, Implementation, Status
+from ..impl.isolation import WorkerDied
 from .cases import BenchItem
 from .ceilings import Ceilings, gpu_clocks, measure_ceilings
 from .record import (TIME_LIMIT_SKIP, BenchRecord, BenchRow, _jsonable, bench_meta, settings_dict, with_figures,
@@ -299,12 +300,17 @@ class _CaseRunner:
         why = reason(result)
         if _is_oom(result):
             return replace(row, skip=f"out of memory while timing: {why}")
+        if isinstance(result, WorkerDied):          # the implementation crashed its worker while timed
+            return replace(row, check_passed=False, check=f"{row.check}; crashed while timed: {why}")
         return replace(row, check=f"{row.check}; timing failed: {why}")
 
     def _prepare(self, calls, mode: str, graph: bool, timer=None) -> Sampler:
         timer = timer or self.env.timer
-        return timer.prepare(calls, options=self.settings.timing, mode="cold" if mode == "cold" else "hot",
-                             graph=graph)
+        prepare = dict(options=self.settings.timing, mode="cold" if mode == "cold" else "hot", graph=graph)
+        in_worker = getattr(calls[0], "time_in_worker", None)   # an isolated implementation's call:
+        if in_worker is not None:                                # timed in its worker (kdtr.impl.isolation)
+            return in_worker(timer, **prepare)
+        return timer.prepare(calls, **prepare)
 
     def _ours_impl(self, build: KernelBuild | None) -> Implementation:
         """The implementation under test as this run holds it: the backend (or `build`: a kernel
