@@ -444,11 +444,7 @@ class _CaseRunner:
             sampler = self._prepare([outcome.call], mode, graph=True, timer=timer)     # eager where capture fails
         except Exception as err:  # noqa: BLE001
             env.cleanup()
-            if _is_oom(err):
-                return self._row(name, row_mode, False, timing=None, check_passed=True, check=note,
-                                 skip=f"out of memory while timing: {reason(err)}"), None
-            return self._row(name, row_mode, False, timing=None, check_passed=True,
-                             check=f"{note}; timing failed: {reason(err)}"), None
+            return self._timed(self._row(name, row_mode, False, timing=None, check_passed=True, check=note), err), None
         return (self._row(name, row_mode, False, timing=None, check_passed=True, check=note,
                           setup_s=round(time.perf_counter() - started, 3)), sampler)
 

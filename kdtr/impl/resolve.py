@@ -95,8 +95,11 @@ class ImplRef:
 
 
 def resolve_refs(specs: Iterable[str]) -> tuple[ImplRef, ...]:
-    """Each spec resolved once (a UsageError up front for one that does not resolve), in order; a
-    name given twice is one implementation."""
+    """Each spec resolved once (a UsageError up front for one that does not resolve, a ConfigError
+    for a bad KDTREE_ISOLATE), in order; a name given twice is one implementation."""
+    from .isolation import isolation_on
+
+    isolation_on()
     out: dict[str, ImplRef] = {}
     for spec in specs:
         out.setdefault(resolved(spec).name, ImplRef(spec.strip() if isinstance(spec, str) else spec,

@@ -12,7 +12,7 @@ from multiprocessing.connection import Connection
 from typing import Any, Callable
 
 from ..errors import KdtreeError, reason
-from .base import Implementation, ImplUnavailable, device_for
+from .base import HOST, Implementation, ImplUnavailable, device_for
 from .evaluation import CaseData, produce
 
 
@@ -48,6 +48,8 @@ def main(requests_fd: int, replies_fd: int, parent: int) -> None:
     conn = Connection(replies_fd, readable=False)
     try:
         impl, why = requests.recv()(), None
+        if impl.device != HOST:
+            import torch  # noqa: F401 - imported now, not inside its first case's timeout
     except BaseException as err:  # noqa: BLE001 - a recipe that fails here is every case's reason
         impl, why = None, reason(err)
     kept = _Kept()

@@ -181,3 +181,50 @@ def test_each_xdist_worker_pins_one_gpu(monkeypatch, worker, visible, pinned):
     import os
 
     assert os.environ["CUDA_VISIBLE_DEVICES"] == pinned
+
+
+# an implementation of tree_build that segfaults on its first call (a marker file remembers, across
+# its worker processes) and is right on every later one
+CRASHING_ONCE = """\
+import ctypes
+from pathlib import Path
+from kdtr.ops import get_op
+
+def build(inputs, params):
+    mark = Path(__file__).with_suffix(".crashed")
+    if not mark.exists():
+        mark.touch()
+        ctypes.string_at(0)
+    return get_op("tree_build").run_torch("default", inputs, params)
+"""
+
+
+def test_a_crashing_implementation_fails_its_item_and_the_session_goes_on(pytester, goldens):
+    """Issue 35: before, the segfault ended pytest itself (no summary; exit by the signal). Now the
+    item fails with the cause, the other tree_build item passes in a fresh worker, exit 1."""
+    (pytester.path / "crashing.py").write_text(CRASHING_ONCE)
+    result = pytester.runpytest_subprocess("--kdtree", str(goldens), "--kdtree-impl", "tree_build=crashing.py:build")
+    result.assert_outcomes(passed=1, failed=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*its worker process died running this case: killed by SIGSEGV*"])
+
+
+def test_kdtree_case_check_runs_a_module_level_function_in_a_worker(pytester, goldens):
+    pytester.makepyfile(test_mine="""
+        import ctypes
+        import pytest
+
+        def crash(inputs, params):
+            ctypes.string_at(0)
+
+        def test_mine(kdtree_case):
+            if kdtree_case.op != "tree_accept":
+                pytest.skip("mine is a tree_accept")
+            kdtree_case.check(crash)
+
+        def test_after():
+            pass
+    """)
+    result = pytester.runpytest_subprocess("test_mine.py", "--kdtree", str(goldens))
+    result.assert_outcomes(passed=1, failed=1, skipped=BUNDLES - 1)
+    result.stdout.fnmatch_lines(["*killed by SIGSEGV*"])
