@@ -8,8 +8,9 @@ What one evaluation guarantees, whatever the implementation does:
 - whatever it prints goes to stderr while it runs (Python's `sys.stdout` and file descriptor 1), so
   `--json -` keeps stdout for the JSON alone;
 - any exception it raises, `SystemExit` and `GeneratorExit` included (not KeyboardInterrupt), is
-  the outcome's reason (`errors.reason`: one line), and the run goes on. `os._exit` ends the
-  process and cannot be caught in-process (see docs/implementations-model.md);
+  the outcome's reason (`errors.reason`: one line), and the run goes on. `os._exit` or a signal
+  ends the process: an implementation with a `worker` runs in a worker process of its own
+  (kdtr.impl.isolation), where its death is its case's error (docs/implementations-model.md);
 - with `timeout_s`, the call runs under a SIGALRM timer (POSIX, main thread only): past it, the
   outcome is an error "ran past the case timeout". The signal is delivered between Python bytecodes,
   so a call blocked inside one C function (a long BLAS call, a device sync) is stopped when that
