@@ -20,6 +20,7 @@ SCHEDULERS = (
     ("CIRCLE_NODE_INDEX", "CIRCLE_NODE_TOTAL", None, "CircleCI parallelism"),
     ("JOB_COMPLETION_INDEX", None, None, "Kubernetes Indexed Job"),
 )
+SLURM_STEP = "SLURM_ARRAY_TASK_STEP"      # a stepped array (--array=0-6:2): its IDs have gaps
 NO_SCHEDULER = ("--shard auto: no scheduler variable is set (SLURM_ARRAY_TASK_ID, BUILDKITE_PARALLEL_JOB, "
                 "CIRCLE_NODE_INDEX or JOB_COMPLETION_INDEX); give --shard I/N instead")
 
@@ -30,6 +31,9 @@ def scheduler_shard(shard_count: int | None = None) -> Shard:
     for index_name, count_name, base_name, scheduler in SCHEDULERS:
         if index_name not in found:
             continue
+        if index_name == SCHEDULERS[0][0] and found.get(SLURM_STEP, 1) != 1:
+            raise UsageError(f"--shard auto: {SLURM_STEP}={found[SLURM_STEP]}: a stepped Slurm array leaves gaps "
+                             "between task IDs and cannot shard; use a dense one (--array=0-3)")
         index = found[index_name] - (found.get(base_name, 0) if base_name else 0)
         if count_name is None:
             if shard_count is None:

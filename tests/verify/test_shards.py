@@ -177,3 +177,22 @@ def test_gen_refs_and_bench_take_shard_auto_too(goldens, tmp_path):  # noqa: F81
     bench = kdtree("bench", "--shard", "auto", "--quick")
     assert bench.returncode == 2 and "no scheduler variable is set" in bench.stderr
     assert len(bench.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("value", ["1_0", "\u0662", "+2", " 2", "0x2"])
+def test_a_slurm_variable_in_anything_but_plain_digits_is_refused(goldens, value):  # noqa: F811
+    """Issue 35: int() read "1_0" as 10, Arabic-Indic "٢" and "+2" as 2; a typo must not pick a shard."""
+    run = kdtree("verify", goldens, "--backend", "numpy", "-q", "--shard", "auto",
+                 env_vars={"SLURM_ARRAY_TASK_ID": value, "SLURM_ARRAY_TASK_MIN": "0", "SLURM_ARRAY_TASK_COUNT": "20"})
+    assert run.returncode == 2 and run.stdout == "", run.stdout
+    assert len(run.stderr.strip().splitlines()) == 1 and f"SLURM_ARRAY_TASK_ID={value!r}" in run.stderr
+
+
+def test_a_stepped_slurm_array_is_refused(goldens):  # noqa: F811
+    """Issue 35: --array=0-6:2 gives IDs 0, 2, 4, 6 and COUNT 4; the step was ignored (task 2 ran
+    shard 3/4, tasks 4 and 6 none), now every task is refused."""
+    run = kdtree("verify", goldens, "--backend", "numpy", "-q", "--shard", "auto",
+                 env_vars={"SLURM_ARRAY_TASK_ID": "2", "SLURM_ARRAY_TASK_MIN": "0", "SLURM_ARRAY_TASK_COUNT": "4",
+                           "SLURM_ARRAY_TASK_STEP": "2"})
+    assert run.returncode == 2 and run.stdout == ""
+    assert len(run.stderr.strip().splitlines()) == 1 and "SLURM_ARRAY_TASK_STEP=2" in run.stderr
