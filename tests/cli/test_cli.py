@@ -313,3 +313,18 @@ def test_the_tolerance_share_shown_is_the_worst_outputs(capsys):
     assert "tol_share=2.5 " in render.verify_lines([row]) + " "
     legacy = SimpleNamespace(**{k: v for k, v in vars(check(0.0)).items() if k != "tol_share"})
     assert "tol_share" not in render.verify_lines([VerifyRow(**{**vars(row), "outputs": (legacy,)})])
+
+
+def test_a_quiet_line_of_a_row_that_compared_nothing_has_no_figures(goldens, tmp_path):
+    """Issue 35: an errored (or timed out) row's -q line read `max_abs=0 rel_l2=0` beside the error,
+    figures of a comparison that never happened."""
+    mine = tmp_path / "raising.py"
+    mine.write_text("import time\ndef fn(inputs, params):\n    if params['batch'] == 4:\n        time.sleep(30)\n"
+                    "    raise ValueError('no kernel here')\n")
+    result = invoke("verify", goldens / "tree_build", goldens / "tree_accept", "-q", "--case-timeout", "1",
+                    "--impl", f"tree_build={mine}:fn", "--impl", f"tree_accept={mine}:fn")
+    assert result.exit_code == 1, result.output
+    failed = [line for line in result.output.splitlines() if line.startswith("FAIL")]
+    assert len(failed) == 3 and any("ValueError: no kernel here" in line for line in failed), result.output
+    assert any("case timeout" in line for line in failed)
+    assert not any("max_abs" in line or "rel_l2" in line for line in failed), failed
