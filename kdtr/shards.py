@@ -92,9 +92,13 @@ def case_seconds(path: str | Path) -> Mapping[str, float]:
     seconds: dict[str, float] = {}
     try:
         if kind == "kdtree.verify":
-            for row in data.get("rows") or ():
+            for index, row in enumerate(data.get("rows") or ()):
                 key = f"{row['op']}/{row['case']}"
-                seconds[key] = seconds.get(key, 0.0) + float(row.get("seconds") or 0.0)
+                taken = row.get("seconds")
+                if isinstance(taken, bool) or not isinstance(taken, (int, float)):
+                    raise UsageError(f"--balance-from: rows[{index}] ({key}) has no seconds: a record without "
+                                     "case times cannot balance shards", file=path)
+                seconds[key] = seconds.get(key, 0.0) + float(taken)
         elif kind == "kdtree.bench":
             for name, value in (data.get("case_seconds") or {}).items():
                 op_variant, _, case = str(name).partition(" ")      # "op/variant case"
@@ -104,7 +108,7 @@ def case_seconds(path: str | Path) -> Mapping[str, float]:
             raise UsageError(f"--balance-from: not a verify or bench record (kind {kind!r})", file=path)
     except (TypeError, ValueError, KeyError, AttributeError) as err:
         raise UsageError(f"--balance-from: malformed record: {type(err).__name__}: {err}", file=path) from None
-    if not seconds or not all(s >= 0 for s in seconds.values()):
+    if not seconds or not all(s >= 0 for s in seconds.values()) or not any(s > 0 for s in seconds.values()):
         raise UsageError("--balance-from: the record holds no case times to balance by", file=path)
     return seconds
 

@@ -133,8 +133,15 @@ def test_balance_from_a_bench_record_reads_its_case_seconds(tmp_path):
     assert dict(resolve_shard("1/2", None, path).costs) == {"verify_attn/x": 3.0, "tree_build/y": 1.0}
 
 
-@pytest.mark.parametrize("content, fault", [("{", "not JSON"), ('{"kind": "other"}', "not a verify or bench"),
-                                            ('{"kind": "kdtree.verify", "rows": []}', "no case times")])
+@pytest.mark.parametrize("content, fault", [
+    ("{", "not JSON"), ('{"kind": "other"}', "not a verify or bench"),
+    ('{"kind": "kdtree.verify", "rows": []}', "no case times"),
+    # issue 35: rows without seconds read as 0 s each, and every case went to shard 1
+    ('{"kind": "kdtree.verify", "rows": [{"op": "a", "case": "b"}]}', r"rows\[0\] \(a/b\) has no seconds"),
+    ('{"kind": "kdtree.verify", "rows": [{"op": "a", "case": "b", "seconds": null}]}', "has no seconds"),
+    ('{"kind": "kdtree.verify", "rows": [{"op": "a", "case": "b", "seconds": 0}]}', "no case times"),
+    ('{"kind": "kdtree.bench", "case_seconds": {"a/x b": 0}}', "no case times"),
+])
 def test_a_bad_balance_record_is_refused(tmp_path, content, fault):
     path = tmp_path / "r.json"
     path.write_text(content)
@@ -196,3 +203,16 @@ def test_a_stepped_slurm_array_is_refused(goldens):  # noqa: F811
                            "SLURM_ARRAY_TASK_STEP": "2"})
     assert run.returncode == 2 and run.stdout == ""
     assert len(run.stderr.strip().splitlines()) == 1 and "SLURM_ARRAY_TASK_STEP=2" in run.stderr
+
+
+def test_balance_from_a_record_without_seconds_is_one_line_exit_2(goldens, tmp_path):  # noqa: F811
+    """Issue 35: every case went to shard 1/2, shard 2/2 ran nothing and said nothing."""
+    earlier = tmp_path / "earlier.json"
+    assert kdtree("verify", goldens, "--backend", "numpy", "-q", "--json", earlier).returncode == 0
+    data = json.loads(earlier.read_text())
+    for row in data["rows"]:
+        del row["seconds"]
+    earlier.write_text(json.dumps(data))
+    run = kdtree("verify", goldens, "--backend", "numpy", "-q", "--shard", "2/2", "--balance-from", earlier)
+    assert run.returncode == 2 and run.stdout == ""
+    assert len(run.stderr.strip().splitlines()) == 1 and "has no seconds" in run.stderr
