@@ -257,15 +257,18 @@ def _invariance_cell(verdict: dict) -> str:
     worst = verdict.get("worst")
     if not worst:
         return f"no ({verdict.get('reason')})"
+    from kdtr.invariance import ulps_text
+
     ulps = worst["ulps"]
-    ulps = f"{ulps:.0f}" if isinstance(ulps, (int, float)) else str(ulps)
+    ulps = ulps_text(ulps) if isinstance(ulps, (int, float)) else str(ulps)
     return f"no: {ulps} ulp in {worst['output']}, request {worst['request']} at {worst['index']}"
 
 
 def invariance_table(rows) -> None:
     """--invariance: per case and implementation, which invariances hold bitwise."""
-    table = Table(title="invariance — bitwise against the batched run (ulps: of the output's dtype; "
-                        "at: row, then element, within the request)", title_justify="left")
+    table = Table(title="invariance — bitwise against the batched run (ulps: of the output's dtype at the "
+                        "element's magnitude, floored at the output's RMS; at: row, then element, within the "
+                        "request)", title_justify="left")
     names = ("batch", "order", "split")
     for name in ("case", "impl") + names:
         table.add_column(name, justify="left", overflow="fold")

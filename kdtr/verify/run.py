@@ -353,7 +353,7 @@ def run_verify(selection: Selection, options: Options = Options(),
     refs = (*options.impls, *([options.against] if options.against else []))
     record = verify_record(rows, errors, suite=suite_digest(selected), shard=selection.shard, kernels=kernels,
                            not_run=not_run, implementations={r.name: implementation_info(r.load()) for r in refs})
-    why = None if errors else nothing_ran(record, options)
+    why = None if errors or not files else nothing_ran(record, options)     # an empty shard: its record
     if why:
         raise NothingRan(why, record)
     return record

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import zlib
 
 import pytest
 
@@ -216,3 +217,37 @@ def test_balance_from_a_record_without_seconds_is_one_line_exit_2(goldens, tmp_p
     run = kdtree("verify", goldens, "--backend", "numpy", "-q", "--shard", "2/2", "--balance-from", earlier)
     assert run.returncode == 2 and run.stdout == ""
     assert len(run.stderr.strip().splitlines()) == 1 and "has no seconds" in run.stderr
+
+
+@pytest.mark.parametrize("how", ["--shard", "slurm"])
+def test_an_empty_shard_is_refused_unless_allowed_and_the_merge_still_checks(goldens, tmp_path, how):  # noqa: F811
+    """Issue 35: `--shard 7/40` (or SLURM_ARRAY_TASK_COUNT=100000000) over 5 bundles exited 0 with
+    nothing printed and a record of 0 rows. Now one line, exit 2; with --allow-empty-shard a note,
+    an empty record, exit 0, and the merge of every shard still checks every bundle is there."""
+    count = 40 if how == "--shard" else 100_000_000
+    owners = {(zlib.crc32(name.encode()) % count) + 1 for name in bundle_names(goldens)}
+    empty = next(i for i in range(1, count + 1) if i not in owners)
+
+    def run(index, *extra, record=None):
+        args = ["verify", goldens, "--backend", "numpy", "-q", *extra, *(["--json", record] if record else [])]
+        if how == "--shard":
+            return kdtree(*args, "--shard", f"{index}/{count}")
+        return kdtree(*args, "--shard", "auto", env_vars={"SLURM_ARRAY_TASK_ID": str(index - 1),
+                                                          "SLURM_ARRAY_TASK_MIN": "0",
+                                                          "SLURM_ARRAY_TASK_COUNT": str(count)})
+    refused = run(empty, record=tmp_path / "refused.json")
+    assert refused.returncode == 2 and refused.stdout == "" and not (tmp_path / "refused.json").exists()
+    assert len(refused.stderr.strip().splitlines()) == 1
+    assert f"shard {empty}/{count} holds none of the 5 selected bundles" in refused.stderr
+    allowed = run(empty, "--allow-empty-shard", record=tmp_path / "empty.json")
+    assert allowed.returncode == 0, allowed.stderr
+    assert "holds none of the 5 selected bundles" in allowed.stderr
+    assert json.loads((tmp_path / "empty.json").read_text())["rows"] == []
+    if how == "--shard":         # the merge of one shard's record alone: the others are missing
+        merge = kdtree("report", tmp_path / "empty.json", "--merge", tmp_path / "m.json")
+        assert merge.returncode == 2 and "missing" in merge.stderr
+
+
+def test_allow_empty_shard_needs_shard(goldens):  # noqa: F811
+    run = kdtree("verify", goldens, "--backend", "numpy", "--allow-empty-shard")
+    assert run.returncode == 2 and "--allow-empty-shard goes with --shard" in run.stderr
