@@ -20,8 +20,8 @@ from ..numerics import derived_bounds
 from ..walk import files_below
 from ..ops.base import Case, Op, Tolerance
 from .options import Options
-from .record import (DEVICE_REFERENCE, REFERENCE, VerifyRecord, VerifyRow, implementation_info, shard_key,
-                     suite_digest, verify_record)
+from .record import (DEVICE_REFERENCE, REFERENCE, VerifyRecord, VerifyRow, bundle_prints, implementation_info,
+                     shard_key, suite_digest, verify_record)
 from .tolerance import loosened, tolerances
 
 if TYPE_CHECKING:
@@ -352,7 +352,8 @@ def run_verify(selection: Selection, options: Options = Options(),
         kernels = loaded_kernels()
     refs = (*options.impls, *([options.against] if options.against else []))
     record = verify_record(rows, errors, suite=suite_digest(selected), shard=selection.shard, kernels=kernels,
-                           not_run=not_run, implementations={r.name: implementation_info(r.load()) for r in refs})
+                           not_run=not_run, implementations={r.name: implementation_info(r.load()) for r in refs},
+                           bundles=bundle_prints(files))
     why = None if errors or not files else nothing_ran(record, options)     # an empty shard: its record
     if why:
         raise NothingRan(why, record)
