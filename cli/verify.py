@@ -20,7 +20,7 @@ from .app import shard_spec as resolve_shard
 @app.command("verify")
 @guarded
 def verify_cmd(
-    paths: List[Path] = typer.Argument(None, help="Bundles or folders (every *.kdtr below) \\[default: goldens/]."),
+    paths: List[str] = typer.Argument(None, help="Bundles or folders (every *.kdtr below) \\[default: goldens/]."),
     backend: str = typer.Option("auto", "--backend", "-b",
                                 help="cuda (our kernels), torch (CPU or GPU), numpy (the reference), "
                                      "auto (cuda where a GPU exists, else torch)."),

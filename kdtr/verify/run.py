@@ -32,7 +32,8 @@ def find_bundles(paths: Iterable[str | Path]) -> list[Path]:
     """Files as given; directories expanded to every *.kdtr below them (linked subfolders followed,
     each folder once), sorted; a bundle named twice (`verify goldens goldens`, a file and its
     folder) once. A *.kdtr that is not a regular file (a dangling link, a FIFO) is an error, never
-    silently skipped."""
+    silently skipped, and so is an empty path (it would read as the current folder). The one finder
+    of `kdtree verify` and `pytest --kdtree`."""
     seen: set[Path] = set()
     found: list[Path] = []
     for candidate in _candidates(paths):
@@ -45,6 +46,8 @@ def find_bundles(paths: Iterable[str | Path]) -> list[Path]:
 
 def _candidates(paths: Iterable[str | Path]) -> Iterator[Path]:
     for raw in paths:
+        if not str(raw).strip():
+            raise UsageError(f"{str(raw)!r}: an empty path names no bundle (the current folder is '.')")
         path = Path(raw)
         candidates = files_below(path, "*.kdtr") if path.is_dir() else [path]
         for candidate in candidates:
