@@ -328,3 +328,40 @@ def test_a_quiet_line_of_a_row_that_compared_nothing_has_no_figures(goldens, tmp
     assert len(failed) == 3 and any("ValueError: no kernel here" in line for line in failed), result.output
     assert any("case timeout" in line for line in failed)
     assert not any("max_abs" in line or "rel_l2" in line for line in failed), failed
+
+
+def _verify_into(goldens, tmp_path, stdout, *extra):
+    return subprocess.run(kdtree_command("verify", goldens, "--backend", "numpy", *extra), stdout=stdout,
+                          stderr=subprocess.PIPE, text=True, cwd=tmp_path, timeout=300,
+                          env=dict(os.environ, NO_COLOR="1", PYTHONPATH=str(REPO_ROOT)))
+
+
+@pytest.mark.parametrize("extra", [(), ("-q",)])
+def test_a_closed_stdout_pipe_neither_fails_the_run_nor_loses_the_record(goldens, tmp_path, extra):
+    """Issue 35: `verify … --json r.json | head -1` exited 1 with no r.json and no message (rich
+    turns a broken pipe into exit 1). The reader is gone before the first line here."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = _verify_into(goldens, tmp_path, write, "--json", "r.json", *extra)
+    finally:
+        os.close(write)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert json.loads((tmp_path / "r.json").read_text())["summary"]["passed"] == 5
+
+
+def test_a_full_stdout_is_one_line_exit_2_and_the_record_is_written(goldens, tmp_path):
+    """Issue 35: `> /dev/full` gave a traceback and no record."""
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    with open("/dev/full", "w") as full:
+        done = _verify_into(goldens, tmp_path, full, "--json", "r.json")
+        to_stdout = _verify_into(goldens, tmp_path, full, "--json", "-")
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "kdtree: error: stdout: cannot write: No space left on device (the tables were lost; the files asked "
+        "for were written)"]
+    assert json.loads((tmp_path / "r.json").read_text())["summary"]["passed"] == 5
+    assert to_stdout.returncode == 2 and "Traceback" not in to_stdout.stderr
+    assert to_stdout.stderr.strip().splitlines()[-1] == \
+        "kdtree: error: --json -: cannot write to stdout: No space left on device"
