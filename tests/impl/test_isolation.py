@@ -193,3 +193,18 @@ def _small(op_name="tree_accept", variant="default", **params):
     params = params or dict(batch=2, budget=6, depth=3)
     generated = op.generate(Case("t", op_name, variant, 3, dict(op._defaults, **params)))
     return CaseData(op, variant, generated.inputs, generated.params)
+
+
+@pytest.mark.gpu
+def test_a_sticky_cuda_error_fails_one_case_and_the_next_gets_a_fresh_context(two_cases, tmp_path):
+    """A device-side assert (an out-of-bounds index on the GPU) leaves the CUDA context unusable
+    for every later call of that process: the worker sees so after the failed case and is replaced,
+    so the other case passes in a fresh one."""
+    crash = ("import torch; x = torch.zeros(4, device='cuda'); "
+             "x[torch.tensor([1 << 20], device='cuda')] = 1.0; torch.cuda.synchronize()")
+    done = _kdtree("verify", two_cases, "--impl", _crashing_once(tmp_path, crash), "--json", "-", cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    rows = json.loads(done.stdout)["rows"]
+    failed = [r for r in rows if not r["passed"]]
+    assert len(rows) == 2 and len(failed) == 1, rows
+    assert "CUDA" in failed[0]["error"] or "device-side assert" in failed[0]["error"], failed[0]["error"]
