@@ -157,24 +157,36 @@ class _Worker:
                 conn.close()
 
 
-_WORKERS: dict[bytes, _Worker] = {}
-_UNLOADABLE: dict[bytes, str] = {}           # recipes that failed in a worker: why (not tried again)
+_WORKERS: dict[bytes, _Worker] = {}        # recipe (pickled) -> its worker
+_UNLOADABLE: dict[bytes, str] = {}          # recipes that failed in a worker: why (not tried again)
 
 
-def _worker_for(impl: Implementation) -> tuple[bytes, _Worker]:
+def _worker_for(impl: Implementation) -> _Worker | str:
+    """`impl`'s worker (started where none is alive), or why its recipe cannot be built in one."""
     key = pickle.dumps(impl.worker)
+    if key in _UNLOADABLE:
+        return _UNLOADABLE[key]
     worker = _WORKERS.get(key)
-    if worker is None or not worker.alive():
-        worker = _WORKERS[key] = _Worker(impl.worker, impl.name)
-        try:
-            why = worker.ask(("ready",))
-        except _Died as died:
-            why = f"its worker process died as it started: {died}"
-        if why is not None:
-            worker.stop()
-            del _WORKERS[key]
-            _UNLOADABLE[key] = why
-    return key, worker
+    if worker is not None and worker.alive():
+        return worker
+    worker = _Worker(impl.worker, impl.name)
+    try:
+        why = worker.ask(("ready",))
+    except _Died as died:
+        why = f"its worker process died as it started: {died}"
+    if why is not None:
+        worker.stop()
+        _UNLOADABLE[key] = why
+        return why
+    _WORKERS[key] = worker
+    return worker
+
+
+def _forget(worker: _Worker) -> None:
+    """`worker` is stopped: the next case of its implementation starts another."""
+    worker.stop()
+    for key in [key for key, held in _WORKERS.items() if held is worker]:
+        del _WORKERS[key]
 
 
 @atexit.register
@@ -190,12 +202,9 @@ def produce_in_worker(impl: Implementation, case: CaseData, expected: Mapping[st
     """kdtr.impl.evaluation.produce, run in `impl`'s worker process (see the module docstring):
     a death or an unanswered timeout is the case's error with its cause, the worker started again
     for the next case; a prepared call comes back as a WorkerCall."""
-    key = pickle.dumps(impl.worker)
-    if key not in _UNLOADABLE:
-        key, worker = _worker_for(impl)
-    if key in _UNLOADABLE:
-        return Produced(error=f"cannot be loaded in its worker process: {_UNLOADABLE[key]}",
-                        error_type="WorkerLoad")
+    worker = _worker_for(impl)
+    if isinstance(worker, str):
+        return Produced(error=f"cannot be loaded in its worker process: {worker}", error_type="WorkerLoad")
     limit = None
     if timeout_s is not None:
         carried = sum(np.asarray(a).nbytes for a in case.inputs.values())
@@ -205,15 +214,14 @@ def produce_in_worker(impl: Implementation, case: CaseData, expected: Mapping[st
     try:
         kind, payload, token, broken = worker.ask(request, limit)
     except _Died as died:
-        _WORKERS.pop(key, None)
+        _forget(worker)
         return Produced(error=f"its worker process died running this case: {died}", error_type="WorkerDied")
     except _NoAnswer:
-        _WORKERS.pop(key, None)
+        _forget(worker)
         return Produced(error=f"ran past the case timeout of {timeout_s:g} s and did not return "
                               "(its worker process was killed)", error_type="CaseTimeout")
     if broken:                              # its CUDA context is unusable: the next case gets a fresh one
-        worker.stop()
-        _WORKERS.pop(key, None)
+        _forget(worker)
     if kind == "unavailable":
         raise ImplUnavailable(payload)
     if kind == "raise":
