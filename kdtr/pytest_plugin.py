@@ -298,7 +298,7 @@ class KdtreeCase:
 
         name, serves = getattr(fn, "__name__", "kdtree_case"), (Serves(self.op, self.variant),)
         impl = callable_impl(name, fn, serves)
-        if _picklable(fn):
+        if _sendable(fn):
             from .impl.isolation import isolated
 
             impl = isolated(impl, functools.partial(callable_impl, name, fn, serves))
@@ -311,12 +311,17 @@ class KdtreeCase:
         return rows
 
 
-def _picklable(fn) -> bool:
+def _sendable(fn) -> bool:
+    """Whether a worker process can get `fn` by reference: it pickles (not a lambda, a closure, a
+    local function) and its module can be found by name there (not `__main__`, not a test module
+    pytest's importlib mode imported under a name of its own)."""
+    import importlib.util
+
     try:
         pickle.dumps(fn)
-    except Exception:  # noqa: BLE001 - a lambda, a closure, a local function: not by reference
+        return importlib.util.find_spec(fn.__module__) is not None
+    except Exception:  # noqa: BLE001 - any doubt: it runs in the test's process
         return False
-    return True
 
 
 def pytest_generate_tests(metafunc) -> None:
