@@ -7,7 +7,10 @@ Exit codes everywhere: 0 all passed, 1 a case failed (or a bench regression), 2 
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import io
+import os
 import sys
 from contextlib import contextmanager, redirect_stdout
 from pathlib import Path
@@ -196,7 +199,7 @@ def emit_json(path: str, record, stdout=None) -> None:
 
 def write_stdout(text: str, option: str, stdout=None) -> None:
     """A document for stdout (`--json -`); a failed write (stdout redirected to a full disk, a
-    closed pipe) is a WriteError: one line, exit 2, like a file's."""
+    closed pipe), now or earlier (StdoutGuard), is a WriteError: one line, exit 2, like a file's."""
     from kdtr.errors import WriteError
 
     stream = stdout or sys.stdout
@@ -205,6 +208,61 @@ def write_stdout(text: str, option: str, stdout=None) -> None:
         stream.flush()
     except OSError as err:
         raise WriteError(f"{option}: cannot write to stdout: {err.strerror or err}") from None
+    failure = getattr(stream, "failure", None)
+    if failure is not None:
+        raise WriteError(f"{option}: cannot write to stdout: {failure.strerror or failure}")
+
+
+class StdoutGuard(io.TextIOBase):
+    """sys.stdout for a command's run: a write or flush that fails (the reader gone: a broken pipe;
+    a full disk) is remembered in `failure`, never raised, and later output is dropped, so the run
+    goes on and still writes its record; `cli.main` turns the failure into its exit code and line.
+    File descriptor 1 then points at /dev/null, so that the interpreter's own flush at exit of
+    what the stream still buffers cannot fail again."""
+
+    def __init__(self, stream):
+        super().__init__()
+        self.stream = stream
+        self.failure: OSError | None = None
+
+    def write(self, text: str) -> int:
+        if self.failure is None:
+            try:
+                self.stream.write(text)
+            except OSError as err:
+                self._failed(err)
+        return len(text)
+
+    def flush(self) -> None:
+        if self.failure is None:
+            try:
+                self.stream.flush()
+            except OSError as err:
+                self._failed(err)
+
+    def _failed(self, err: OSError) -> None:
+        self.failure = err
+        with contextlib.suppress(OSError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self.stream.fileno())
+            os.close(devnull)
+
+    def isatty(self) -> bool:
+        return self.stream.isatty()
+
+    def fileno(self) -> int:
+        return self.stream.fileno()
+
+    @property
+    def encoding(self) -> str:
+        return self.stream.encoding
+
+    @property
+    def errors(self) -> str | None:
+        return self.stream.errors
+
+    def writable(self) -> bool:
+        return True
 
 
 def gpu_count() -> int:

@@ -15,7 +15,7 @@ import typer
 from . import bench, report  # noqa: F401,I001  (each registers its commands; this order is --help's)
 from . import e2e, gen_refs, info, verify  # noqa: F401
 from . import render
-from .app import EXIT_INPUT, EXIT_INTERRUPTED, app, set_debug
+from .app import EXIT_INPUT, EXIT_INTERRUPTED, StdoutGuard, app, set_debug
 
 try:                                     # typer 0.2x vendors click; older ones use the package
     from typer import _click as click
@@ -63,11 +63,24 @@ def run(args: list[str]) -> int:
     return code if isinstance(code, int) else 0
 
 
+def stdout_verdict(code: int, failure: OSError | None) -> int:
+    """The exit code once stdout failed during the run (StdoutGuard): the records were written all
+    the same. A reader that went away (a broken pipe: `| head`) is no failure of the run: its own
+    code stands. Any other fault (a full disk) lost the tables: one line, exit 2 (unless the run
+    already ended with an error line of its own: `--json -` says it could not write)."""
+    if failure is None or isinstance(failure, BrokenPipeError) or code in (EXIT_INPUT, EXIT_INTERRUPTED):
+        return code
+    render.error(f"stdout: cannot write: {failure.strerror or failure} (the tables were lost; "
+                 "the files asked for were written)")
+    return EXIT_INPUT
+
+
 def main() -> None:
     for sig in HANGUPS:
         signal.signal(sig, _terminate)
+    sys.stdout = guard = StdoutGuard(sys.stdout)
     try:
-        code = run(sys.argv[1:])
+        code = stdout_verdict(run(sys.argv[1:]), guard.failure)
     finally:
         # The interpreter's last collection would walk every object torch created on import:
         # 0.25 s of CPU at each exit of a torch command on the 2-core box. Frozen, it skips them.

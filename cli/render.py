@@ -130,15 +130,20 @@ def _reason(row) -> str:
     return row.error or "; ".join(f"{o.name}: {o.reason}" for o in row.outputs if not o.passed)
 
 
+def _measured(row) -> bool:
+    """Whether the row has figures: outputs were compared (an error or a skip compared none)."""
+    return bool(row.outputs) or row.skipped is None and row.error is None
+
+
 def verify_lines(rows) -> str | None:
     lines = []
     for row in rows:
         reason = "" if row.passed else " " + _reason(row)
         share = _tol_share(row)
+        figures = (f" max_abs={_num(row.worst('max_abs'))} rel_l2={_num(row.worst('rel_l2'))}"
+                   + ("" if share is None else f" tol_share={_share(share)}")) if _measured(row) else ""
         lines.append(f"{_verdict(row)} {row.op}/{row.variant} {_row_name(row)}"
-                     + (f" [{row.impl}]" if row.impl else "") + " "
-                     f"max_abs={_num(row.worst('max_abs'))} rel_l2={_num(row.worst('rel_l2'))}"
-                     + ("" if share is None else f" tol_share={_share(share)}")
+                     + (f" [{row.impl}]" if row.impl else "") + figures
                      + (" loosened" if getattr(row, "loosened", False) else "") + reason)
     return "\n".join(lines) or None
 
@@ -200,8 +205,7 @@ def verify_table(rows, *, quiet: bool, verbose: bool, not_run=()) -> None:
         figures = [_num(row.worst("max_abs")), _share(_tol_share(row)) + loosened, _num(row.worst("rel_l2"))]
         figures += [_num(row.worst("max_rel"))] if verbose else []
         figures += [str(row.mismatches)]
-        ran = row.outputs or row.skipped is None and row.error is None
-        cells += [row.op, row.variant, _config(row.config), *(figures if ran else ["—"] * len(figures))]
+        cells += [row.op, row.variant, _config(row.config), *(figures if _measured(row) else ["—"] * len(figures))]
         table.add_row(*cells, det, styled(_verdict(row), style))
     out.print(table)
     if any(r.parity is not None for r in rows):
@@ -244,15 +248,18 @@ def _invariance_cell(verdict: dict) -> str:
     worst = verdict.get("worst")
     if not worst:
         return f"no ({verdict.get('reason')})"
+    from kdtr.invariance import ulps_text
+
     ulps = worst["ulps"]
-    ulps = f"{ulps:.0f}" if isinstance(ulps, (int, float)) else str(ulps)
+    ulps = ulps_text(ulps) if isinstance(ulps, (int, float)) else str(ulps)
     return f"no: {ulps} ulp in {worst['output']}, request {worst['request']} at {worst['index']}"
 
 
 def invariance_table(rows) -> None:
     """--invariance: per case and implementation, which invariances hold bitwise."""
-    table = Table(title="invariance — bitwise against the batched run (ulps: of the output's dtype; "
-                        "at: row, then element, within the request)", title_justify="left")
+    table = Table(title="invariance — bitwise against the batched run (ulps: of the output's dtype at the "
+                        "element's magnitude, floored at the output's RMS; at: row, then element, within the "
+                        "request)", title_justify="left")
     names = ("batch", "order", "split")
     for name in ("case", "impl") + names:
         table.add_column(name, justify="left", overflow="fold")

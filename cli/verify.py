@@ -20,7 +20,7 @@ from .app import shard_spec as resolve_shard
 @app.command("verify")
 @guarded
 def verify_cmd(
-    paths: List[Path] = typer.Argument(None, help="Bundles or folders (every *.kdtr below) \\[default: goldens/]."),
+    paths: List[str] = typer.Argument(None, help="Bundles or folders (every *.kdtr below) \\[default: goldens/]."),
     backend: str = typer.Option("auto", "--backend", "-b",
                                 help="cuda (our kernels), torch (CPU or GPU), numpy (the reference), "
                                      "auto (cuda where a GPU exists, else torch)."),
@@ -36,6 +36,9 @@ def verify_cmd(
     shard: Optional[str] = ShardOpt,
     shard_count: Optional[int] = ShardCountOpt,
     balance_from: Optional[Path] = BalanceFromOpt,
+    allow_empty_shard: bool = flag("--allow-empty-shard", help="With --shard: a shard that holds none of the "
+                                   "selected bundles (more shards than bundles) writes an empty record and "
+                                   "exits 0; without it, such a shard is refused (exit 2)."),
     devices: Optional[str] = DevicesOpt,
     kernel: List[str] = typer.Option([], "--kernel", help="Force this CUDA kernel (repeatable; an unknown name "
                                      "gets the list of known ones) for the cases whose op and variant have "
@@ -86,6 +89,16 @@ def verify_cmd(
     selected, files = selection.bundles()
     if repeats := selection.repeats():
         note(f"{repeats} bundle(s) named more than once: each is verified once")
+    if allow_empty_shard and selection.shard is None:
+        raise UsageError("--allow-empty-shard goes with --shard")
+    if selected and not files:
+        from kdtr.parallel import Shard
+
+        empty = f"shard {Shard.label(selection.shard)} holds none of the {len(selected)} selected bundles"
+        if not allow_empty_shard:
+            raise UsageError(f"{empty}: nothing to verify (more shards than bundles?); give "
+                             "--allow-empty-shard where an empty shard is expected")
+        note(f"{empty}: an empty record (--allow-empty-shard)")
     refuse_overwriting_inputs({"--json": json_path, "--junit": junit}, selected)
     resolved = backends.resolve_backend("cuda" if sanitize else backend)
     forced = check_kernels(kernel, resolved)

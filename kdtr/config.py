@@ -96,20 +96,20 @@ def config() -> Config:
 
 # The shard variables of the schedulers `--shard auto` understands (kdtr/shards.py interprets them).
 SCHEDULER_VARIABLES = ("SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_MIN", "SLURM_ARRAY_TASK_COUNT",
-                       "BUILDKITE_PARALLEL_JOB", "BUILDKITE_PARALLEL_JOB_COUNT",
+                       "SLURM_ARRAY_TASK_STEP", "BUILDKITE_PARALLEL_JOB", "BUILDKITE_PARALLEL_JOB_COUNT",
                        "CIRCLE_NODE_INDEX", "CIRCLE_NODE_TOTAL", "JOB_COMPLETION_INDEX")
 
 
 def scheduler_variables() -> dict[str, int]:
-    """The scheduler shard variables that are set, as integers. Read on each call, not cached with
-    `config()`: only `--shard auto` asks, once per run."""
+    """The scheduler shard variables that are set, as integers written in ASCII digits alone (no
+    sign, no `_`, no other script's digits: what Python's int() would also take is a typo here).
+    Read on each call, not cached with `config()`: only `--shard auto` asks, once per run."""
     found: dict[str, int] = {}
     for name in SCHEDULER_VARIABLES:
         value = os.environ.get(name)
         if value is None or value.strip() == "":
             continue
-        try:
-            found[name] = int(value)
-        except ValueError:
-            raise ConfigError(f"environment variable {name}={value!r} is not an integer") from None
+        if not (value.isascii() and value.isdigit()):
+            raise ConfigError(f"environment variable {name}={value!r} is not an integer in plain digits (0-9)")
+        found[name] = int(value)
     return found

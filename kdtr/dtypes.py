@@ -100,3 +100,20 @@ def to_numpy(tensor) -> np.ndarray:
     if tensor.dtype == torch.bfloat16:
         return tensor.view(torch.int16).numpy().view(NUMPY_DTYPES["bf16"])
     return tensor.numpy()
+
+
+def spacing(x, dtype) -> np.ndarray:
+    """The spacing of `dtype`'s floats at |x| (float64): 2^(e - m) for |x| in [2^e, 2^(e+1)), where m
+    is the dtype's stored fraction bits (bf16 7, f32 23); below its smallest normal number, the
+    subnormal spacing. One ulp of the dtype at x."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        info = np.finfo(dtype)
+    else:
+        import ml_dtypes
+
+        info = ml_dtypes.finfo(dtype)
+    x = np.abs(np.asarray(x, dtype=np.float64))
+    _, exp = np.frexp(x)                              # x = f * 2^exp, f in [0.5, 1): e = exp - 1
+    e = np.where(x < 2.0 ** info.minexp, info.minexp, exp.astype(np.int64) - 1)   # frexp(0) is (0, 0)
+    return np.ldexp(1.0, e - info.nmant)

@@ -17,6 +17,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from .dtypes import FLOAT_DTYPES, kdtr_dtype, spacing
 from .ops.base import Op
 
 PROPERTIES = ("batch", "order", "split")
@@ -69,11 +70,15 @@ class Verdict:
         if self.worst is None:
             return "no"
         w = self.worst
-        return f"no ({_ulps(w.ulps)} ulp, {w.output} req {w.request} at {list(w.index)})"
+        return f"no ({ulps_text(w.ulps)} ulp, {w.output} req {w.request} at {list(w.index)})"
 
 
-def _ulps(value: float) -> str:
-    return f"{value:.0f}" if np.isfinite(value) else "inf"
+def ulps_text(value: float) -> str:
+    """Whole ulps from 10 on; below, two digits (floored at the output's scale, a difference may be
+    a fraction of an ulp)."""
+    if not np.isfinite(value):
+        return "inf"
+    return f"{value:.0f}" if value >= 10 else f"{value:.2g}"
 
 
 def ordered_bits(array: np.ndarray) -> np.ndarray:
@@ -90,7 +95,7 @@ def ordered_bits(array: np.ndarray) -> np.ndarray:
 def worst_difference(probed: Mapping[str, np.ndarray], batched: Mapping[str, np.ndarray],
                      requests: Sequence[int]) -> Difference | None:
     """Compare request i of `probed` (leading request axis) with request requests[i] of `batched`,
-    bitwise; None where every output is equal, else the largest difference in ulps."""
+    bitwise; None where every output is equal, else the largest difference in ulps (see `gaps`)."""
     worst = None
     for name, got in probed.items():
         if name not in batched:
@@ -100,16 +105,36 @@ def worst_difference(probed: Mapping[str, np.ndarray], batched: Mapping[str, np.
             return Difference(name, int(requests[0]), (), float("inf"))
         if np.array_equal(got.view(np.uint8), want.view(np.uint8)):
             continue
-        with np.errstate(over="ignore"):
-            gap = np.abs(ordered_bits(got) - ordered_bits(want)).astype(np.float64)
-        if got.dtype.kind == "f":
-            gap[np.isnan(got.astype(np.float32)) != np.isnan(want.astype(np.float32))] = np.inf
+        gap = gaps(got, want, batched[name])
         flat = int(np.argmax(gap))
         where = np.unravel_index(flat, got.shape)
         found = Difference(name, int(requests[where[0]]), tuple(int(i) for i in where[1:]), float(gap.flat[flat]))
         if worst is None or found.ulps > worst.ulps:
             worst = found
     return worst
+
+
+def gaps(got: np.ndarray, want: np.ndarray, whole: np.ndarray) -> np.ndarray:
+    """Per element, how far `got` is from `want`: integers in units; floats in ulps of their dtype
+    at max(|want|, rms(whole)), the output's root mean square as a floor (as --against's parity
+    does), so an element that cancels to near zero does not read as 10^5 ulps for a difference
+    that is tiny at the output's scale; inf where one side is NaN and the other not."""
+    if kdtr_dtype(got.dtype) not in FLOAT_DTYPES:
+        with np.errstate(over="ignore"):
+            return np.abs(ordered_bits(got) - ordered_bits(want)).astype(np.float64)
+    a, b = got.astype(np.float64), want.astype(np.float64)
+    scale = np.maximum(np.abs(np.where(np.isfinite(b), b, 0.0)), _rms(whole))
+    with np.errstate(invalid="ignore"):
+        gap = np.abs(a - b) / spacing(scale, got.dtype)
+    same = (a == b) | (np.isnan(a) & np.isnan(b))
+    return np.where(same, 0.0, np.where(np.isnan(gap), np.inf, gap))
+
+
+def _rms(values: np.ndarray) -> float:
+    """Root mean square of the finite elements (0 for none)."""
+    z = values.astype(np.float64)
+    z = z[np.isfinite(z)]
+    return float(np.sqrt(np.mean(np.square(z)))) if z.size else 0.0
 
 
 def fixed_permutation(count: int) -> list[int]:

@@ -158,12 +158,11 @@ def _exit_now(signum, frame) -> None:
     os._exit(128 + signum)
 
 
-def _worker_start(parent: int, threads: int) -> None:
-    """Worker initializer: Ctrl-C reaches the whole process group, the parent alone handles it;
+def die_with_parent(parent: int) -> None:
+    """In a worker process: Ctrl-C reaches the whole process group, the parent alone handles it;
     SIGTERM ends the worker; the worker dies with the parent that spawned it (a SIGKILLed parent
     cannot terminate it: on Linux the kernel sends SIGTERM at the death of the parent's thread that
-    started it, which for bounded_map is its caller's; elsewhere a thread watches the parent's pid);
-    and its BLAS/OpenMP pools get `threads` threads at most."""
+    started it, which for bounded_map is its caller's; elsewhere a thread watches the parent's pid)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _exit_now)
     if sys.platform.startswith("linux"):
@@ -181,6 +180,12 @@ def _worker_start(parent: int, threads: int) -> None:
             os.kill(os.getpid(), signal.SIGTERM)
 
         threading.Thread(target=watch, name="kdtr-parent-watch", daemon=True).start()
+
+
+def _worker_start(parent: int, threads: int) -> None:
+    """Worker initializer: it dies with its parent (die_with_parent), and its BLAS/OpenMP pools get
+    `threads` threads at most."""
+    die_with_parent(parent)
     for name in THREAD_VARIABLES:
         given = os.environ.get(name, "")
         if not (given.isdigit() and 0 < int(given) <= threads):

@@ -13,8 +13,10 @@ Under pytest-xdist every worker pins one GPU (`CUDA_VISIBLE_DEVICES`), round rob
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -39,18 +41,19 @@ def pytest_addoption(parser) -> None:
 
 
 class KdtreeSetup:
-    """What the options resolved to, once per session: the bundle roots, the implementations
+    """What the options resolved to, once per session: the bundles (found as `kdtree verify` finds
+    them: kdtr.verify.find_bundles, which refuses what verify refuses), the implementations
     (ImplRefs; None: the backend), the verify Options."""
 
     def __init__(self, config) -> None:
         from .errors import KdtreeError
-        from .verify import Options
+        from .verify import Options, find_bundles
 
-        self.roots = tuple(Path(p).resolve() for p in config.getoption("kdtree"))
         trials = config.getoption("kdtree_trials")
         if trials < 0:
             raise pytest.UsageError(f"--kdtree-trials {trials}: must be >= 0")
         try:
+            self.bundles = tuple(find_bundles(config.getoption("kdtree")))
             backend = _backend(config.getoption("kdtree_backend"))
             specs = config.getoption("kdtree_impl")
             if specs:
@@ -65,8 +68,11 @@ class KdtreeSetup:
         self.options = Options(backend=backend, trials=trials)
 
     def covers(self, path: Path) -> bool:
-        resolved = path.resolve()
-        return any(resolved == root or root in resolved.parents for root in self.roots)
+        return path.resolve() in self._resolved
+
+    @functools.cached_property
+    def _resolved(self) -> frozenset[Path]:
+        return frozenset(bundle.resolve() for bundle in self.bundles)
 
     def label(self, impl) -> str:
         return self.backend if impl is None else impl.name
@@ -94,12 +100,11 @@ def pytest_configure(config) -> None:
         config.addinivalue_line("markers", f"{op.name}: a kdtree bundle of op {op.name}")
         for variant in op.variants:
             config.addinivalue_line("markers", f"{variant}: a kdtree bundle of variant {variant}")
-    config.stash[_SETUP] = KdtreeSetup(config)
-    missing = [p for p in config.getoption("kdtree") if not Path(p).exists()]
-    if missing:
-        raise pytest.UsageError(f"--kdtree {missing[0]}: no such file or folder")
+    setup = config.stash[_SETUP] = KdtreeSetup(config)
     if config.args_source != pytest.Config.ArgsSource.ARGS:
-        config.args = list(config.getoption("kdtree"))     # the bundles alone, not the testpaths
+        # the bundles alone, not the testpaths: each one the finder found, so pytest's own walk
+        # (norecursedirs, links) cannot leave one out
+        config.args = [str(bundle) for bundle in setup.bundles]
 
 
 _SETUP = pytest.StashKey[KdtreeSetup]()
@@ -153,16 +158,23 @@ class KdtreeBundle(pytest.File):
         except Exception as err:  # noqa: BLE001 - any fault reading the bundle fails its item
             from .errors import reason
 
-            yield KdtreeItem.from_parent(self, name=f"{self.path.stem}[unreadable]", impl=None,
-                                         fault=reason(err))
+            yield self._item(f"{self.path.stem}[unreadable]", impl=None, fault=reason(err))
             return
         for impl in setup.impls:
             if impl is not None and not impl.load().serves(op, variant):
                 continue
-            item = KdtreeItem.from_parent(self, name=f"{op}/{case}[{setup.label(impl)}]", impl=impl)
+            item = self._item(f"{op}/{case}[{setup.label(impl)}]", impl=impl)
             item.add_marker(getattr(pytest.mark, op))
             item.add_marker(getattr(pytest.mark, variant))
             yield item
+
+
+    def _item(self, name: str, **kwargs) -> "KdtreeItem":
+        """An item whose id is given as the string `PATH::NAME[IMPL]`: pytest (9) parses such a
+        string into the name and the bracket's params, as it does the ids it caches for --lf and
+        --sw, so the two match; built from the name alone, the bracket stayed in the name and no
+        cached id ever matched an item."""
+        return KdtreeItem.from_parent(self, name=name, nodeid=f"{self.nodeid}::{name}", **kwargs)
 
 
 def _describe(path: Path) -> tuple[str, str, str]:
@@ -265,12 +277,20 @@ class KdtreeCase:
 
     def check(self, fn) -> list:
         """Verify `fn` on this bundle (golden and trials); a failing row fails the test with
-        kdtree's words, an implementation that cannot run here skips it. Returns the rows."""
-        from .impl.base import Implementation, Serves
+        kdtree's words, an implementation that cannot run here skips it. Returns the rows. `fn`
+        runs in a worker process of its own (kdtr.impl.isolation: a crash fails the test, not the
+        session) where it can be sent there by reference (a module-level function); a lambda or a
+        closure runs in the test's process."""
+        from .impl.resolve import callable_impl
+        from .impl.base import Serves
         from .verify import verify_item
 
-        impl = Implementation(getattr(fn, "__name__", "kdtree_case"), (Serves(self.op, self.variant),),
-                              lambda op, variant, inputs, params: lambda: fn(inputs, params))
+        name, serves = getattr(fn, "__name__", "kdtree_case"), (Serves(self.op, self.variant),)
+        impl = callable_impl(name, fn, serves)
+        if _sendable(fn):
+            from .impl.isolation import isolated
+
+            impl = isolated(impl, functools.partial(callable_impl, name, fn, serves))
         rows = verify_item(self.path, impl, self._options)
         failed = [row for row in rows if row.failed]
         if failed:
@@ -280,18 +300,27 @@ class KdtreeCase:
         return rows
 
 
+def _sendable(fn) -> bool:
+    """Whether a worker process can get `fn` by reference: it pickles (not a lambda, a closure, a
+    local function) and its module can be found by name there (not `__main__`, not a test module
+    pytest's importlib mode imported under a name of its own)."""
+    import importlib.util
+
+    try:
+        pickle.dumps(fn)
+        return importlib.util.find_spec(fn.__module__) is not None
+    except Exception:  # noqa: BLE001 - any doubt: it runs in the test's process
+        return False
+
+
 def pytest_generate_tests(metafunc) -> None:
     """`kdtree_case` is parametrized over the --kdtree bundles (no --kdtree: one skipped case)."""
     if "kdtree_case" not in metafunc.fixturenames:
         return
     setup = metafunc.config.stash.get(_SETUP, None)
-    paths = sorted({p for root in setup.roots for p in _bundles(root)}) if setup else []
+    paths = list(setup.bundles) if setup else []
     metafunc.parametrize("kdtree_case", paths or [None], indirect=True,
                          ids=[f"{p.parent.name}/{p.stem}" for p in paths] or ["no-bundles"])
-
-
-def _bundles(root: Path):
-    return [root] if root.is_file() else sorted(root.rglob(f"*{SUFFIX}"))
 
 
 @pytest.fixture

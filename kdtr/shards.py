@@ -21,6 +21,7 @@ SCHEDULERS = (
     ("CIRCLE_NODE_INDEX", "CIRCLE_NODE_TOTAL", None, "CircleCI parallelism"),
     ("JOB_COMPLETION_INDEX", None, None, "Kubernetes Indexed Job"),
 )
+SLURM_STEP = "SLURM_ARRAY_TASK_STEP"      # a stepped array (--array=0-6:2): its IDs have gaps
 NO_SCHEDULER = ("--shard auto: no scheduler variable is set (SLURM_ARRAY_TASK_ID, BUILDKITE_PARALLEL_JOB, "
                 "CIRCLE_NODE_INDEX or JOB_COMPLETION_INDEX); give --shard I/N instead")
 
@@ -31,6 +32,9 @@ def scheduler_shard(shard_count: int | None = None) -> Shard:
     for index_name, count_name, base_name, scheduler in SCHEDULERS:
         if index_name not in found:
             continue
+        if index_name == SCHEDULERS[0][0] and found.get(SLURM_STEP, 1) != 1:
+            raise UsageError(f"--shard auto: {SLURM_STEP}={found[SLURM_STEP]}: a stepped Slurm array leaves gaps "
+                             "between task IDs and cannot shard; use a dense one (--array=0-3)")
         index = found[index_name] - (found.get(base_name, 0) if base_name else 0)
         if count_name is None:
             if shard_count is None:
@@ -87,9 +91,13 @@ def case_seconds(path: str | Path) -> Mapping[str, float]:
     seconds: dict[str, float] = {}
     try:
         if kind == VERIFY_KIND:
-            for row in data.get("rows") or ():
+            for index, row in enumerate(data.get("rows") or ()):
                 key = f"{row['op']}/{row['case']}"
-                seconds[key] = seconds.get(key, 0.0) + float(row.get("seconds") or 0.0)
+                taken = row.get("seconds")
+                if isinstance(taken, bool) or not isinstance(taken, (int, float)):
+                    raise UsageError(f"--balance-from: rows[{index}] ({key}) has no seconds: a record without "
+                                     "case times cannot balance shards", file=path)
+                seconds[key] = seconds.get(key, 0.0) + float(taken)
         else:
             for name, value in (data.get("case_seconds") or {}).items():
                 op_variant, _, case = str(name).partition(" ")      # "op/variant case"
@@ -97,7 +105,7 @@ def case_seconds(path: str | Path) -> Mapping[str, float]:
                 seconds[key] = seconds.get(key, 0.0) + float(value)
     except (TypeError, ValueError, KeyError, AttributeError) as err:
         raise UsageError(f"--balance-from: malformed record: {type(err).__name__}: {err}", file=path) from None
-    if not seconds or not all(s >= 0 for s in seconds.values()):
+    if not seconds or not all(s >= 0 for s in seconds.values()) or not any(s > 0 for s in seconds.values()):
         raise UsageError("--balance-from: the record holds no case times to balance by", file=path)
     return seconds
 

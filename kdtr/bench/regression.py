@@ -11,10 +11,13 @@ from .stats import Timing
 
 
 def exit_status(record: BenchRecord) -> int:
-    """1 when our implementation failed its check (or could not run) in any case, or a case errored; else 0."""
+    """1 when our implementation or one under test (--impl) failed its check (or could not run, or
+    crashed) in any case, or a case errored; else 0 (a baseline of the op's that fails is its row's
+    business)."""
     if record.errors:
         return 1
-    return 1 if any(r.primary and r.check_passed is False for r in record.rows) else 0
+    under_test = (r for r in record.rows if r.primary or "implementation" in (r.extra or {}))
+    return 1 if any(r.check_passed is False for r in under_test) else 0
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from ..errors import UsageError
 from ..errors import reason
 from ..gpu_identity import with_ceilings
 from ..impl import CaseData, Implementation, Status
+from ..impl.isolation import WorkerDied
 from .cases import BenchItem
 from .plan import TimingPlan
 from .ceilings import Ceilings, gpu_clocks, measure_ceilings
@@ -298,6 +299,8 @@ class _CaseRunner:
         why = reason(result)
         if _is_oom(result):
             return replace(row, skip=f"out of memory while timing: {why}")
+        if isinstance(result, WorkerDied):          # the implementation crashed its worker while timed
+            return replace(row, check_passed=False, check=f"{row.check}; crashed while timed: {why}")
         return replace(row, check=f"{row.check}; timing failed: {why}")
 
     def _rotation_count(self, mode: str, outputs: Mapping[str, Any] | None) -> int:
@@ -317,6 +320,8 @@ class _CaseRunner:
         fall short of the plan ("" where they do not)."""
         count = self._rotation_count(mode, getattr(call, "outputs", None))
         calls = [call]
+        if count > 1 and getattr(call, "time_in_worker", None) is not None:
+            return calls, "timed in its own worker on one input set: not by the case's method"
         try:
             for _ in range(count - 1):
                 calls.append(impl.prepare(self.op, self.item.variant,
@@ -334,9 +339,13 @@ class _CaseRunner:
         plan = self.plans.get(mode)
         device = timer is self.env.timer and self.env.gpu
         fixed = plan.calls_per_sample if device and plan is not None and plan.sets == len(calls) else None
+        prepare = dict(options=self.settings.timing, mode="cold" if mode == "cold" else "hot",
+                       **({"calls_per_sample": fixed} if device else {}))
+        in_worker = getattr(calls[0], "time_in_worker", None)   # an isolated implementation's call:
+        if in_worker is not None:                                # timed in its worker (kdtr.impl.isolation)
+            return in_worker(timer, graph=graph, **prepare)
         known = device and name in self.env.uncapturable
-        sampler = timer.prepare(calls, options=self.settings.timing, mode="cold" if mode == "cold" else "hot",
-                                graph=graph and not known, **({"calls_per_sample": fixed} if device else {}))
+        sampler = timer.prepare(calls, graph=graph and not known, **prepare)
         if known:
             sampler = replace(sampler, note="; ".join(n for n in (sampler.note, UNCAPTURABLE) if n))
         elif device and graph and sampler.method != "graph":
@@ -475,11 +484,7 @@ class _CaseRunner:
             sampler = self._prepare(calls, mode, graph=True, timer=timer, name=name)     # eager where capture fails
         except Exception as err:  # noqa: BLE001
             env.cleanup()
-            if _is_oom(err):
-                return self._row(name, row_mode, False, timing=None, check_passed=True, check=note,
-                                 skip=f"out of memory while timing: {reason(err)}"), None
-            return self._row(name, row_mode, False, timing=None, check_passed=True,
-                             check=f"{note}; timing failed: {reason(err)}"), None
+            return self._timed(self._row(name, row_mode, False, timing=None, check_passed=True, check=note), err), None
         return (self._row(name, row_mode, False, timing=None, check_passed=True, check=note,
                           setup_s=round(time.perf_counter() - started, 3)), sampler)
 

@@ -6,7 +6,8 @@ The public API (verify, bench and the CLI wire it in):
   `.prepare(op, variant, inputs, params) -> call`, `impl(op, variant, inputs, params) -> outputs`;
   an op's bench baselines (`Op.baselines`) are Implementations too, with a `BenchRole`;
 - `resolve_refs(specs) -> (ImplRef, ...)`: picklable records of resolved implementations
-  (`.load()`), what verify and bench carry to the end of a run and into worker processes;
+  (`.load()`), what verify and bench carry to the end of a run and into worker processes; any but
+  ours loads to run in a worker process of its own (kdtr.impl.isolation, KDTREE_ISOLATE);
 - `evaluate(impl, CaseData(op, variant, inputs, params), expected, tolerances) -> Outcome`: the one
   evaluator (run, output contract, comparison; Status: passed, failed, error, skipped, not run);
 - `check_outputs(op, variant, outputs, expected_specs, provides=None, reference=None) -> str | None`;

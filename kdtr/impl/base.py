@@ -81,7 +81,10 @@ class Implementation:
     HOST: numpy arrays in and out, no torch at all (the numpy reference: `verify -b numpy` never
     imports torch). `bench` is set on an op's baselines only (BenchRole: how bench times it); an
     op builds those per case, so their `probe` may also give a reason of the case's (SDPA that
-    would not fit in device memory), which bench shows as the row's skip.
+    would not fit in device memory), which bench shows as the row's skip. `worker`: None runs it
+    in the calling process; else a picklable zero-argument callable that builds it again (with no
+    `worker`) in a worker process of its own, where `evaluate` runs it (kdtr.impl.isolation: a
+    crash, a signal or a hang there is its case's error, and the run goes on).
     """
 
     name: str
@@ -92,6 +95,7 @@ class Implementation:
     device: str = "auto"
     doc: str = ""
     bench: BenchRole | None = None
+    worker: Callable[[], "Implementation"] | None = None
 
     def serves(self, op: str, variant: str) -> bool:
         return any(s.covers(op, variant) for s in self.serves_)

@@ -8,8 +8,9 @@ What one evaluation guarantees, whatever the implementation does:
 - whatever it prints goes to stderr while it runs (Python's `sys.stdout` and file descriptor 1), so
   `--json -` keeps stdout for the JSON alone;
 - any exception it raises, `SystemExit` and `GeneratorExit` included (not KeyboardInterrupt), is
-  the outcome's reason (`errors.reason`: one line), and the run goes on. `os._exit` ends the
-  process and cannot be caught in-process (see docs/implementations-model.md);
+  the outcome's reason (`errors.reason`: one line), and the run goes on. `os._exit` or a signal
+  ends the process: an implementation with a `worker` runs in a worker process of its own
+  (kdtr.impl.isolation), where its death is its case's error (docs/implementations-model.md);
 - with `timeout_s`, the call runs under a SIGALRM timer (POSIX, main thread only): past it, the
   outcome is an error "ran past the case timeout". The signal is delivered between Python bytecodes,
   so a call blocked inside one C function (a long BLAS call, a device sync) is stopped when that
@@ -195,6 +196,50 @@ def _run_once(impl: Implementation, case: CaseData, device: str, device_inputs, 
         return _Ran(error=err)
 
 
+@dataclass(frozen=True)
+class Produced:
+    """What running an implementation on a case gave, before any comparison: its numpy outputs
+    (those it provides), or the contract they broke (`fault`), or the error it raised (`error`, one
+    line, and `error_type`, the exception's class name). `call` and `raw` as in Outcome; an
+    isolated implementation's come back from its worker process without them (kdtr.impl.isolation)."""
+
+    outputs: dict[str, np.ndarray] | None = None
+    fault: str | None = None
+    error: str | None = None
+    error_type: str | None = None
+    deterministic: bool | None = None
+    call: Callable[[], Any] | None = field(default=None, compare=False, repr=False)
+    raw: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
+
+
+def produce(impl: Implementation, case: CaseData, expected: Mapping[str, np.ndarray] | None = None, *,
+            determinism: bool = False, timeout_s: float | None = None,
+            device_inputs: Mapping[str, Any] | None = None) -> Produced:
+    """Run `impl` on `case` in this process and read its outputs back (see `evaluate`, which
+    compares them; an isolated implementation's worker process runs this). ImplUnavailable and a
+    kdtree error that is not the case's own are raised."""
+    from ..dtypes import to_numpy
+
+    device = device_for(impl)
+    ran = _run_once(impl, case, device, device_inputs, expected, timeout_s)
+    if ran.error is not None:
+        return Produced(error=reason(ran.error), error_type=type(ran.error).__name__)
+    if ran.fault is not None:
+        return Produced(fault=ran.fault, call=ran.call, raw=ran.raw)
+    provides = impl.provides(case.op, case.variant)
+    readback = np.asarray if device == HOST else to_numpy
+    try:
+        outputs = {name: readback(ran.raw[name]) for name in provides}
+    except Exception as err:  # noqa: BLE001 - a tensor that cannot be read back breaks the contract
+        return Produced(fault=f"its outputs cannot be read back: {reason(err)}")
+    deterministic = None
+    if determinism:
+        again = _run_once(impl, case, device, None, expected, timeout_s)
+        deterministic = again.error is None and again.fault is None and all(
+            _bitwise_equal(outputs[n], readback(again.raw[n])) for n in provides)
+    return Produced(outputs, deterministic=deterministic, call=ran.call, raw=ran.raw)
+
+
 def evaluate(impl: Implementation, case: CaseData, expected: Mapping[str, np.ndarray] | None = None,
              tolerances: Mapping[str, Tolerance] | None = None, *, determinism: bool = False,
              timeout_s: float | None = None, device_inputs: Mapping[str, Any] | None = None,
@@ -203,10 +248,10 @@ def evaluate(impl: Implementation, case: CaseData, expected: Mapping[str, np.nda
     the op's names) also catches a NaN where it has none; with `tolerances` too, every output the
     implementation provides is compared (kdtr.compare.compare_output). `determinism` runs it a
     second time and says whether the outputs are bitwise equal. `device_inputs`: torch inputs the
-    caller uploaded (bench keeps them for the timed calls); default: uploaded here. `bounds`: per
-    output, a derived per-element error bound that widens its tolerance (docs/numerics.md)."""
+    caller uploaded (bench keeps them for the timed calls); default: uploaded here (an isolated
+    implementation's worker uploads its own). `bounds`: per output, a derived per-element error
+    bound that widens its tolerance (docs/numerics.md)."""
     from ..compare import compare_output
-    from ..dtypes import to_numpy
 
     op, variant = case.op, case.variant
     if not impl.serves(op.name, variant):
@@ -216,36 +261,30 @@ def evaluate(impl: Implementation, case: CaseData, expected: Mapping[str, np.nda
         why = impl.unavailable()
         if why:
             raise ImplUnavailable(f"{impl.name}: {why}")
-        device = device_for(impl)
-        ran = _run_once(impl, case, device, device_inputs, expected, timeout_s)
+        if impl.worker is not None:
+            from .isolation import produce_in_worker
+
+            got = produce_in_worker(impl, case, expected, determinism=determinism, timeout_s=timeout_s)
+        else:
+            got = produce(impl, case, expected, determinism=determinism, timeout_s=timeout_s,
+                          device_inputs=device_inputs)
     except ImplUnavailable as err:
         return Outcome(Status.SKIPPED, impl.name, str(err), seconds=time.perf_counter() - started)
     seconds = time.perf_counter() - started
-    if ran.error is not None:
-        return Outcome(Status.ERROR, impl.name, reason(ran.error), seconds=seconds,
-                       error_type=type(ran.error).__name__)
-    if ran.fault is not None:
-        return Outcome(Status.FAILED, impl.name, ran.fault, seconds=seconds, call=ran.call, raw=ran.raw)
+    if got.error is not None:
+        return Outcome(Status.ERROR, impl.name, got.error, seconds=seconds, error_type=got.error_type)
+    if got.fault is not None:
+        return Outcome(Status.FAILED, impl.name, got.fault, seconds=seconds, call=got.call, raw=got.raw)
     provides = impl.provides(op, variant)
-    readback = np.asarray if device == HOST else to_numpy
-    try:
-        outputs = {name: readback(ran.raw[name]) for name in provides}
-    except Exception as err:  # noqa: BLE001 - a tensor that cannot be read back breaks the contract
-        return Outcome(Status.FAILED, impl.name, f"its outputs cannot be read back: {reason(err)}", seconds=seconds)
-    deterministic = None
-    if determinism:
-        again = _run_once(impl, case, device, None, expected, timeout_s)
-        deterministic = again.error is None and again.fault is None and all(
-            _bitwise_equal(outputs[n], readback(again.raw[n])) for n in provides)
     checks: tuple = ()
     if expected is not None and tolerances is not None:
         bounds = bounds or {}
-        checks = tuple(compare_output(name, outputs[name], expected[name], tolerances[name], bounds.get(name))
+        checks = tuple(compare_output(name, got.outputs[name], expected[name], tolerances[name], bounds.get(name))
                        for name in provides)
     missed = "; ".join(f"{c.name}: {c.reason}" for c in checks if not c.passed)
     return Outcome(Status.FAILED if missed else Status.PASSED, impl.name, missed or None, checks,
-                   tuple(n for n in op.outputs if n not in provides), deterministic, seconds,
-                   outputs=outputs, call=ran.call, raw=ran.raw)
+                   tuple(n for n in op.outputs if n not in provides), got.deterministic, seconds,
+                   outputs=got.outputs, call=got.call, raw=got.raw)
 
 
 def _bitwise_equal(a: np.ndarray, b: np.ndarray) -> bool:

@@ -22,20 +22,15 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..dtypes import NUMPY_DTYPES
+from ..dtypes import NUMPY_DTYPES, spacing
 from ..ops.base import Op
 
 CHUNK = 1 << 20                  # elements per step: memory stays bounded for any output
-BF16_MANTISSA = 7                # stored fraction bits of bf16
-BF16_MIN_EXP = -126
 
 
 def bf16_ulp(x: np.ndarray) -> np.ndarray:
     """The spacing of bf16 numbers at |x| (float64), see the module docstring."""
-    x = np.abs(np.asarray(x, dtype=np.float64))
-    _, exp = np.frexp(x)                              # x = m * 2^exp, m in [0.5, 1): e = exp - 1
-    e = np.where(x < 2.0 ** BF16_MIN_EXP, BF16_MIN_EXP, exp.astype(np.int64) - 1)   # frexp(0) is (0, 0)
-    return np.ldexp(1.0, e - BF16_MANTISSA)
+    return spacing(x, NUMPY_DTYPES["bf16"])
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,7 @@ def resolve(spec: str) -> Implementation:
     if "=" in spec:
         target_op, _, target = spec.partition("=")
         serves = _serves(target_op, spec)
-        return _callable_impl(spec, _load(target, spec), (serves,))
+        return callable_impl(spec, _load(target, spec), (serves,))
     points = _entry_points()
     if spec in points:
         return _from_entry_point(points[spec])
@@ -79,18 +79,27 @@ class ImplRef:
     """A resolved implementation as a picklable record: the spec it was resolved from and the name
     it answers to (which need not be the spec: an entry point's Implementation names itself).
     `load()` gives the Implementation back (the per-process cache; a worker process resolves the
-    spec once)."""
+    spec once): ours (cuda, torch, numpy) to run in the calling process, any other in a worker
+    process of its own, where the spec is resolved again (kdtr.impl.isolation)."""
 
     spec: str
     name: str
 
     def load(self) -> Implementation:
-        return resolved(self.spec)
+        impl = resolved(self.spec)
+        if self.spec in BUILTINS:
+            return impl
+        from .isolation import isolated
+
+        return isolated(impl, functools.partial(resolved, self.spec))
 
 
 def resolve_refs(specs: Iterable[str]) -> tuple[ImplRef, ...]:
-    """Each spec resolved once (a UsageError up front for one that does not resolve), in order; a
-    name given twice is one implementation."""
+    """Each spec resolved once (a UsageError up front for one that does not resolve, a ConfigError
+    for a bad KDTREE_ISOLATE), in order; a name given twice is one implementation."""
+    from .isolation import isolation_on
+
+    isolation_on()
     out: dict[str, ImplRef] = {}
     for spec in specs:
         out.setdefault(resolved(spec).name, ImplRef(spec.strip() if isinstance(spec, str) else spec,
@@ -162,7 +171,7 @@ def _load_file(path: Path, spec: str):
     return module
 
 
-def _callable_impl(name: str, fn: Callable, serves: tuple[Serves, ...]) -> Implementation:
+def callable_impl(name: str, fn: Callable, serves: tuple[Serves, ...]) -> Implementation:
     """A user's `fn(inputs, params)` as an Implementation (the call is the whole of the work)."""
     def prepare(op, variant, inputs, params):
         return lambda: fn(inputs, params)
@@ -190,4 +199,4 @@ def _from_entry_point(ep: metadata.EntryPoint) -> Implementation:
     outputs = getattr(obj, "kdtree_outputs", None)
     outputs = None if outputs is None else tuple(outputs)
     serves = tuple(_serves(str(s), where, outputs) for s in declared)
-    return _callable_impl(ep.name, obj, serves)
+    return callable_impl(ep.name, obj, serves)

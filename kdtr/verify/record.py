@@ -107,11 +107,11 @@ def shard_key(path: str | Path) -> str:
     return f"{path.parent.name}/{path.stem}"
 
 
-def suite_digest(files: Iterable[str | Path]) -> str:
-    """sha256 over the selected bundles (before sharding): each one's shard key and the header crc32
-    of its preamble (which covers its meta and every tensor's crc32), read without the tensors. Shards
-    of one selection of one golden set share it; a shard of another one does not."""
-    digest = hashlib.sha256()
+def bundle_prints(files: Iterable[str | Path]) -> list[tuple[str, str]]:
+    """Each bundle's shard key and the header crc32 of its preamble (which covers its meta and every
+    tensor's crc32), read without the tensors; sorted. What a record keeps of its shard's bundles
+    (meta `bundles`) and what the suite digest is made of."""
+    prints = []
     for key, path in sorted((shard_key(f), Path(f)) for f in files):
         try:
             with open(path, "rb") as handle:
@@ -120,9 +120,21 @@ def suite_digest(files: Iterable[str | Path]) -> str:
             head = b""
         if len(head) == PREAMBLE.size and head.startswith(MAGIC):
             _, _, _, header_len, header_crc, _ = PREAMBLE.unpack(head)
-            fingerprint = f"{header_len}:{header_crc:08x}"
+            prints.append((key, f"{header_len}:{header_crc:08x}"))
         else:
-            fingerprint = "unreadable"          # verify reports the bundle itself
+            prints.append((key, "unreadable"))          # verify reports the bundle itself
+    return prints
+
+
+def suite_digest(files: Iterable[str | Path]) -> str:
+    """sha256 over the selected bundles (before sharding), their `bundle_prints`. Shards of one
+    selection of one golden set share it; a shard of another one does not."""
+    return prints_digest(bundle_prints(files))
+
+
+def prints_digest(prints: Iterable[tuple[str, str]]) -> str:
+    digest = hashlib.sha256()
+    for key, fingerprint in sorted(prints):
         # surrogateescape: a file name that is not UTF-8 still has bytes to digest
         digest.update(f"{key}\0{fingerprint}\n".encode("utf-8", "surrogateescape"))
     return digest.hexdigest()
@@ -180,11 +192,15 @@ class VerifyRecord(Record):
 def verify_record(rows: Iterable[VerifyRow], errors: Iterable[str], *, suite: str,
                   shard: Any = None, kernels: Iterable[dict] | None = None,
                   command: str = "verify", not_run: Iterable[str] = (),
-                  implementations: Mapping[str, dict] | None = None) -> VerifyRecord:
+                  implementations: Mapping[str, dict] | None = None,
+                  bundles: Iterable[tuple[str, str]] | None = None) -> VerifyRecord:
     """A run's record; `shard` is a parallel.Shard (None: the whole selection, "1/1");
-    `implementations` (--impl, --against): name -> what `implementation_info` says of it."""
+    `implementations` (--impl, --against): name -> what `implementation_info` says of it;
+    `bundles`: the `bundle_prints` of this shard's bundles (`report --merge` checks them)."""
     meta = report.record_meta(command) | {
         "shard": parallel.Shard.label(shard), "suite_sha256": suite}
+    if bundles is not None:
+        meta["bundles"] = [list(pair) for pair in bundles]
     if implementations:
         meta["implementations"] = dict(implementations)
     return VerifyRecord(meta, tuple(rows), tuple(errors), None if kernels is None else tuple(kernels),
@@ -200,13 +216,48 @@ def load_verify(path: str | Path) -> VerifyRecord:
     return VerifyRecord.load(report.portable(path))
 
 
+def check_bundles(records: list[VerifyRecord], labels: list[str]) -> list[str]:
+    """Why the shards' own bundles do not make up the suite their digest names (empty: they do):
+    each record lists its shard's bundles (meta `bundles`); together they must give the suite
+    digest back, none in two shards, each (name-hash split) in the shard its name hashes to, and
+    each row of a bundle its record lists. A record's meta alone (its shard, its digest) can be
+    copied or edited; the bundles its rows come from are checked here."""
+    problems: list[str] = []
+    owner: dict[str, str] = {}
+    union: list[tuple[str, str]] = []
+    for label, record in zip(labels, records):
+        listed = record.meta.get("bundles")
+        if not isinstance(listed, list) or not all(isinstance(p, list) and len(p) == 2 for p in listed):
+            problems.append(f"{label}: no list of its bundles in its meta (re-run it with this kdtree)")
+            continue
+        prints = [(str(key), str(fingerprint)) for key, fingerprint in listed]
+        shard = parallel.Shard.parse(record.meta["shard"].partition("@")[0])
+        hashed = "@" not in record.meta["shard"]
+        for key, _ in prints:
+            if key in owner:
+                problems.append(f"{label}: {key} is also in {owner[key]}")
+            elif hashed and not shard.owns(key):
+                problems.append(f"{label}: {key} is not a bundle of shard {record.meta['shard']}")
+            owner.setdefault(key, label)
+        keys = {key for key, _ in prints}
+        strays = sorted({shard_key(row.file) for row in record.rows} - keys)
+        if strays:
+            problems.append(f"{label}: rows of {', '.join(strays[:3])}{' …' if len(strays) > 3 else ''}, "
+                            "not among its bundles")
+        union += prints
+    if not problems and prints_digest(union) != records[0].meta["suite_sha256"]:
+        problems.append("the shards' bundles together are not the suite their digest names "
+                        "(a bundle missing, or another golden set)")
+    return problems
+
+
 def merge_verify(paths: Iterable[str | Path]) -> VerifyRecord:
     """One record from the records of every shard of one run, rows in input order; a duplicate,
     missing or foreign shard is a UsageError listing each problem. meta.shards says what it joined."""
     paths = list(paths)
     records = [load_verify(p) for p in paths]
     labels = [report.portable(p) for p in paths]
-    problems = report.check_shards([r.meta for r in records], labels)
+    problems = report.check_shards([r.meta for r in records], labels) or check_bundles(records, labels)
     if problems:
         raise UsageError("cannot merge: " + "; ".join(problems))
     meta = report.record_meta("report --merge") | {

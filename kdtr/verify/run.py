@@ -20,8 +20,8 @@ from ..numerics import derived_bounds
 from ..walk import files_below
 from ..ops.base import Case, Op, Tolerance
 from .options import Options
-from .record import (DEVICE_REFERENCE, REFERENCE, VerifyRecord, VerifyRow, implementation_info, shard_key,
-                     suite_digest, verify_record)
+from .record import (DEVICE_REFERENCE, REFERENCE, VerifyRecord, VerifyRow, bundle_prints, implementation_info,
+                     shard_key, suite_digest, verify_record)
 from .tolerance import loosened, tolerances
 
 if TYPE_CHECKING:
@@ -32,7 +32,8 @@ def find_bundles(paths: Iterable[str | Path]) -> list[Path]:
     """Files as given; directories expanded to every *.kdtr below them (linked subfolders followed,
     each folder once), sorted; a bundle named twice (`verify goldens goldens`, a file and its
     folder) once. A *.kdtr that is not a regular file (a dangling link, a FIFO) is an error, never
-    silently skipped."""
+    silently skipped, and so is an empty path (it would read as the current folder). The one finder
+    of `kdtree verify` and `pytest --kdtree`."""
     seen: set[Path] = set()
     found: list[Path] = []
     for candidate in _candidates(paths):
@@ -45,6 +46,8 @@ def find_bundles(paths: Iterable[str | Path]) -> list[Path]:
 
 def _candidates(paths: Iterable[str | Path]) -> Iterator[Path]:
     for raw in paths:
+        if not str(raw).strip():
+            raise UsageError(f"{str(raw)!r}: an empty path names no bundle (the current folder is '.')")
         path = Path(raw)
         candidates = files_below(path, "*.kdtr") if path.is_dir() else [path]
         for candidate in candidates:
@@ -352,8 +355,9 @@ def run_verify(selection: Selection, options: Options = Options(),
         kernels = loaded_kernels()
     refs = (*options.impls, *([options.against] if options.against else []))
     record = verify_record(rows, errors, suite=suite_digest(selected), shard=selection.shard, kernels=kernels,
-                           not_run=not_run, implementations={r.name: implementation_info(r.load()) for r in refs})
-    why = None if errors else nothing_ran(record, options)
+                           not_run=not_run, implementations={r.name: implementation_info(r.load()) for r in refs},
+                           bundles=bundle_prints(files))
+    why = None if errors or not files else nothing_ran(record, options)     # an empty shard: its record
     if why:
         raise NothingRan(why, record)
     return record

@@ -313,3 +313,55 @@ def test_the_tolerance_share_shown_is_the_worst_outputs(capsys):
     assert "tol_share=2.5 " in render.verify_lines([row]) + " "
     legacy = SimpleNamespace(**{k: v for k, v in vars(check(0.0)).items() if k != "tol_share"})
     assert "tol_share" not in render.verify_lines([VerifyRow(**{**vars(row), "outputs": (legacy,)})])
+
+
+def test_a_quiet_line_of_a_row_that_compared_nothing_has_no_figures(goldens, tmp_path):
+    """Issue 35: an errored (or timed out) row's -q line read `max_abs=0 rel_l2=0` beside the error,
+    figures of a comparison that never happened."""
+    mine = tmp_path / "raising.py"
+    mine.write_text("import time\ndef fn(inputs, params):\n    if params['batch'] == 4:\n        time.sleep(30)\n"
+                    "    raise ValueError('no kernel here')\n")
+    result = invoke("verify", goldens / "tree_build", goldens / "tree_accept", "-q", "--case-timeout", "1",
+                    "--impl", f"tree_build={mine}:fn", "--impl", f"tree_accept={mine}:fn")
+    assert result.exit_code == 1, result.output
+    failed = [line for line in result.output.splitlines() if line.startswith("FAIL")]
+    assert len(failed) == 3 and any("ValueError: no kernel here" in line for line in failed), result.output
+    assert any("case timeout" in line for line in failed)
+    assert not any("max_abs" in line or "rel_l2" in line for line in failed), failed
+
+
+def _verify_into(goldens, tmp_path, stdout, *extra):
+    return subprocess.run(kdtree_command("verify", goldens, "--backend", "numpy", *extra), stdout=stdout,
+                          stderr=subprocess.PIPE, text=True, cwd=tmp_path, timeout=300,
+                          env=dict(os.environ, NO_COLOR="1", PYTHONPATH=str(REPO_ROOT)))
+
+
+@pytest.mark.parametrize("extra", [(), ("-q",)])
+def test_a_closed_stdout_pipe_neither_fails_the_run_nor_loses_the_record(goldens, tmp_path, extra):
+    """Issue 35: `verify … --json r.json | head -1` exited 1 with no r.json and no message (rich
+    turns a broken pipe into exit 1). The reader is gone before the first line here."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = _verify_into(goldens, tmp_path, write, "--json", "r.json", *extra)
+    finally:
+        os.close(write)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert json.loads((tmp_path / "r.json").read_text())["summary"]["passed"] == 5
+
+
+def test_a_full_stdout_is_one_line_exit_2_and_the_record_is_written(goldens, tmp_path):
+    """Issue 35: `> /dev/full` gave a traceback and no record."""
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    with open("/dev/full", "w") as full:
+        done = _verify_into(goldens, tmp_path, full, "--json", "r.json")
+        to_stdout = _verify_into(goldens, tmp_path, full, "--json", "-")
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "kdtree: error: stdout: cannot write: No space left on device (the tables were lost; the files asked "
+        "for were written)"]
+    assert json.loads((tmp_path / "r.json").read_text())["summary"]["passed"] == 5
+    assert to_stdout.returncode == 2 and "Traceback" not in to_stdout.stderr
+    assert to_stdout.stderr.strip().splitlines()[-1] == \
+        "kdtree: error: --json -: cannot write to stdout: No space left on device"

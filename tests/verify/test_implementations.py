@@ -99,11 +99,13 @@ def test_against_an_unavailable_peer_compares_nothing_exit_2(goldens):
 
 
 def test_bench_impl_times_a_file_implementation_in_the_same_run(goldens, user_file, tmp_path):
+    """The right one is timed; the wrong one is a failed row, and (an implementation under test
+    failed: issue 35) exit 1."""
     record = tmp_path / "b.json"
     bundle = next((goldens / "verify_attn").glob("bf16_paged*.kdtr"))
     result = kdtree("bench", bundle, "--quick", "--no-sanity", "--impl", f"verify_attn={user_file}:attn",
                     "--impl", f"verify_attn={user_file}:scaled", "--json", record, "-v", cwd=tmp_path)
-    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.returncode == 1, result.stdout + result.stderr
     rows = {r["impl"]: r for r in json.loads(record.read_text())["rows"]}
     mine, scaled = rows[f"verify_attn={user_file}:attn"], rows[f"verify_attn={user_file}:scaled"]
     assert mine["timing"] is not None and mine["check_passed"] and "implementation" in mine["extra"]

@@ -37,6 +37,22 @@ def test_worst_difference_names_the_request_and_the_element():
     assert worst_difference({"out": batched["out"][[1]]}, batched, [1]) is None
 
 
+def test_ulps_are_floored_at_the_outputs_scale():
+    """Issue 35: 7e-10 on an element of 1.1e-7, in an output of RMS 0.062, read 98304 ulps (the f32
+    spacing at the element); at the output's scale it is a fifth of an ulp, as --against's parity
+    counts it. An element at the scale keeps its own ulps; a NaN against a number is inf."""
+    batched = {"out": np.full((2, 4), 0.062, np.float32)}
+    batched["out"][1, 2] = 1.1e-7
+    probed = {"out": batched["out"][[1]].copy()}
+    probed["out"][0, 2] += np.float32(7e-10)
+    worst = worst_difference(probed, batched, [1])
+    assert worst.index == (2,) and 0.1 < worst.ulps < 0.3, worst
+    probed["out"][0, 0] = np.nextafter(np.float32(0.062), np.float32(1))          # one ulp at the scale
+    assert worst_difference(probed, batched, [1]).ulps == 1.0
+    probed["out"][0, 3] = np.nan
+    assert worst_difference(probed, batched, [1]).ulps == float("inf")
+
+
 def test_the_fixed_permutation_moves_every_request():
     for count in (2, 3, 5, 16):
         order = fixed_permutation(count)

@@ -207,3 +207,104 @@ def test_each_xdist_worker_pins_one_gpu(monkeypatch, worker, visible, pinned):
     import os
 
     assert os.environ["CUDA_VISIBLE_DEVICES"] == pinned
+
+
+# an implementation of tree_build that segfaults on its first call (a marker file remembers, across
+# its worker processes) and is right on every later one
+CRASHING_ONCE = """\
+import ctypes
+from pathlib import Path
+from kdtr.ops import get_op
+
+def build(inputs, params):
+    mark = Path(__file__).with_suffix(".crashed")
+    if not mark.exists():
+        mark.touch()
+        ctypes.string_at(0)
+    return get_op("tree_build").run_torch("default", inputs, params)
+"""
+
+
+def test_a_crashing_implementation_fails_its_item_and_the_session_goes_on(pytester, goldens):
+    """Issue 35: before, the segfault ended pytest itself (no summary; exit by the signal). Now the
+    item fails with the cause, the other tree_build item passes in a fresh worker, exit 1."""
+    (pytester.path / "crashing.py").write_text(CRASHING_ONCE)
+    result = pytester.runpytest_subprocess("--kdtree", str(goldens), "--kdtree-impl", "tree_build=crashing.py:build")
+    result.assert_outcomes(passed=1, failed=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*its worker process died running this case: killed by SIGSEGV*"])
+
+
+def test_kdtree_case_check_runs_a_module_level_function_in_a_worker(pytester, goldens):
+    pytester.makepyfile(test_mine="""
+        import ctypes
+        import pytest
+
+        def crash(inputs, params):
+            ctypes.string_at(0)
+
+        def test_mine(kdtree_case):
+            if kdtree_case.op != "tree_accept":
+                pytest.skip("mine is a tree_accept")
+            kdtree_case.check(crash)
+
+        def test_after():
+            pass
+    """)
+    result = pytester.runpytest_subprocess("test_mine.py", "--kdtree", str(goldens))
+    result.assert_outcomes(passed=1, failed=1, skipped=BUNDLES - 1)
+    result.stdout.fnmatch_lines(["*killed by SIGSEGV*"])
+
+
+# an implementation of tree_build that is wrong on one of the two tree_build bundles (batch 3)
+WRONG_ON_ONE = """\
+from kdtr.ops import get_op
+
+def build(inputs, params):
+    out = dict(get_op("tree_build").run_torch("default", inputs, params))
+    if params["batch"] == 3:
+        out["tokens"] = out["tokens"] + 1
+    return out
+"""
+
+
+def test_lf_sw_and_k_find_the_items_again(pytester, goldens):
+    """Issue 35: `--lf` reran everything ("1 known failures not in selected tests"): pytest 9 parses
+    a cached id's [..] as params, and our items kept the bracket in their name."""
+    (pytester.path / "wrong.py").write_text(WRONG_ON_ONE)
+    args = ("--kdtree", str(goldens), "--kdtree-impl", "tree_build=wrong.py:build", "-p", "cacheprovider")
+    pytester.runpytest(*args).assert_outcomes(passed=1, failed=1)
+    last_failed = pytester.runpytest(*args, "--lf")
+    last_failed.assert_outcomes(failed=1)
+    last_failed.stdout.fnmatch_lines(["*rerun previous 1 failure*"])
+    pytester.runpytest(*args, "--sw").assert_outcomes(passed=1, failed=1)     # stops at the failure
+    stepwise = pytester.runpytest(*args, "--sw")
+    stepwise.assert_outcomes(failed=1, deselected=1)          # and starts again there
+    by_k = pytester.runpytest(*args, "-k", "b2_l3 and wrong.py")
+    by_k.assert_outcomes(passed=1, deselected=1)
+
+
+@pytest.mark.parametrize("fault, words", [("dangling", "a dangling symbolic link"), ("empty", "an empty path")])
+def test_the_plugin_refuses_what_verify_refuses(pytester, goldens, fault, words):
+    """Issue 35: a dangling *.kdtr link made `kdtree verify DIR` exit 2 but the plugin collect five
+    items fewer, silently; `--kdtree ''` collected the current folder. One finder for both now."""
+    from tests.helpers import invoke
+
+    target = str(goldens)
+    if fault == "dangling":
+        (goldens / "tree_accept" / "gone.kdtr").symlink_to(goldens / "nowhere.kdtr")
+    else:
+        target = ""
+    result = pytester.runpytest("--kdtree", target, "--kdtree-backend", "numpy")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*{words}*"])
+    verified = invoke("verify", target, "--backend", "numpy")
+    assert verified.exit_code == 2 and words in verified.output
+
+
+def test_every_bundle_the_finder_finds_is_an_item(pytester, goldens):
+    """Bundles under a folder pytest's own walk skips (norecursedirs: build/, dotted folders) are
+    items all the same, as verify verifies them."""
+    shutil.move(goldens / "tree_accept", goldens / "build")
+    result = pytester.runpytest("--kdtree", str(goldens), "--kdtree-backend", "numpy")
+    result.assert_outcomes(passed=BUNDLES)

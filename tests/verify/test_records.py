@@ -93,11 +93,12 @@ def test_a_record_names_no_absolute_folder(goldens, tmp_path):  # noqa: F811
 
 
 def shard_records(goldens: Path, tmp_path: Path, count: int, *extra: str) -> list[Path]:  # noqa: F811
+    """Every shard's record (a shard the selection leaves empty too: --allow-empty-shard)."""
     paths = []
     for index in range(1, count + 1):
         path = tmp_path / f"s{index}of{count}{'_'.join(extra)}.json"
         done = kdtree("verify", goldens, "--backend", "numpy", "-q", "--shard", f"{index}/{count}",
-                      "--json", path, *extra, cwd=tmp_path)
+                      "--json", path, "--allow-empty-shard", *extra, cwd=tmp_path)
         assert done.returncode == 0, done.stderr
         paths.append(path)
     return paths
@@ -162,3 +163,31 @@ def test_a_row_says_when_a_tolerance_is_looser_than_the_ops_default(goldens, tmp
     write_bundle(relaxed, meta | {"tolerance": meta["tolerance"] | {"bonus": {"atol": 1}}},
                  [(e.name, e.role, read_bundle(exact).array(e.name)) for e in read_bundle(exact).entries])
     assert [r.loosened for r in verify_bundle(relaxed, Options(backend="numpy"))] == [True]
+
+
+def test_a_merge_checks_the_bundles_not_only_the_meta(goldens, tmp_path):  # noqa: F811
+    """Issue 35: shard 1/2's record copied and its meta.shard edited to 2/2, or another selection's
+    shard with its suite digest edited to this suite's, merged as a whole run ("two cases twice,
+    the others missing"). Each record lists its shard's bundles; the merge checks them."""
+    s1, s2 = shard_records(goldens, tmp_path, 2)
+    _, k2 = shard_records(goldens, tmp_path, 2, "-k", "fp32")
+    relabelled = json.loads(s1.read_text())
+    relabelled["meta"]["shard"] = "2/2"
+    (tmp_path / "relabelled.json").write_text(json.dumps(relabelled))
+    foreign = json.loads(k2.read_text())
+    foreign["meta"]["suite_sha256"] = json.loads(s2.read_text())["meta"]["suite_sha256"]
+    (tmp_path / "foreign.json").write_text(json.dumps(foreign))
+    stale = json.loads(s2.read_text())
+    del stale["meta"]["bundles"]
+    (tmp_path / "stale.json").write_text(json.dumps(stale))
+    for second, words in (("relabelled.json", "is also in s1of2.json"),
+                          ("foreign.json", "not the suite their digest names"),
+                          ("stale.json", "no list of its bundles in its meta")):
+        done = kdtree("report", s1, tmp_path / second, "--merge", tmp_path / "bad.json", cwd=tmp_path)
+        assert done.returncode == 2 and words in done.stderr, (second, done.stderr)
+        assert done.stderr.count("\n") == 1 and not (tmp_path / "bad.json").exists()
+    rows_moved = json.loads(s2.read_text())
+    rows_moved["rows"] += json.loads(s1.read_text())["rows"]        # s1's rows, copied into s2's record
+    (tmp_path / "moved.json").write_text(json.dumps(rows_moved))
+    done = kdtree("report", s1, tmp_path / "moved.json", "--merge", tmp_path / "bad.json", cwd=tmp_path)
+    assert done.returncode == 2 and "not among its bundles" in done.stderr, done.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import zlib
 
 import pytest
 
@@ -133,8 +134,15 @@ def test_balance_from_a_bench_record_reads_its_case_seconds(tmp_path):
     assert dict(resolve_shard("1/2", None, path).costs) == {"verify_attn/x": 3.0, "tree_build/y": 1.0}
 
 
-@pytest.mark.parametrize("content, fault", [("{", "not JSON"), ('{"kind": "other"}', "not a verify or bench"),
-                                            ('{"kind": "kdtree.verify", "rows": []}', "no case times")])
+@pytest.mark.parametrize("content, fault", [
+    ("{", "not JSON"), ('{"kind": "other"}', "not a verify or bench"),
+    ('{"kind": "kdtree.verify", "rows": []}', "no case times"),
+    # issue 35: rows without seconds read as 0 s each, and every case went to shard 1
+    ('{"kind": "kdtree.verify", "rows": [{"op": "a", "case": "b"}]}', r"rows\[0\] \(a/b\) has no seconds"),
+    ('{"kind": "kdtree.verify", "rows": [{"op": "a", "case": "b", "seconds": null}]}', "has no seconds"),
+    ('{"kind": "kdtree.verify", "rows": [{"op": "a", "case": "b", "seconds": 0}]}', "no case times"),
+    ('{"kind": "kdtree.bench", "case_seconds": {"a/x b": 0}}', "no case times"),
+])
 def test_a_bad_balance_record_is_refused(tmp_path, content, fault):
     path = tmp_path / "r.json"
     path.write_text(content)
@@ -177,3 +185,69 @@ def test_gen_refs_and_bench_take_shard_auto_too(goldens, tmp_path):  # noqa: F81
     bench = kdtree("bench", "--shard", "auto", "--quick")
     assert bench.returncode == 2 and "no scheduler variable is set" in bench.stderr
     assert len(bench.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("value", ["1_0", "\u0662", "+2", " 2", "0x2"])
+def test_a_slurm_variable_in_anything_but_plain_digits_is_refused(goldens, value):  # noqa: F811
+    """Issue 35: int() read "1_0" as 10, Arabic-Indic "٢" and "+2" as 2; a typo must not pick a shard."""
+    run = kdtree("verify", goldens, "--backend", "numpy", "-q", "--shard", "auto",
+                 env_vars={"SLURM_ARRAY_TASK_ID": value, "SLURM_ARRAY_TASK_MIN": "0", "SLURM_ARRAY_TASK_COUNT": "20"})
+    assert run.returncode == 2 and run.stdout == "", run.stdout
+    assert len(run.stderr.strip().splitlines()) == 1 and f"SLURM_ARRAY_TASK_ID={value!r}" in run.stderr
+
+
+def test_a_stepped_slurm_array_is_refused(goldens):  # noqa: F811
+    """Issue 35: --array=0-6:2 gives IDs 0, 2, 4, 6 and COUNT 4; the step was ignored (task 2 ran
+    shard 3/4, tasks 4 and 6 none), now every task is refused."""
+    run = kdtree("verify", goldens, "--backend", "numpy", "-q", "--shard", "auto",
+                 env_vars={"SLURM_ARRAY_TASK_ID": "2", "SLURM_ARRAY_TASK_MIN": "0", "SLURM_ARRAY_TASK_COUNT": "4",
+                           "SLURM_ARRAY_TASK_STEP": "2"})
+    assert run.returncode == 2 and run.stdout == ""
+    assert len(run.stderr.strip().splitlines()) == 1 and "SLURM_ARRAY_TASK_STEP=2" in run.stderr
+
+
+def test_balance_from_a_record_without_seconds_is_one_line_exit_2(goldens, tmp_path):  # noqa: F811
+    """Issue 35: every case went to shard 1/2, shard 2/2 ran nothing and said nothing."""
+    earlier = tmp_path / "earlier.json"
+    assert kdtree("verify", goldens, "--backend", "numpy", "-q", "--json", earlier).returncode == 0
+    data = json.loads(earlier.read_text())
+    for row in data["rows"]:
+        del row["seconds"]
+    earlier.write_text(json.dumps(data))
+    run = kdtree("verify", goldens, "--backend", "numpy", "-q", "--shard", "2/2", "--balance-from", earlier)
+    assert run.returncode == 2 and run.stdout == ""
+    assert len(run.stderr.strip().splitlines()) == 1 and "has no seconds" in run.stderr
+
+
+@pytest.mark.parametrize("how", ["--shard", "slurm"])
+def test_an_empty_shard_is_refused_unless_allowed_and_the_merge_still_checks(goldens, tmp_path, how):  # noqa: F811
+    """Issue 35: `--shard 7/40` (or SLURM_ARRAY_TASK_COUNT=100000000) over 5 bundles exited 0 with
+    nothing printed and a record of 0 rows. Now one line, exit 2; with --allow-empty-shard a note,
+    an empty record, exit 0, and the merge of every shard still checks every bundle is there."""
+    count = 40 if how == "--shard" else 100_000_000
+    owners = {(zlib.crc32(name.encode()) % count) + 1 for name in bundle_names(goldens)}
+    empty = next(i for i in range(1, count + 1) if i not in owners)
+
+    def run(index, *extra, record=None):
+        args = ["verify", goldens, "--backend", "numpy", "-q", *extra, *(["--json", record] if record else [])]
+        if how == "--shard":
+            return kdtree(*args, "--shard", f"{index}/{count}")
+        return kdtree(*args, "--shard", "auto", env_vars={"SLURM_ARRAY_TASK_ID": str(index - 1),
+                                                          "SLURM_ARRAY_TASK_MIN": "0",
+                                                          "SLURM_ARRAY_TASK_COUNT": str(count)})
+    refused = run(empty, record=tmp_path / "refused.json")
+    assert refused.returncode == 2 and refused.stdout == "" and not (tmp_path / "refused.json").exists()
+    assert len(refused.stderr.strip().splitlines()) == 1
+    assert f"shard {empty}/{count} holds none of the 5 selected bundles" in refused.stderr
+    allowed = run(empty, "--allow-empty-shard", record=tmp_path / "empty.json")
+    assert allowed.returncode == 0, allowed.stderr
+    assert "holds none of the 5 selected bundles" in allowed.stderr
+    assert json.loads((tmp_path / "empty.json").read_text())["rows"] == []
+    if how == "--shard":         # the merge of one shard's record alone: the others are missing
+        merge = kdtree("report", tmp_path / "empty.json", "--merge", tmp_path / "m.json")
+        assert merge.returncode == 2 and "missing" in merge.stderr
+
+
+def test_allow_empty_shard_needs_shard(goldens):  # noqa: F811
+    run = kdtree("verify", goldens, "--backend", "numpy", "--allow-empty-shard")
+    assert run.returncode == 2 and "--allow-empty-shard goes with --shard" in run.stderr
