@@ -121,7 +121,7 @@ if want pytest99; then
 fi
 if want oob; then
   refs
-  step 120 kd verify goldens/verify_attn -k 'bf16_paged*' --impl cuda --impl verify_attn/bf16_paged=tests/data/oob_impl.py:verify_attn -q \
+  KDTREE_ISOLATE=1 step 120 kd verify goldens/verify_attn -k "bf16_paged*" --impl cuda --impl verify_attn/bf16_paged=tests/data/oob_impl.py:verify_attn -q \
       --json "$rec/verify-oob-impl.json"
   echo "== the out-of-bounds --impl run exited as above (1 wanted: its rows fail, the run goes on)"
   pack
