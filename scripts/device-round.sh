@@ -50,15 +50,16 @@ refs() { [ -n "$refs_done" ] || step 150 kd gen-refs -q; refs_done=1; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit,memory.total --format=csv,noheader
 want install && install_wheels
 if want verifyab; then
-  step 60 kd gen-refs specs/verify_attn.yaml -j 16 -q
-  step 60 kd verify goldens/verify_attn --backend cuda --trials 2 -q --json "$rec/verify-attn-native.json"
-  KDTREE_GPU=sm_120 step 60 kd verify goldens/verify_attn --backend cuda --trials 2 -q \
+  step 50 kd gen-refs specs/verify_attn.yaml -j 16 -q
+  step 45 kd verify goldens/verify_attn --backend cuda --trials 2 -q --json "$rec/verify-attn-native.json"
+  KDTREE_GPU=sm_120 step 45 kd verify goldens/verify_attn --backend cuda --trials 2 -q \
       --json "$rec/verify-attn-as-sm120.json"
   pack
 fi
 if want chain; then
+  # written under OUT itself: the record is rewritten after every case, so a call cut short keeps it
   step 130 kd bench "$serving" -k chain "${wgmma2[@]}" --define "$old_wgmma2" --time-limit 110 \
-      --json "$rec/bench-chain.json"
+      --json "$out/bench-chain.json"
   pack
 fi
 if want peers; then
