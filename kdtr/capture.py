@@ -22,15 +22,13 @@ from typing import Any, Mapping
 import numpy as np
 
 from .atomic import check_writable
-from .cases import input_fault
+from .cases import EXPECTED_CAPTURED, EXPECTED_REFERENCE, input_fault
 from .dtypes import FLOAT_DTYPES, NUMPY_DTYPES, kdtr_dtype, to_numpy
 from .errors import BundleError, UsageError
 from .format import write_bundle
 from .ops import get_op, op_names
 from .spec import NAME_RULE, is_safe_name
 
-EXPECTED_REFERENCE = "reference"
-EXPECTED_CAPTURED = "captured"
 RESERVED_META = ("op", "variant", "params", "expected", "captured_by")
 
 

@@ -18,6 +18,8 @@ from .ops import get_op
 from .ops.base import Op
 
 GOLDEN = "golden"                 # the expected outputs are the bundle's stored golden
+EXPECTED_REFERENCE = "reference"  # meta.expected of a bundle with inputs only (kdtr.capture)
+EXPECTED_CAPTURED = "captured"    # meta.expected of a bundle storing an engine's outputs (kdtr.capture)
 
 
 @dataclass(frozen=True)
@@ -64,8 +66,6 @@ def bundle_case(bundle: Bundle) -> tuple[Op, str, dict[str, Any], str]:
 def load_case(path: str | Path) -> LoadedCase:
     """Read a bundle and check it fits its op (names, dtypes, shapes, indices) before any backend runs.
     A bundle of kdtr.capture (meta.expected) may store no outputs ("reference") or captured ones."""
-    from .capture import EXPECTED_CAPTURED, EXPECTED_REFERENCE
-
     bundle = read_bundle(path)
     op, variant, params, case = bundle_case(bundle)
     inputs, expected = bundle.arrays("input"), bundle.arrays("output")
