@@ -12,7 +12,7 @@ import numpy as np
 from ..errors import UsageError
 from ..errors import reason
 from ..gpu_identity import with_ceilings
-from ..impl import CaseData, Implementation, Status
+from ..impl import CaseData, Implementation, Status, baselines
 from .cases import BenchItem
 from .ceilings import Ceilings, gpu_clocks, measure_ceilings
 from .record import (TIME_LIMIT_SKIP, BenchRecord, BenchRow, _jsonable, bench_meta, settings_dict, with_figures,
@@ -226,7 +226,7 @@ class _CaseRunner:
         del expected
         self.tolerances = op.tolerances(item.variant)
         self.baseline_tolerances = op.baseline_tolerances(item.variant)
-        self.baselines = op.baselines(item.variant, inputs, params)
+        self.baselines = baselines(op, item.variant, inputs, params)
         rows: list[BenchRow] = []
         for mode in env.modes:
             rows.extend(with_speedups(self._mode(mode)))

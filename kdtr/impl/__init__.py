@@ -4,7 +4,8 @@ The public API (verify, bench and the CLI wire it in):
 - `resolve(spec) -> Implementation` (`resolved(spec)`: cached), `resolve_all(specs)`, `builtin_names()`;
 - `Implementation.serves(op, variant)`, `.provides(op, variant)`, `.unavailable()`, `.versions()`,
   `.prepare(op, variant, inputs, params) -> call`, `impl(op, variant, inputs, params) -> outputs`;
-  an op's bench baselines (`Op.baselines`) are Implementations too, with a `BenchRole`;
+  `baselines(op, variant, inputs, params)`: an op's bench baselines (`Op.baselines` declares them)
+  as Implementations too, each with a `BenchRole`;
 - `resolve_refs(specs) -> (ImplRef, ...)`: picklable records of resolved implementations
   (`.load()`), what verify and bench carry to the end of a run and into worker processes;
 - `evaluate(impl, CaseData(op, variant, inputs, params), expected, tolerances) -> Outcome`: the one
@@ -14,11 +15,13 @@ The public API (verify, bench and the CLI wire it in):
 Importing it imports neither torch nor any peer.
 """
 
-from .base import BenchRole, Implementation, ImplUnavailable, Serves, check_outputs
+from ..ops.base import BenchRole
+from .base import Implementation, ImplUnavailable, Serves, check_outputs
+from .builtin import baselines
 from .evaluation import CaseData, Outcome, Status, evaluate
 from .parity import OutputParity, ParityReport, bf16_ulp, parity
 from .resolve import GROUP, ImplRef, builtin_names, resolve, resolve_all, resolve_refs, resolved
 
 __all__ = ["GROUP", "BenchRole", "CaseData", "ImplRef", "ImplUnavailable", "Implementation", "Outcome",
-           "OutputParity", "ParityReport", "Serves", "Status", "bf16_ulp", "builtin_names", "check_outputs", "evaluate",
-           "parity", "resolve", "resolve_all", "resolve_refs", "resolved"]
+           "OutputParity", "ParityReport", "Serves", "Status", "baselines", "bf16_ulp", "builtin_names", "check_outputs",
+           "evaluate", "parity", "resolve", "resolve_all", "resolve_refs", "resolved"]

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..dtypes import FLOAT_DTYPES, NUMPY_DTYPES
 from ..errors import KdtreeError
-from ..ops.base import Op
+from ..ops.base import BenchRole, Op
 
 Outputs = Mapping[str, Any]
 HOST = "numpy"             # the device of an implementation that takes and returns numpy arrays
@@ -48,29 +48,6 @@ def _available() -> str | None:
     return None
 
 
-CLOCKS = ("device", "host")
-
-
-@dataclass(frozen=True)
-class BenchRole:
-    """What `kdtree bench` alone reads off an op's baseline (an Implementation the op registers in
-    `Op.baselines`); nothing else looks at it. `clock`: how a call is timed, "device" (CUDA events
-    around device work) or "host" (perf_counter, for work done on the CPU; the call then includes
-    its own device<->host copies). `slow_setup`: left out by `kdtree bench --quick` (compilers).
-    `default`: timed unless `--baseline` names others (False: only when named). `backend`: the
-    built-in backend it is ("torch": op.run_torch), left out when that backend is the one under test.
-    """
-
-    clock: str = "device"
-    slow_setup: bool = False
-    default: bool = True
-    backend: str | None = None
-
-    def __post_init__(self):
-        if self.clock not in CLOCKS:
-            raise ValueError(f"clock must be one of {CLOCKS}, got {self.clock!r}")
-
-
 @dataclass(frozen=True)
 class Implementation:
     """One implementation of one or more ops (see the module docstring).
@@ -79,9 +56,9 @@ class Implementation:
     at import, and may import heavy packages. `version_info()` names the packages that ran (JSON-ready).
     `device` is where its inputs live: "cuda", "cpu", "auto" (the GPU when there is one), or
     HOST: numpy arrays in and out, no torch at all (the numpy reference: `verify -b numpy` never
-    imports torch). `bench` is set on an op's baselines only (BenchRole: how bench times it); an
-    op builds those per case, so their `probe` may also give a reason of the case's (SDPA that
-    would not fit in device memory), which bench shows as the row's skip.
+    imports torch). `bench` is set on an op's baselines only (BenchRole: how bench times it);
+    kdtr.impl.baselines builds those per case, so their `probe` may also give a reason of the
+    case's (SDPA that would not fit in device memory), which bench shows as the row's skip.
     """
 
     name: str

@@ -85,3 +85,18 @@ def cuda_build(name: str = "cuda", kernel: str | None = None,
 def builtin(name: str) -> Implementation:
     """The built-in implementation `--backend NAME` runs (looked up when used, so a test may swap it)."""
     return BUILTINS[name]
+
+
+def baselines(op, variant: str, inputs: Mapping[str, Any], params: Mapping[str, Any]) -> tuple[Implementation, ...]:
+    """The op's bench baselines for this case (`Op.baselines`) as Implementations serving exactly
+    this op and variant, each with its BenchRole; a built-in backend's is that backend under the
+    baseline's name."""
+    out = []
+    for b in op.baselines(variant, inputs, params):
+        serves = (Serves(op.name, variant, b.outputs),)
+        if b.prepare is None:
+            impl = replace(builtin(b.role.backend), name=b.name, serves_=serves, doc=b.doc, bench=b.role)
+        else:
+            impl = Implementation(b.name, serves, b.prepare, doc=b.doc, bench=b.role)
+        out.append(impl if b.probe is None else replace(impl, probe=b.probe))
+    return tuple(out)

@@ -8,14 +8,11 @@ module knows an op by name: adding an op = one module + one .cu + one spec (and 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
 from ..errors import DeviceError
-
-if TYPE_CHECKING:
-    from ..impl.base import Implementation
 
 EXACT = "exact"
 
@@ -104,6 +101,50 @@ class Generated:
     inputs: dict[str, np.ndarray]
     params: dict[str, Any]                                 # meta.params of the bundle
     aux: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+CLOCKS = ("device", "host")
+
+
+@dataclass(frozen=True)
+class BenchRole:
+    """How `kdtree bench` times one of an op's baselines (`Op.baselines`); nothing else looks at
+    it. `clock`: how a call is timed, "device" (CUDA events around device work) or "host"
+    (perf_counter, for work done on the CPU; the call then includes its own device<->host copies).
+    `slow_setup`: left out by `kdtree bench --quick` (compilers). `default`: timed unless
+    `--baseline` names others (False: only when named). `backend`: the built-in backend it is
+    ("torch": op.run_torch), left out when that backend is the one under test.
+    """
+
+    clock: str = "device"
+    slow_setup: bool = False
+    default: bool = True
+    backend: str | None = None
+
+    def __post_init__(self):
+        if self.clock not in CLOCKS:
+            raise ValueError(f"clock must be one of {CLOCKS}, got {self.clock!r}")
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """One implementation `kdtree bench` times beside our kernel on a case, as the op declares it
+    (`Op.baselines`); kdtr.impl.baselines makes it an Implementation serving exactly that op and
+    variant. `prepare(op, variant, inputs, params) -> call` as an Implementation's; None: the
+    built-in backend `role.backend` itself. `outputs`: the subset of the op's outputs it returns
+    (None: all); `probe`: why it cannot run this case here (None: it can), shown as the row's skip.
+    """
+
+    name: str
+    doc: str
+    role: BenchRole = BenchRole()
+    prepare: Callable | None = None
+    outputs: tuple[str, ...] | None = None
+    probe: Callable[[], str | None] | None = None
+
+    def __post_init__(self):
+        if self.prepare is None and self.role.backend is None:
+            raise ValueError(f"baseline {self.name}: give its prepare or the built-in backend it is")
 
 
 ROLES = ("default", "fallback", "experimental")
@@ -365,16 +406,12 @@ class Op:
 
     # -- bench ----------------------------------------------------------------------------
     def baselines(self, variant: str, inputs: Mapping[str, np.ndarray],
-                  params: Mapping[str, Any]) -> tuple["Implementation", ...]:
-        """What `kdtree bench` times beside our kernel: Implementations serving exactly this op and
-        variant (with the outputs each gives), each with its `bench` role (kdtr.impl.BenchRole) and
-        its name as bench shows and records it; `inputs` are the case's numpy arrays, for size
-        estimates (a baseline's probe may refuse the case). By default: the torch backend, eager."""
-        from ..impl.base import BenchRole, Serves
-        from ..impl.builtin import builtin
-
-        return (replace(builtin("torch"), serves_=(Serves(self.name, variant),), bench=BenchRole(backend="torch"),
-                        doc="the torch backend (run_torch), eager"),)
+                  params: Mapping[str, Any]) -> tuple[Baseline, ...]:
+        """What `kdtree bench` times beside our kernel on this case, each with its BenchRole and its
+        name as bench shows and records it (kdtr.impl.baselines makes them Implementations);
+        `inputs` are the case's numpy arrays, for size estimates (a baseline's probe may refuse the
+        case). By default: the torch backend, eager."""
+        return (Baseline("torch", "the torch backend (run_torch), eager", BenchRole(backend="torch")),)
 
     def compute_unit(self, variant: str, kernel: str | None = None) -> str:
         """The measured ceiling that bench rates this variant's FLOP/s against, run by our CUDA

@@ -11,7 +11,7 @@ import heapq
 import numpy as np
 
 from ._common import LeadingRequests, inline_array, name_from, rng_for
-from .base import Case, CudaKernel, Generated, Gpu, Op, Param, Tolerance
+from .base import Baseline, BenchRole, Case, CudaKernel, Generated, Gpu, Op, Param, Tolerance
 
 OUTPUT_DTYPES = {
     "tokens": "i32", "parents": "i32", "depths": "i32", "positions": "i32", "ranks": "i32",
@@ -390,12 +390,9 @@ class TreeBuild(LeadingRequests, Op):
     # -- bench ----------------------------------------------------------------------------
     def baselines(self, variant, inputs, params):
         """The torch backend, and the path the kernel replaces: the per-request CPU heap."""
-        from ..impl.base import BenchRole, Implementation, Serves
-
-        cpu_heap = Implementation("cpu_heap", (Serves(self.name, variant),), self._cpu_heap_prepare,
-                                  bench=BenchRole(clock="host"),
-                                  doc="the heapq reference per request, timed per batch on the host, "
-                                      "with the device->host copy of the top-K and the upload of the tree")
+        cpu_heap = Baseline("cpu_heap", "the heapq reference per request, timed per batch on the host, with the "
+                                        "device->host copy of the top-K and the upload of the tree",
+                            BenchRole(clock="host"), self._cpu_heap_prepare)
         return (*super().baselines(variant, inputs, params), cpu_heap)
 
     def _cpu_heap_prepare(self, op, variant, inputs, params):

@@ -10,6 +10,7 @@ from kdtr import bench
 from kdtr.backends import upload
 from kdtr.compare import compare_output
 from kdtr.dtypes import to_numpy
+from kdtr.impl import baselines as make_baselines
 from kdtr.ops import get_op
 from kdtr.ops.base import Case
 
@@ -66,7 +67,7 @@ def test_verify_attn_dense_reference_and_sdpa_baseline(variant):
         for name in ("out", "lse"):
             np.testing.assert_allclose(to_numpy(got[name]), expected[name], rtol=1e-6, atol=1e-6)
     assert op.bench_reference(variant, inputs, generated.params) is None      # CPU: the numpy reference
-    baselines = {b.name: b for b in op.baselines(variant, generated.inputs, generated.params)}
+    baselines = {b.name: b for b in make_baselines(op, variant, generated.inputs, generated.params)}
     if variant == "fp32":
         assert set(baselines) == {"torch", "torch_compile", "sdpa"}
         assert baselines["torch_compile"].bench.slow_setup and baselines["torch"].bench.backend == "torch"
@@ -98,7 +99,7 @@ def test_tree_build_cpu_heap_baseline_is_the_reference():
     op = get_op("tree_build")
     case = Case("t", "tree_build", "default", 3, dict(op._defaults, batch=4, depth=15, vocab=128, budget=32))
     generated = op.generate(case)
-    baselines = {b.name: b for b in op.baselines("default", generated.inputs, generated.params)}
+    baselines = {b.name: b for b in make_baselines(op, "default", generated.inputs, generated.params)}
     assert set(baselines) == {"torch", "cpu_heap"} and baselines["cpu_heap"].bench.clock == "host"
     got = baselines["cpu_heap"].prepare(op, "default", upload(generated.inputs, "cpu"), generated.params)()
     expected = op.reference("default", generated.inputs, generated.params)
@@ -108,7 +109,7 @@ def test_tree_build_cpu_heap_baseline_is_the_reference():
 
 def test_default_baseline_is_the_torch_backend():
     op = get_op("tree_accept")
-    (torch_baseline,) = op.baselines("default", {}, {})
+    (torch_baseline,) = make_baselines(op, "default", {}, {})
     assert torch_baseline.name == "torch" and torch_baseline.bench.clock == "device"
     assert torch_baseline.serves("tree_accept", "default") and not torch_baseline.serves("tree_build", "default")
     assert op.compute_unit("default") == "bf16_mma" and op.bench_reference("default", {}, {}) is None

@@ -13,6 +13,7 @@ import pytest
 
 from kdtr import bench
 from kdtr.bench import BenchRecord, BenchRow, TimingOptions, compare_records, judge, summarize
+from kdtr.impl import baselines as make_baselines
 from kdtr.ops import get_op
 from kdtr.ops.base import Case
 from tests.bench.fakes import CEILINGS, record, row, timing
@@ -131,7 +132,7 @@ def _default_suites_shape():
     for op_name, variant in sorted({(i.op, i.variant) for i in items}):
         op = get_op(op_name)
         gen = op.generate(Case("t", op_name, variant, 1, dict(op._defaults, **small[op_name])))
-        baselines = [b.name for b in op.baselines(variant, gen.inputs, gen.params) if b.bench.default]
+        baselines = [b.name for b in make_baselines(op, variant, gen.inputs, gen.params) if b.bench.default]
         shape[op_name, variant] = (["cuda", *baselines], sum((i.op, i.variant) == (op_name, variant) for i in items))
     return shape
 
