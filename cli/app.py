@@ -207,7 +207,7 @@ def write_stdout(text: str, option: str, stdout=None) -> None:
 
 
 def gpu_count() -> int:
-    from kdtr.device import gpu_available
+    from kdtr.runtime.device import gpu_available
 
     if not gpu_available():
         return 0

@@ -47,7 +47,7 @@ def e2e_cmd(
             raise UsageError(f"--budget {value}: must be in [0, 4096]")
     resolved = backends.resolve_backend(backend)
     if resolved == "cuda":
-        from kdtr.device import require_gpu
+        from kdtr.runtime.device import require_gpu
 
         require_gpu()
     cfg = ModelConfig(seed=seed)

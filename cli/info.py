@@ -44,7 +44,8 @@ def build_cmd(
 ):
     """Compile each kernel with NVRTC (no GPU needed) for the archs its launch can pick it on and report
     registers, shared memory, spills and what it serves there; the others are listed as not applicable."""
-    from kdtr import nvrtc, report
+    from kdtr.runtime import nvrtc
+    from kdtr import report
     from kdtr.config import config
     from kdtr.placement import placements
 

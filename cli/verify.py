@@ -161,7 +161,8 @@ def _implementations(specs, against, kernel, sanitize):
 
 def _sanitized_verify(tool, files, atol, rtol, trials, kernels, quiet, json_out: JsonOut) -> None:
     """verify under compute-sanitizer in a child process; exits with the combined verdict."""
-    from kdtr import report, sanitize
+    from kdtr import report
+    from kdtr.runtime import sanitize
 
     args = [str(f) for f in files] + [f"--trials={trials}"] + [f"--kernel={k}" for k in kernels]
     args += [f"--atol={atol}"] if atol is not None else []

@@ -22,7 +22,7 @@ def resolve_backend(name: str) -> str:
         raise UsageError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
     if name != "auto":
         return name
-    from .device import gpu_available
+    from .runtime.device import gpu_available
 
     return "cuda" if gpu_available() else "torch"
 

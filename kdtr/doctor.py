@@ -45,7 +45,7 @@ def facts() -> dict[str, Any]:
                            "platform": platform.platform(),
                            "packages": {p: _version(p) for p in PACKAGES}}
     try:
-        from .nvrtc import cuda_include_dir, nvrtc_version
+        from .runtime.nvrtc import cuda_include_dir, nvrtc_version
 
         out["nvrtc"] = ".".join(map(str, nvrtc_version()))
         out["cuda_headers"] = str(cuda_include_dir())

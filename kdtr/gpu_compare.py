@@ -10,7 +10,7 @@ from .bench import BenchRecord, BenchRow
 from .bench.ceilings import Ceilings
 from .bench.record import with_figures
 from .errors import UsageError
-from .gpu_identity import GpuIdentity, record_gpu
+from .runtime.gpu_identity import GpuIdentity, record_gpu
 
 
 @dataclass(frozen=True)

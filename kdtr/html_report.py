@@ -13,7 +13,7 @@ from typing import Any, Sequence
 from .atomic import atomic_write
 from .bench import COMPUTE_UNITS, RECORD_KIND, BenchRecord, BenchRow
 from .errors import UsageError
-from .gpu_identity import record_gpu
+from .runtime.gpu_identity import record_gpu
 from .plot import prefix_series, roofline_points
 from .report import VERIFY_KIND, portable
 from .svg_plot import PALETTE, Series, legend, log_chart

@@ -79,7 +79,7 @@ def _backend(name: str) -> str:
         raise UsageError(f"--kdtree-backend {name!r}: choose one of cuda, torch, numpy, auto")
     if name != "auto":
         return name
-    from .device import gpu_available
+    from .runtime.device import gpu_available
 
     return "cuda" if gpu_available() else "torch"
 

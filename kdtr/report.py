@@ -148,7 +148,7 @@ def device_info() -> dict[str, Any]:
             info.update(gpu=name, capability="sm_" + cap.replace(".", ""))
         info.update(driver=driver, clock_sm=sm, clock_sm_max=sm_max, clock_mem=mem)
     try:
-        from .nvrtc import nvrtc_version
+        from .runtime.nvrtc import nvrtc_version
 
         info["nvrtc"] = ".".join(map(str, nvrtc_version()))
     except Exception:   # NVRTC missing is a fact to record, not an error here
@@ -202,11 +202,11 @@ def ran_as() -> str | None:
 
 
 def record_meta(command: str) -> dict[str, Any]:
-    """Provenance of every record; `gpu` names the GPU its numbers come from (kdtr/gpu_identity.py),
+    """Provenance of every record; `gpu` names the GPU its numbers come from (kdtr/runtime/gpu_identity.py),
     `ran_as` only where KDTREE_GPU made the launches choose for another GPU."""
     import numpy
 
-    from .gpu_identity import gpu_meta
+    from .runtime.gpu_identity import gpu_meta
 
     device = device_info()
     meta = {"format": RECORD_FORMAT, "kdtree": __version__, "command": command,
@@ -227,7 +227,7 @@ def check_shards(metas: Sequence[Mapping[str, Any]], labels: Sequence[str] | Non
     `shard` ("I/N"; a run without --shard is "1/1") and `suite_sha256` (the selection before
     sharding): a record of another suite or selection or GPU model, a shard twice or a shard missing
     is a problem."""
-    from .gpu_identity import record_gpu
+    from .runtime.gpu_identity import record_gpu
 
     labels = list(labels) if labels is not None else [f"record {i + 1}" for i in range(len(metas))]
     problems, seen, count, suite = [], {}, None, None

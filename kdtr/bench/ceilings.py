@@ -94,7 +94,7 @@ def _empty_kernel():
     our kernels take) where that works, else torch's spin kernel with zero cycles."""
     try:
         from ..config import config
-        from ..device import get_kernel
+        from ..runtime.device import get_kernel
 
         folder = config().cache_dir / "bench"
         folder.mkdir(parents=True, exist_ok=True)

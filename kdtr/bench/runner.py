@@ -11,7 +11,7 @@ import numpy as np
 
 from ..errors import UsageError
 from ..errors import reason
-from ..gpu_identity import with_ceilings
+from ..runtime.gpu_identity import with_ceilings
 from ..impl import CaseData, Implementation, Status, baselines
 from .cases import BenchItem
 from .ceilings import Ceilings, gpu_clocks, measure_ceilings
@@ -48,14 +48,14 @@ class _Env:
 
     def __init__(self, settings: BenchSettings):
         from ..backends import resolve_backend
-        from ..device import gpu_available
+        from ..runtime.device import gpu_available
 
         backend = resolve_backend(settings.backend)
         if backend not in ("cuda", "torch"):
             raise UsageError(f"bench runs the cuda or torch backend, not {backend!r}")
         self.gpu = gpu_available()
         if backend == "cuda" and not self.gpu:
-            from ..device import require_gpu
+            from ..runtime.device import require_gpu
 
             require_gpu()
         self.primary = backend

@@ -34,7 +34,7 @@ def _cuda_prepare(op, variant, inputs, params, kernel: str | None = None, define
 
 
 def _cuda_probe() -> str | None:
-    from ..device import gpu_available, require_gpu
+    from ..runtime.device import gpu_available, require_gpu
     from ..errors import DeviceError
 
     if gpu_available():

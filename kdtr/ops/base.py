@@ -164,7 +164,7 @@ class Gpu:
         there is none; with KDTREE_GPU, its arch and shared-memory limit instead (the SM count
         stays the present GPU's, whose grid the split count fills; without a GPU the table's)."""
         from ..config import config
-        from ..device import gpu_available
+        from ..runtime.device import gpu_available
         from ..gpus import GPU_MODELS
 
         run_as = config().run_as
@@ -176,7 +176,7 @@ class Gpu:
     @staticmethod
     def present() -> "Gpu":
         """This machine's current GPU as it is (KDTREE_GPU aside); DeviceError without one."""
-        from ..device import device_arch, max_shared_optin, multiprocessor_count
+        from ..runtime.device import device_arch, max_shared_optin, multiprocessor_count
 
         return Gpu(int(device_arch().removeprefix("sm_")), multiprocessor_count(), max_shared_optin(own=True))
 

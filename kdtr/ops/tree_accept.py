@@ -201,7 +201,7 @@ class TreeAccept(LeadingRequests, Op):
         shared memory for large trees). `defines` may not override TA_CHUNKS (the launch's sizing)."""
         from ctypes import c_int
 
-        from ..device import get_kernel
+        from ..runtime.device import get_kernel
 
         entry = self.cuda_kernel(kernel or self.kernel_choice(variant, inputs, params), variant)
         batch, q = inputs["tokens"].shape

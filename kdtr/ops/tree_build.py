@@ -346,7 +346,7 @@ class TreeBuild(LeadingRequests, Op):
         import math
         from ctypes import c_int
 
-        from ..device import get_kernel, max_shared_optin
+        from ..runtime.device import get_kernel, max_shared_optin
 
         defines = defines or {}
         lp = inputs["topk_logp"]

@@ -322,7 +322,7 @@ def run_verify(selection: Selection, options: Options = Options(),
         raise selection.nothing_selected()
     devices = selection.devices
     if options.backend == "cuda" and files and not devices and not options.impls:
-        from ..device import require_gpu
+        from ..runtime.device import require_gpu
 
         require_gpu()                      # one line and exit 2 up front, not one per bundle
     if devices:
@@ -347,7 +347,7 @@ def run_verify(selection: Selection, options: Options = Options(),
             progress(BundleDone(Path(file), tuple(found), problem, unserved, done, len(files)))
     kernels = None
     if options.backend == "cuda" and not devices and not options.impls:
-        from ..device import loaded_kernels
+        from ..runtime.device import loaded_kernels
 
         kernels = loaded_kernels()
     refs = (*options.impls, *([options.against] if options.against else []))

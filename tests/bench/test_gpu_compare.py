@@ -16,7 +16,7 @@ from cli.main import app
 from kdtr.config import REPO_ROOT
 from kdtr.errors import UsageError
 from kdtr.gpu_compare import compare_gpus
-from kdtr.gpu_identity import gpu_meta, record_gpu
+from kdtr.runtime.gpu_identity import gpu_meta, record_gpu
 from kdtr.bench import BenchRecord
 from kdtr.report import check_shards, record_meta
 from tests.bench.fakes import H200, h200, other_gpu

@@ -145,7 +145,7 @@ def test_cli_bench_kernel_errors_exit_2(suites):
     assert len(unknown.output.strip().splitlines()) == 1
     bad = invoke("bench", suites, "--define", "fp32_dmma")
     assert bad.exit_code == 2 and "expected KERNEL:KNOB=VALUE" in bad.output
-    from kdtr.device import gpu_available
+    from kdtr.runtime.device import gpu_available
 
     if not gpu_available():
         cpu = invoke("bench", suites, "--kernel", "fp32_dmma")

@@ -198,7 +198,7 @@ def test_without_a_gpu_there_is_no_telemetry_and_no_lock():
 
 
 def test_cli_lock_clocks_without_a_gpu_exits_2_with_one_line(suites, tmp_path):
-    from kdtr.device import gpu_available
+    from kdtr.runtime.device import gpu_available
 
     if gpu_available():
         pytest.skip("a GPU is present")

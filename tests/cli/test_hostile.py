@@ -241,7 +241,7 @@ def test_impl_with_a_backend_is_refused(goldens, tmp_path):  # noqa: F811
 
 
 def test_devices_without_a_gpu_say_so(goldens, tmp_path):  # noqa: F811
-    from kdtr.device import gpu_available
+    from kdtr.runtime.device import gpu_available
 
     if gpu_available():
         pytest.skip("a GPU is visible: --devices runs on it")

@@ -84,15 +84,15 @@ def test_kernels_without_a_wave_model_keep_the_fill_rule():
 def test_a_forced_split_count_past_the_key_tiles_fails_before_any_launch(monkeypatch):
     """--define bf16_wgmma2:SPLITS=N: N beyond the case's key tiles would only allocate empty
     partials; the launch refuses it, naming the range, before it compiles or allocates anything."""
-    import kdtr.device
+    import kdtr.runtime.device
     from kdtr.ops import get_op
     from kdtr.ops.base import Case
 
     op = get_op("verify_attn")
     case = Case("c", "verify_attn", "bf16_paged", 5, dict(op._defaults, batch=2, heads=8, prefix=100, budget=8))
     gen = op.generate(case)
-    monkeypatch.setattr(kdtr.device, "multiprocessor_count", lambda *a: 132)
-    monkeypatch.setattr(kdtr.device, "get_kernel", lambda *a, **k: pytest.fail("compiled a refused launch"))
+    monkeypatch.setattr(kdtr.runtime.device, "multiprocessor_count", lambda *a: 132)
+    monkeypatch.setattr(kdtr.runtime.device, "get_kernel", lambda *a, **k: pytest.fail("compiled a refused launch"))
     tiles = math.ceil((2 * 100 + 9) / 64)
     with pytest.raises(ValueError, match=f"SPLITS=99: this case takes 1 to {tiles} KV splits"):
         op.run_cuda("bf16_paged", gen.inputs, gen.params, {}, kernel="bf16_wgmma2", defines={"SPLITS": "99"})

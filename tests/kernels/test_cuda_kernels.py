@@ -176,19 +176,19 @@ def check_attn(variant, case, got, want, inputs, params):
 def test_import_has_no_side_effects():
     import subprocess
 
-    code = ("import sys, kdtr.device, kdtr.nvrtc; "
+    code = ("import sys, kdtr.runtime.device, kdtr.runtime.nvrtc; "
             "assert 'torch' not in sys.modules and 'cuda.bindings.driver' not in sys.modules, sorted(sys.modules)")
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_gpu_available_never_raises():
-    from kdtr.device import gpu_available
+    from kdtr.runtime.device import gpu_available
 
     assert gpu_available() in (True, False)
 
 
 def test_require_gpu_names_the_reason():
-    from kdtr.device import gpu_available, require_gpu
+    from kdtr.runtime.device import gpu_available, require_gpu
 
     if gpu_available():
         require_gpu()
@@ -486,7 +486,7 @@ def test_launches_are_captured_by_a_cuda_graph(variant, kernel):
 def test_kernel_errors_name_the_kernel():
     import torch
 
-    from kdtr.device import get_kernel
+    from kdtr.runtime.device import get_kernel
     from kdtr.errors import LaunchError
 
     kernel = get_kernel("tree_accept_walk.cu", "tree_accept_walk")

@@ -1,8 +1,8 @@
-"""kdtr/device.py on the CPU: what it hands the driver (its launches are tested on the GPU by
+"""kdtr/runtime/device.py on the CPU: what it hands the driver (its launches are tested on the GPU by
 tests/kernels/test_cuda_kernels.py)."""
 from __future__ import annotations
 
-from kdtr import device
+from kdtr.runtime import device
 
 
 def test_a_dependent_launch_allows_programmatic_stream_serialization():

@@ -71,7 +71,7 @@ def paged(batch, heads, prefix, q_len):
                                           ("sm_90:101376", "bf16_mma99")])
 def test_every_launch_chooses_as_on_the_gpu_run_as(run_as, value, expect):
     """Gpu.here() is what every launch's choice reads (no GPU here: without KDTREE_GPU, the H200)."""
-    from kdtr.device import gpu_available
+    from kdtr.runtime.device import gpu_available
 
     if gpu_available():
         pytest.skip("a GPU is present: Gpu.here() reads its SM count")

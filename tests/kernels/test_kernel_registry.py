@@ -134,7 +134,7 @@ def test_no_kernel_for_the_gpu_is_a_device_error(variant, inputs, gpu):
 
 def test_without_a_gpu_the_choice_is_the_h200s(monkeypatch):
     from kdtr.config import config
-    from kdtr.device import gpu_available
+    from kdtr.runtime.device import gpu_available
 
     if gpu_available():
         pytest.skip("a GPU is present")

@@ -188,7 +188,7 @@ def run_cuda(op, variant, inputs, params, outputs, kernel=None, splits=None, def
     """One block per (row tile, request, KV split); a merge kernel when the keys are split."""
     import torch
 
-    from ...device import device_arch, get_kernel, multiprocessor_count
+    from ...runtime.device import device_arch, get_kernel, multiprocessor_count
 
     k = op.cuda_kernel(kernel or op.kernel_choice(variant, inputs, params), variant)
     layout = LAYOUTS[variant]

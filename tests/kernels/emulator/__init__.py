@@ -2,7 +2,7 @@
 `__shared__`, below) is compiled with g++ against host_cuda.h, a host model of CUDA's threads,
 barriers, shuffles, async copies and the mma.sync / ldmatrix fragments, into a shared library; the
 library's entries are launched through the very host code that launches them on a GPU (the op's
-`run_cuda`: kernel choice, grid, split count, merge), with kdtr.device's GPU queries answered as the
+`run_cuda`: kernel choice, grid, split count, merge), with kdtr.runtime.device's GPU queries answered as the
 emulated GPU would answer them.
 
 It is evidence of another kind than a GPU run: it executes every line of the kernel, its index
@@ -98,7 +98,7 @@ def arch_features(arch: str | None) -> dict[str, int]:
 
 
 class EmulatedKernel:
-    """kdtr.device.Kernel's launch, run on the CPU: the same arguments (CPU tensors in place of
+    """kdtr.runtime.device.Kernel's launch, run on the CPU: the same arguments (CPU tensors in place of
     device tensors), refused where the emulated GPU could not launch it."""
 
     def __init__(self, source: str, name: str, defines: dict, gpu: "EmulatedGpu"):
@@ -110,7 +110,7 @@ class EmulatedKernel:
                shared_mem: int = 0, stream: Any = None, *, dependent: bool = False) -> None:
         import torch
 
-        from kdtr.device import _dims
+        from kdtr.runtime.device import _dims
 
         g, b = _dims(grid, "grid", self), _dims(block, "block", self)     # checked as a GPU launch is
         if shared_mem > self.gpu.smem_optin:
@@ -135,7 +135,7 @@ class EmulatedKernel:
 
 
 class EmulatedGpu:
-    """What kdtr.device answers while the emulator stands in for a GPU: its arch, SM count and
+    """What kdtr.runtime.device answers while the emulator stands in for a GPU: its arch, SM count and
     shared-memory limit; `order` is the thread order of every block (0 ascending, 1 descending,
     >= 2 a seeded shuffle). `launches` records (entry, grid, block, shared memory) per launch."""
 
@@ -148,9 +148,9 @@ class EmulatedGpu:
 @contextlib.contextmanager
 def emulated(arch: int, sms: int, smem_optin: int, order: int = 0,
              kernels_dir: Path = KERNELS_DIR) -> Iterator[EmulatedGpu]:
-    """kdtr.device answering as the emulated GPU, and its get_kernel building for the CPU (from
+    """kdtr.runtime.device answering as the emulated GPU, and its get_kernel building for the CPU (from
     kernels_dir: kernels/, or a mutated copy)."""
-    from kdtr import device
+    from kdtr.runtime import device
 
     gpu = EmulatedGpu(arch, sms, smem_optin, order, kernels_dir)
     patches = {

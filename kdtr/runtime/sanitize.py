@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from .errors import DeviceError
+from ..config import REPO_ROOT
+from ..errors import DeviceError
 
 TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
 PREFIX = "========="
@@ -84,11 +85,11 @@ def run(tool: str, verify_args: list[str], result: SanitizeResult, *,
         raise DeviceError(f"unknown sanitizer tool {tool!r}; choose one of {', '.join(TOOLS)}")
     # --report-api-errors no: cuda-bindings probes driver entry points that this driver lacks
     # (cuGetProcAddress -> CUDA_ERROR_INVALID_VALUE), which memcheck would report as errors; our own
-    # CUDA calls are checked by kdtr.device, so a failing one still fails its case.
+    # CUDA calls are checked by kdtr.runtime.device, so a failing one still fails its case.
     command = [str(find_sanitizer()), "--tool", tool, "--print-limit", "50", "--report-api-errors", "no",
                sys.executable, "-m",
                cli_module, "verify", *verify_args, "--backend", "cuda", "--quiet"]
-    root = str(Path(__file__).resolve().parent.parent)
+    root = str(REPO_ROOT)
     env = dict(os.environ, PYTHONUNBUFFERED="1", NO_COLOR="1",
                PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env) as proc:

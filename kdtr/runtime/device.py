@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .errors import DeviceError, LaunchError
+from ..errors import DeviceError, LaunchError
 from .nvrtc import CompiledModule, compile_kernel
 
 DEFAULT_SHARED_LIMIT = 48 * 1024      # dynamic shared memory a kernel gets without opting in
@@ -158,7 +158,7 @@ def _device_attribute(attr_name: str, device: int | None) -> int:
 def max_shared_optin(device: int | None = None, *, own: bool = False) -> int:
     """The largest dynamic shared memory one block may opt in to (227 KB on Hopper); with
     KDTREE_GPU, at most that GPU's (launches then size themselves and refuse as there), unless `own`."""
-    from .config import config
+    from ..config import config
 
     limit = _device_attribute("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", device)
     run_as = None if own else config().run_as
@@ -190,7 +190,7 @@ class Kernel:
         limit = max_shared_optin(self.device)
         static = next((r.shared_bytes for r in self.module.resources if r.kernel == self.name), 0)
         if shared_mem + static > limit:
-            from .config import config
+            from ..config import config
 
             run_as = config().run_as
             raise self._fail(f"needs {shared_mem} B dynamic + {static} B static shared memory; "

@@ -20,9 +20,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from .atomic import atomic_write
-from .config import config
-from .errors import CompileError
+from ..atomic import atomic_write
+from ..config import config
+from ..errors import CompileError
 
 log = logging.getLogger(__name__)
 
