@@ -89,8 +89,8 @@ DevicesOpt = typer.Option(None, "--devices", help="One worker process per GPU: '
 
 
 def shard_spec(shard: str | None, shard_count: int | None, balance_from: Path | None):
-    """--shard, --shard-count and --balance-from as one kdtr.parallel.Shard (None: no sharding)."""
-    from kdtr.shards import resolve_shard
+    """--shard, --shard-count and --balance-from as one kdtr.scaleout.parallel.Shard (None: no sharding)."""
+    from kdtr.scaleout.shards import resolve_shard
 
     return resolve_shard(shard, shard_count, balance_from)
 
@@ -144,7 +144,7 @@ def parse_devices_option(text: str | None) -> list[str] | None:
     """--devices: the worker list; where no GPU is visible the workers run on the CPU, and it says so."""
     if text is None:
         return None
-    from kdtr.parallel import parse_devices
+    from kdtr.scaleout.parallel import parse_devices
 
     available = gpu_count()
     devices = parse_devices(text, available)

@@ -46,7 +46,8 @@ def _default_specs() -> list[Path]:
 
 def _items(paths: list[Path], pattern: Optional[str], quick: bool, spec):
     """The cases of this shard, and the meta that lets `report --merge` check shards join."""
-    from kdtr import bench, parallel
+    from kdtr import bench
+    from kdtr.scaleout import parallel
 
     selected = bench.collect_items(paths, pattern, quick)
     items = parallel.shard_items(selected, _key, spec)
@@ -62,7 +63,8 @@ def _key(item) -> str:
 def _run_on_devices(devices, items, settings, progress):
     """One spawned worker per GPU, cases spread by size; the records merge into one. A worker that
     crashes fails its cases (listed in the record's errors), never the whole run silently."""
-    from kdtr import bench, parallel
+    from kdtr import bench
+    from kdtr.scaleout import parallel
 
     groups = parallel.balance(items, bench.estimated_cost, len(devices))
     jobs = [[bench.WorkerJob(tuple(group), settings)] for group in groups]

@@ -37,7 +37,8 @@ def gen_refs_cmd(
     json_path: Optional[str] = JsonOpt,
 ):
     """Generate golden bundles from YAML suites (exact numpy references); skips fresh ones."""
-    from kdtr import parallel, refs, report, spec
+    from kdtr.scaleout import parallel
+    from kdtr import refs, report, spec
 
     json_out = JsonOut(json_path)
     if out.exists() and not out.is_dir():

@@ -15,7 +15,8 @@ from typing import Any, Iterable, Iterator
 
 import numpy as np
 
-from . import __version__, parallel
+from . import __version__
+from .scaleout import parallel
 from .atomic import remove_stale_temps
 from .errors import BundleError, LimitError, UsageError
 from .format import MAJOR as FORMAT_MAJOR, MINOR as FORMAT_MINOR, read_bundle, write_bundle

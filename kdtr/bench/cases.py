@@ -115,7 +115,7 @@ def selection_meta(selected: Sequence[BenchItem], shard) -> dict[str, str]:
     import hashlib
     import json
 
-    from ..parallel import Shard
+    from ..scaleout.parallel import Shard
 
     digest = hashlib.sha256(json.dumps(sorted([f"{i.op}/{i.name}", i.variant, i.params] for i in selected),
                                        sort_keys=True, default=str).encode()).hexdigest()

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
-from .. import parallel, report
+from ..scaleout import parallel
+from .. import report
 from ..cases import GOLDEN
 from ..compare import OutputCheck
 from ..errors import UsageError

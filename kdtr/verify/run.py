@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Se
 
 import numpy as np
 
-from .. import parallel, report
+from ..scaleout import parallel
+from .. import report
 from ..cases import GOLDEN, load_case, reference_outputs
 from ..errors import DeviceError, KdtreeError, UsageError
 from ..invariance import with_invariance
@@ -214,7 +215,7 @@ def verify_bundle(path: str | Path, options: Options,
 
 
 def trial_window(op: Op, variant: str, case_params: Mapping[str, Any], trials: int) -> int:
-    """How many trials' fresh inputs verify generates at once (kdtr.parallel.threaded_map): one
+    """How many trials' fresh inputs verify generates at once (kdtr.scaleout.parallel.threaded_map): one
     per usable core, no more than the trials, and no more than the op's memory estimate for the
     case fits in gen-refs' bound (refs.default_mem_limit: KDTREE_MEM_LIMIT, else half of
     MemAvailable) beside the loaded bundle's own inputs (no estimate: small, cores only); 1 (each

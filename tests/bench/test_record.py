@@ -211,7 +211,7 @@ def test_source_digest_names_the_code_not_the_checkout(tmp_path):
 
 
 def test_bench_selection_meta_names_the_shard_and_the_whole_selection():
-    from kdtr.parallel import Shard
+    from kdtr.scaleout.parallel import Shard
 
     items = [bench.BenchItem(f"c{i}", "tree_accept", "default", {"batch": i}, "s.yaml")
              for i in range(4)]

@@ -159,7 +159,7 @@ def test_jobs_beyond_the_cores_are_capped_and_said(tmp_path):
     (tmp_path / "s.yaml").write_text(SUITE.format(first="a"))
     done = kdtree("gen-refs", "s.yaml", "-o", "g", "-q", "--jobs", "10000", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    from kdtr.parallel import cpu_count
+    from kdtr.scaleout.parallel import cpu_count
 
     assert done.stderr.splitlines() == [f"--jobs 10000: capped at the {cpu_count()} cores this process may run on"]
 

@@ -11,7 +11,7 @@ import pytest
 from kdtr import report
 from kdtr.config import REPO_ROOT
 from kdtr.format import read_bundle, write_bundle
-from kdtr.parallel import Shard
+from kdtr.scaleout.parallel import Shard
 from kdtr.refs import gen_refs
 from kdtr.spec import load_suites
 from kdtr.verify import (Options, VerifyRecord, find_bundles, load_verify, suite_digest, verify_bundle,

@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 from typing import Mapping
 
-from .config import scheduler_variables
-from .errors import UsageError
+from ..config import scheduler_variables
+from ..errors import UsageError
 from .parallel import Shard
 
 # (index variable, count variable, index base variable or None, scheduler name); the first one

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from multiprocessing import active_children, get_context
 from typing import Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
-from .errors import UsageError
+from ..errors import UsageError
 
 T = TypeVar("T")
 
@@ -146,7 +146,7 @@ _PARENT_POLL_S = 0.5
 
 class _ParentGone(BaseException):
     """Raised in a worker's work when its parent is gone (or terminates it): the work unwinds, so
-    an atomic writer removes its temp file, and the worker exits (kdtr.parallel._call)."""
+    an atomic writer removes its temp file, and the worker exits (kdtr.scaleout.parallel._call)."""
 
 
 def _unwind(signum, frame) -> None:
