@@ -184,7 +184,7 @@ def emit_json(path: str, record, stdout=None) -> None:
     """The record as compact JSON to `path` (atomically; mode from the umask) or, for `-`, to stdout."""
     import json
 
-    from kdtr import report
+    from kdtr.records import report
 
     if path == "-":
         write_stdout(json.dumps(report.plain(record), separators=(",", ":"), allow_nan=False) + "\n", "--json -",

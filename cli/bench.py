@@ -368,7 +368,8 @@ def report_cmd(
 
 
 def _compare_gpus(paths: List[Path]) -> None:
-    from kdtr import bench, report
+    from kdtr import bench
+    from kdtr.records import report
     from kdtr.gpu_compare import compare_gpus
 
     from .gpu_view import gpu_comparison_view
@@ -389,7 +390,8 @@ def _merge(paths: List[Path], out: Path) -> None:
     """Verify records merge into a verify record, bench records into a bench record; never both."""
     import json
 
-    from kdtr import bench, report
+    from kdtr import bench
+    from kdtr.records import report
 
     from . import render
 

@@ -38,7 +38,8 @@ def gen_refs_cmd(
 ):
     """Generate golden bundles from YAML suites (exact numpy references); skips fresh ones."""
     from kdtr.scaleout import parallel
-    from kdtr import refs, report, spec
+    from kdtr import refs, spec
+    from kdtr.records import report
 
     json_out = JsonOut(json_path)
     if out.exists() and not out.is_dir():

@@ -30,7 +30,7 @@ def inspect_cmd(
 @guarded
 def doctor_cmd(json_path: Optional[str] = JsonOpt):
     """Versions, NVRTC, CUDA headers, GPUs, the cache folder and where kernels and suites come from."""
-    from kdtr import doctor
+    from kdtr.records import doctor
 
     json_out = JsonOut(json_path)
     _show(doctor.facts(), json_out, render.doctor_view)
@@ -45,7 +45,7 @@ def build_cmd(
     """Compile each kernel with NVRTC (no GPU needed) for the archs its launch can pick it on and report
     registers, shared memory, spills and what it serves there; the others are listed as not applicable."""
     from kdtr.runtime import nvrtc
-    from kdtr import report
+    from kdtr.records import report
     from kdtr.config import config
     from kdtr.placement import placements
 

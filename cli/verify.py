@@ -126,7 +126,7 @@ def verify_cmd(
             render.kernel_summary(record.kernels)
     json_out.write(lambda: record)
     if junit:
-        from kdtr import report
+        from kdtr.records import report
         from kdtr.atomic import atomic_write
 
         atomic_write(junit, report.junit_xml(record))
@@ -138,7 +138,7 @@ def verify_cmd(
 
 def _say_ran_as(backend: str, quiet: bool) -> None:
     """With KDTREE_GPU, a CUDA run says which GPU its kernels were chosen for (docs/gpus.md)."""
-    from kdtr.report import ran_as
+    from kdtr.records.report import ran_as
 
     label = ran_as() if backend == "cuda" and not quiet else None
     if label:
@@ -161,7 +161,7 @@ def _implementations(specs, against, kernel, sanitize):
 
 def _sanitized_verify(tool, files, atol, rtol, trials, kernels, quiet, json_out: JsonOut) -> None:
     """verify under compute-sanitizer in a child process; exits with the combined verdict."""
-    from kdtr import report
+    from kdtr.records import report
     from kdtr.runtime import sanitize
 
     args = [str(f) for f in files] + [f"--trials={trials}"] + [f"--kernel={k}" for k in kernels]

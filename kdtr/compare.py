@@ -11,7 +11,7 @@ import numpy as np
 from .dtypes import FLOAT_DTYPES, kdtr_dtype
 from .ops.base import Tolerance
 from .scaleout.parallel import cpu_count, threaded_map
-from .report import drop_defaults
+from .records.report import drop_defaults
 
 WORST_ELEMENTS = 5
 

@@ -168,7 +168,7 @@ def spec_name(path: str | Path) -> str:
     an absolute local path: the wheel and the checkout write the same bytes, and --prune can tell
     which suite left a bundle."""
     from .config import config
-    from .report import portable
+    from .records.report import portable
 
     try:
         below = Path(path).resolve().relative_to(config().specs_dir.resolve())

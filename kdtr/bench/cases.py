@@ -11,7 +11,7 @@ import numpy as np
 
 from ..errors import UsageError
 from ..ops.base import Case
-from ..report import portable
+from ..records.report import portable
 from .settings import QUICK_CASES_PER_SUITE, KernelBuild
 
 

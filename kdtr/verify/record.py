@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from ..scaleout import parallel
-from .. import report
+from ..records import report
 from ..cases import GOLDEN
 from ..compare import OutputCheck
 from ..errors import UsageError
 from ..format import MAGIC, PREAMBLE
-from ..record import Record
+from ..records.record import Record
 
 if TYPE_CHECKING:        # kdtr.impl is imported where --impl / --against use it, not at start-up
     from ..impl import Implementation

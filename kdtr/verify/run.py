@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Se
 import numpy as np
 
 from ..scaleout import parallel
-from .. import report
+from ..records import report
 from ..cases import GOLDEN, load_case, reference_outputs
 from ..errors import DeviceError, KdtreeError, UsageError
 from ..invariance import with_invariance

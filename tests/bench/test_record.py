@@ -194,7 +194,7 @@ def test_bench_meta_names_no_folder_of_the_machine(tmp_path, monkeypatch):
 def test_source_digest_names_the_code_not_the_checkout(tmp_path):
     """A record's sources_sha256 follows the files (a copied tree with a stale .git still says which
     code ran) and ignores what is not code."""
-    from kdtr.report import source_digest
+    from kdtr.records.report import source_digest
 
     (tmp_path / "kernels").mkdir()
     (tmp_path / "kdtr").mkdir()

@@ -126,7 +126,7 @@ def test_a_choice_the_present_gpu_cannot_run_is_refused_in_one_line(run_as, monk
 
 
 def test_the_record_names_the_gpu_it_ran_as(run_as):
-    from kdtr.report import record_meta
+    from kdtr.records.report import record_meta
 
     run_as(None)
     assert "ran_as" not in record_meta("verify")
@@ -198,7 +198,7 @@ def test_records_run_as_another_gpu_say_so_in_bench_and_compare():
 
 
 def test_doctor_names_the_gpu_run_as(run_as):
-    from kdtr.doctor import facts
+    from kdtr.records.doctor import facts
 
     run_as("sm_89")
     assert facts()["run_as"] == "sm_89 (101376 B)"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kdtr import report
+from kdtr.records import report
 from kdtr.config import REPO_ROOT
 from kdtr.format import read_bundle, write_bundle
 from kdtr.scaleout.parallel import Shard

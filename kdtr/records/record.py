@@ -1,5 +1,5 @@
 """One base for the records kdtree writes, verify's and bench's: the kind that names each, the meta
-block (kdtr.report.record_meta: the command, the code, the machine; `meta.format` the layout's
+block (kdtr.records.report.record_meta: the command, the code, the machine; `meta.format` the layout's
 version) and reading one back from JSON, with one line naming the file for anything that is not one."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any, ClassVar, Mapping
 
-from .errors import UsageError
+from ..errors import UsageError
 
 
 class Record:

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 from xml.etree import ElementTree
 
-from . import __version__
-from .atomic import atomic_write
-from .config import REPO_ROOT
+from .. import __version__
+from ..atomic import atomic_write
+from ..config import REPO_ROOT
 
 RECORD_FORMAT = 1
 VERIFY_KIND = "kdtree.verify"
@@ -89,9 +89,9 @@ def code_folders() -> dict[str, Path]:
     """The folders of the code this kdtree runs (see SOURCE_PATTERNS)."""
     import importlib.util
 
-    from .config import config
+    from ..config import config
 
-    library = Path(__file__).resolve().parent
+    library = Path(__file__).resolve().parents[1]         # kdtr/
     checkout_cli = library.parent / "cli"
     if (library.parent / "pyproject.toml").is_file() and checkout_cli.is_dir():
         cli = checkout_cli
@@ -148,7 +148,7 @@ def device_info() -> dict[str, Any]:
             info.update(gpu=name, capability="sm_" + cap.replace(".", ""))
         info.update(driver=driver, clock_sm=sm, clock_sm_max=sm_max, clock_mem=mem)
     try:
-        from .runtime.nvrtc import nvrtc_version
+        from ..runtime.nvrtc import nvrtc_version
 
         info["nvrtc"] = ".".join(map(str, nvrtc_version()))
     except Exception:   # NVRTC missing is a fact to record, not an error here
@@ -193,7 +193,7 @@ def portable_argv(argv: Iterable[str]) -> list[str]:
 def ran_as() -> str | None:
     """With KDTREE_GPU: the GPU the launches chose kernels for and the one present, e.g. `sm_120
     (101376 B) on NVIDIA H200` (docs/gpus.md); None without it."""
-    from .config import config
+    from ..config import config
 
     run_as = config().run_as
     if run_as is None:
@@ -206,7 +206,7 @@ def record_meta(command: str) -> dict[str, Any]:
     `ran_as` only where KDTREE_GPU made the launches choose for another GPU."""
     import numpy
 
-    from .runtime.gpu_identity import gpu_meta
+    from ..runtime.gpu_identity import gpu_meta
 
     device = device_info()
     meta = {"format": RECORD_FORMAT, "kdtree": __version__, "command": command,
@@ -227,7 +227,7 @@ def check_shards(metas: Sequence[Mapping[str, Any]], labels: Sequence[str] | Non
     `shard` ("I/N"; a run without --shard is "1/1") and `suite_sha256` (the selection before
     sharding): a record of another suite or selection or GPU model, a shard twice or a shard missing
     is a problem."""
-    from .runtime.gpu_identity import record_gpu
+    from ..runtime.gpu_identity import record_gpu
 
     labels = list(labels) if labels is not None else [f"record {i + 1}" for i in range(len(metas))]
     problems, seen, count, suite = [], {}, None, None

@@ -6,8 +6,8 @@ import platform
 from importlib import metadata
 from typing import Any
 
-from . import __version__
-from .config import config
+from .. import __version__
+from ..config import config
 
 PACKAGES = ("numpy", "torch", "ml_dtypes", "typer", "rich", "pyyaml", "cuda-bindings", "cuda-core",
             "cuda-pathfinder", "nvidia-cuda-nvrtc", "nvidia-cuda-runtime")
@@ -45,7 +45,7 @@ def facts() -> dict[str, Any]:
                            "platform": platform.platform(),
                            "packages": {p: _version(p) for p in PACKAGES}}
     try:
-        from .runtime.nvrtc import cuda_include_dir, nvrtc_version
+        from ..runtime.nvrtc import cuda_include_dir, nvrtc_version
 
         out["nvrtc"] = ".".join(map(str, nvrtc_version()))
         out["cuda_headers"] = str(cuda_include_dir())
