@@ -47,7 +47,7 @@ def build_cmd(
     from kdtr.runtime import nvrtc
     from kdtr.records import report
     from kdtr.config import config
-    from kdtr.placement import placements
+    from kdtr.ops.placement import placements
 
     json_out = JsonOut(json_path)
     if not nvrtc.kernel_files():

@@ -160,7 +160,7 @@ def _share(value: float | None) -> str:
 
 
 def _tol_share(row) -> float | None:
-    # kdtr.compare.OutputCheck.tol_share is new; bundles verified by an older kdtr lack it
+    # kdtr.ops.compare.OutputCheck.tol_share is new; bundles verified by an older kdtr lack it
     shares = [s for s in (getattr(o, "tol_share", None) for o in row.outputs) if s is not None]
     return max(shares, default=None)
 

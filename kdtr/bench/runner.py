@@ -119,7 +119,7 @@ def check_note(outcome) -> str:
 
 def _still_within(op, got: Mapping[str, np.ndarray], expected, tolerances) -> str | None:
     """Why outputs read back after timing miss the tolerances (None: they keep them)."""
-    from ..compare import compare_output
+    from ..ops.compare import compare_output
 
     failures = [f"{name}: {check.reason}" for name in got
                 for check in (compare_output(name, got[name], expected[name], tolerances[name]),) if not check.passed]

@@ -62,7 +62,7 @@ class CaseData:
 class Outcome:
     """What evaluating one implementation on one case gave (validated per status, see Status).
 
-    `checks` are the compared outputs (kdtr.compare.OutputCheck); `outputs` the numpy outputs it
+    `checks` are the compared outputs (kdtr.ops.compare.OutputCheck); `outputs` the numpy outputs it
     gave (kept where the contract held, also when a tolerance was missed: parity and the
     determinism probe use them); `call` and `raw` the prepared call and the tensors it returned
     (bench times the one and re-reads the other)."""
@@ -201,11 +201,11 @@ def evaluate(impl: Implementation, case: CaseData, expected: Mapping[str, np.nda
              bounds: Mapping[str, np.ndarray] | None = None) -> Outcome:
     """Run `impl` on `case` and judge it (see the module docstring and Status). `expected` (numpy,
     the op's names) also catches a NaN where it has none; with `tolerances` too, every output the
-    implementation provides is compared (kdtr.compare.compare_output). `determinism` runs it a
+    implementation provides is compared (kdtr.ops.compare.compare_output). `determinism` runs it a
     second time and says whether the outputs are bitwise equal. `device_inputs`: torch inputs the
     caller uploaded (bench keeps them for the timed calls); default: uploaded here. `bounds`: per
     output, a derived per-element error bound that widens its tolerance (docs/numerics.md)."""
-    from ..compare import compare_output
+    from ..ops.compare import compare_output
     from ..dtypes import to_numpy
 
     op, variant = case.op, case.variant

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 from ..scaleout import parallel
 from ..records import report
 from ..cases import GOLDEN
-from ..compare import OutputCheck
+from ..ops.compare import OutputCheck
 from ..errors import UsageError
 from ..format import MAGIC, PREAMBLE
 from ..records.record import Record

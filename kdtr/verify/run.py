@@ -17,7 +17,7 @@ from ..records import report
 from ..cases import GOLDEN, load_case, reference_outputs
 from ..errors import DeviceError, KdtreeError, UsageError
 from ..invariance import with_invariance
-from ..numerics import derived_bounds
+from ..ops.numerics import derived_bounds
 from ..walk import files_below
 from ..ops.base import Case, Op, Tolerance
 from .options import Options

@@ -8,7 +8,7 @@ import torch
 
 from kdtr import bench
 from kdtr.backends import upload
-from kdtr.compare import compare_output
+from kdtr.ops.compare import compare_output
 from kdtr.dtypes import to_numpy
 from kdtr.impl import baselines as make_baselines
 from kdtr.ops import get_op

@@ -15,7 +15,7 @@ from kdtr.errors import DeviceError
 from kdtr.gpus import GPU_MODELS, SMEM_99K, RunAs, parse_run_as
 from kdtr.ops import cuda_kernels, get_op
 from kdtr.ops.base import Gpu
-from kdtr.placement import placements
+from kdtr.ops.placement import placements
 
 from ..helpers import kdtree_env, run_kdtree
 

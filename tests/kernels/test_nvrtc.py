@@ -301,7 +301,7 @@ def test_tree_build_warp_keeps_candidates_in_registers(per_lane, cache_dir):
 def test_the_verify_attn_kernels_each_gpu_serves_fit_it_without_spills(arch, cache_dir):
     """On A100 and the 99 KB GPUs, each bf16_paged kernel the launch picks builds for the arch it is
     picked on with 0 spills and asks for no more shared memory than the GPU has (kdtr/gpus.py)."""
-    from kdtr.placement import gpu_for, placements
+    from kdtr.ops.placement import gpu_for, placements
 
     limit = gpu_for(arch).smem_optin
     serving = [p for p in placements(arch) if "verify_attn/bf16_paged" in p.serves]

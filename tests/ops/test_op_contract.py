@@ -8,7 +8,7 @@ import inspect
 import numpy as np
 import pytest
 
-from kdtr.compare import compare_output
+from kdtr.ops.compare import compare_output
 from kdtr.dtypes import NUMPY_DTYPES, to_numpy, to_torch
 from kdtr.format import read_bundle, write_bundle
 from kdtr.ops import get_op, op_names

@@ -8,10 +8,10 @@ from typing import Any
 
 import numpy as np
 
-from .dtypes import FLOAT_DTYPES, kdtr_dtype
-from .ops.base import Tolerance
-from .scaleout.parallel import cpu_count, threaded_map
-from .records.report import drop_defaults
+from ..dtypes import FLOAT_DTYPES, kdtr_dtype
+from .base import Tolerance
+from ..scaleout.parallel import cpu_count, threaded_map
+from ..records.report import drop_defaults
 
 WORST_ELEMENTS = 5
 
@@ -27,7 +27,7 @@ class Element:
 
 @dataclass(frozen=True)
 class DerivedBound:
-    """How an output fared against its derived error bound (kdtr.numerics; docs/numerics.md):
+    """How an output fared against its derived error bound (kdtr.ops.numerics; docs/numerics.md):
     the bound's largest element and where, and the share of the bound the worst element used."""
 
     largest: float                  # max_i b_i
@@ -103,7 +103,7 @@ def compare_output(name: str, got: np.ndarray | None, expected: np.ndarray,
     """Exact outputs must match bit for bit in their dtype; toleranced ones elementwise
     (|x - r| <= atol + rtol·|r|, NaN/Inf never pass) and, if set, in relative L2 norm.
 
-    `bound` (expected's shape): a derived per-element error bound b (kdtr.numerics) for an
+    `bound` (expected's shape): a derived per-element error bound b (kdtr.ops.numerics) for an
     implementation that sums in its own order; element i then passes within max(atol + rtol·|r_i|,
     b_i) and the norm within max(l2, ||b|| / ||r||). The tolerance is kept beside it: it is what
     our kernels meet, and it covers what the fp32 bound does not (a bf16 output's weights)."""

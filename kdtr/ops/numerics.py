@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .ops.base import Op
+from .base import Op
 
 FIXED_ORDER = ("numpy", "cuda")     # the reference itself, and our kernels (the tolerances' order)
 

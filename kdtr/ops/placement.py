@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .gpus import GPU_MODELS, arch_number
-from .ops import cuda_kernels, get_op
-from .ops.base import H200, CudaKernel, Gpu
+from ..gpus import GPU_MODELS, arch_number
+from . import cuda_kernels, get_op
+from .base import H200, CudaKernel, Gpu
 
 
 @dataclass(frozen=True)

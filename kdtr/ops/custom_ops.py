@@ -1,6 +1,6 @@
 """Our kernels as torch custom ops, for an engine: one per op/variant, torch tensors in and out.
 
-    import kdtr.custom_ops as kk
+    import kdtr.ops.custom_ops as kk
     out, lse = kk.verify_attn_bf16_paged(q, kv_buffer, kv_indptr, kv_indices, tree_slots,
                                          custom_mask, mask_indptr, sm_scale)
 
@@ -19,8 +19,8 @@ from typing import Any
 
 import torch
 
-from .dtypes import torch_dtype
-from .ops import get_op
+from ..dtypes import torch_dtype
+from . import get_op
 
 Tensor = torch.Tensor
 
