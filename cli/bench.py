@@ -220,7 +220,7 @@ def bench_cmd(
     timing.check()
     builds = bench.kernel_builds(kernel, define)
     if builds:
-        from kdtr.backends import resolve_backend
+        from kdtr.impl.backends import resolve_backend
 
         if resolve_backend(backend) != "cuda":
             raise UsageError(f"--kernel and --define force CUDA kernels; they need the cuda backend, "
@@ -285,7 +285,7 @@ def _run(paths, pattern, quick, shard, devices, settings, targets, quiet, mem_li
     """The cases on one GPU (or the host), or spread over --devices; the record, rewritten to
     `targets` after every case on one device."""
     from kdtr import bench
-    from kdtr.backends import resolve_backend
+    from kdtr.impl.backends import resolve_backend
     from kdtr.memory import check_items
 
     items, selection = _items(paths or _default_specs(), pattern, quick, shard)

@@ -68,7 +68,7 @@ def verify_cmd(
 
     The table's "tol share" is the worst element's share of its tolerance, |x−r| / (atol + rtol·|r|):
     at most 1 passes."""
-    from kdtr import backends
+    from kdtr.impl import backends
     from kdtr.verify import NothingRan, Options, Selection, check_kernels, run_verify
 
     json_out = JsonOut(json_path)

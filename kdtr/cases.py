@@ -115,7 +115,7 @@ def reference_outputs(op, variant: str, inputs, params) -> tuple[dict, bool]:
     whether they came from the device: the op's float64 device reference (`op.bench_reference`,
     torch on the GPU, independent of our kernels; the numpy reference runs on the host and takes
     minutes at serving sizes) when a GPU is present and the op has one, else the numpy reference."""
-    from .backends import torch_device, upload
+    from .impl.backends import torch_device, upload
     from .dtypes import to_numpy
 
     if torch_device() == "cuda":

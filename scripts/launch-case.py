@@ -37,7 +37,7 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("launch-case: no CUDA GPU (torch.cuda.is_available() is False)", file=sys.stderr)
         return 2
-    from kdtr.backends import upload
+    from kdtr.impl.backends import upload
     from kdtr.impl.builtin import CUDA
 
     [case] = cases

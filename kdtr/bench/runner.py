@@ -47,7 +47,7 @@ class _Env:
     """What one run holds: the device, the timers, the ceilings."""
 
     def __init__(self, settings: BenchSettings):
-        from ..backends import resolve_backend
+        from ..impl.backends import resolve_backend
         from ..runtime.device import gpu_available
 
         backend = resolve_backend(settings.backend)
@@ -198,7 +198,7 @@ class _CaseRunner:
         return self.deadline is not None and time.perf_counter() > self.deadline
 
     def run(self) -> list[BenchRow]:
-        from .. import backends
+        from ..impl import backends
 
         op, item, env = self.op, self.item, self.env
         self.progress(f"{item.name}: inputs")

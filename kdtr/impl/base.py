@@ -186,6 +186,6 @@ def device_for(impl: Implementation) -> str:
     """Where its inputs go: its own device, or (auto) the GPU when there is one, else the CPU."""
     if impl.device != "auto":
         return impl.device
-    from ..backends import torch_device
+    from .backends import torch_device
 
     return torch_device()

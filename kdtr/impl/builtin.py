@@ -18,7 +18,7 @@ def _cuda_prepare(op, variant, inputs, params, kernel: str | None = None, define
     bench times the launch alone), then the call: the launch, writing them. `kernel` and `defines`
     force one of our kernels and its compile-time knobs (None: the launch's own choice). The
     buffers sit on the inputs' device."""
-    from ..backends import poisoned
+    from .backends import poisoned
 
     device = next(iter(inputs.values())).device
     outputs = {name: poisoned(kind, shape, device) for name, (kind, shape) in op.output_specs(variant, inputs, params).items()}

@@ -173,7 +173,7 @@ def _run_once(impl: Implementation, case: CaseData, device: str, device_inputs, 
 
         no_grad = torch.no_grad()
         if device_inputs is None:
-            from ..backends import upload
+            from .backends import upload
 
             device_inputs = upload(case.inputs, device)
     try:

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from kdtr import bench
-from kdtr.backends import upload
+from kdtr.impl.backends import upload
 from kdtr.ops.compare import compare_output
 from kdtr.dtypes import to_numpy
 from kdtr.impl import baselines as make_baselines

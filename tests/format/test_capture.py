@@ -14,7 +14,7 @@ from tests.impl_cases import ACCEPT_SMALL, VERIFY_SMALL, small_case
 
 
 def torch_inputs(inputs):
-    from kdtr.backends import upload
+    from kdtr.impl.backends import upload
 
     return upload(inputs, "cpu")
 

@@ -10,7 +10,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import kdtr.ops.custom_ops as kk
-from kdtr.backends import upload
+from kdtr.impl.backends import upload
 from tests.impl_cases import ACCEPT_SMALL, VERIFY_SMALL, small_case
 
 CASES = [  # function, op, variant, generator sizes, the function's scalar argument (a kernel param)

@@ -7,8 +7,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .dtypes import to_torch, torch_dtype
-from .errors import UsageError
+from ..dtypes import to_torch, torch_dtype
+from ..errors import UsageError
 
 BACKENDS = ("numpy", "torch", "cuda", "auto")
 POISON_INT = -0x21524111          # 0xDEADBEEF as int32: what an unwritten integer element holds
@@ -22,7 +22,7 @@ def resolve_backend(name: str) -> str:
         raise UsageError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
     if name != "auto":
         return name
-    from .runtime.device import gpu_available
+    from ..runtime.device import gpu_available
 
     return "cuda" if gpu_available() else "torch"
 
