@@ -101,7 +101,7 @@ MemLimitOpt = typer.Option(None, "--mem-limit", help="Refuse a case whose memory
 
 def mem_limit_bytes(text: str | None) -> int | None:
     """--mem-limit in bytes, or gen-refs' default bound (None: no bound known)."""
-    from kdtr import refs
+    from kdtr.bundle import refs
 
     return refs.parse_bytes(text) if text else refs.default_mem_limit()
 

@@ -286,7 +286,7 @@ def _run(paths, pattern, quick, shard, devices, settings, targets, quiet, mem_li
     `targets` after every case on one device."""
     from kdtr import bench
     from kdtr.impl.backends import resolve_backend
-    from kdtr.memory import check_items
+    from kdtr.bundle.memory import check_items
 
     items, selection = _items(paths or _default_specs(), pattern, quick, shard)
     items = bench.items_for_kernels(items, settings.kernels)

@@ -38,7 +38,7 @@ def gen_refs_cmd(
 ):
     """Generate golden bundles from YAML suites (exact numpy references); skips fresh ones."""
     from kdtr.scaleout import parallel
-    from kdtr import refs, spec
+    from kdtr.bundle import refs, spec
     from kdtr.records import report
 
     json_out = JsonOut(json_path)

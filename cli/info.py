@@ -20,7 +20,7 @@ def inspect_cmd(
     json_path: Optional[str] = JsonOpt,
 ):
     """A bundle's header, and per tensor: role, dtype, shape, min/max/mean, NaN/Inf counts."""
-    from kdtr.summary import summarize
+    from kdtr.bundle.summary import summarize
 
     refuse_overwriting_inputs({"--json": json_path}, [file])
     _show(summarize(file), JsonOut(json_path), render.inspect_view)

@@ -90,7 +90,7 @@ def verify_cmd(
     resolved = backends.resolve_backend("cuda" if sanitize else backend)
     forced = check_kernels(kernel, resolved)
     limit = mem_limit_bytes(mem_limit)
-    from kdtr import memory
+    from kdtr.bundle import memory
 
     for name in dict.fromkeys(impl or [resolved]):   # built-ins named like a backend have its estimate
         memory.check_bundles(files, name, limit)

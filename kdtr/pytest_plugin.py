@@ -167,8 +167,8 @@ class KdtreeBundle(pytest.File):
 
 def _describe(path: Path) -> tuple[str, str, str]:
     """The op, variant and case name a bundle declares (checked against the op registry)."""
-    from .cases import bundle_case
-    from .format import read_bundle
+    from .bundle.case import bundle_case
+    from .bundle.format import read_bundle
 
     op, variant, _, case = bundle_case(read_bundle(path))
     return op.name, variant, case
@@ -241,7 +241,7 @@ def _positions(row, path: Path) -> dict[str, dict[tuple[int, ...], dict]]:
     if row.trial:
         return {}
     try:
-        from .cases import load_case
+        from .bundle.case import load_case
         from .impl.parity import position
 
         case = load_case(path)
@@ -267,7 +267,7 @@ class KdtreeCase:
     implementation contract of docs/implementations.md) through kdtree's verify on this bundle."""
 
     def __init__(self, path: Path, options) -> None:
-        from .cases import load_case
+        from .bundle.case import load_case
 
         loaded = load_case(path)
         self.path, self.op, self.variant = path, loaded.op.name, loaded.variant

@@ -16,7 +16,7 @@ from typing import Iterable
 from .gpus import GPU_MODELS, GpuModel, Rates
 from .ops import get_op
 from .ops.base import Cost
-from .spec import load_suites
+from .bundle.spec import load_suites
 
 RATED_UNIT = "bf16_mma"          # the compute unit Rates.bf16_flops is the ceiling of
 

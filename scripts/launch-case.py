@@ -22,7 +22,7 @@ def main() -> int:
 
     from kdtr.errors import KdtreeError
     from kdtr.ops import get_op
-    from kdtr.spec import load_suite, select
+    from kdtr.bundle.spec import load_suite, select
 
     try:
         cases = select(load_suite(args.suite).cases, args.case)

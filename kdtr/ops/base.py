@@ -61,7 +61,7 @@ class Tolerance:
 
 @dataclass(frozen=True)
 class Param:
-    """One case parameter an op accepts in a suite (validated by kdtr.spec)."""
+    """One case parameter an op accepts in a suite (validated by kdtr.bundle.spec)."""
 
     name: str
     type: type                      # int, float, str or bool

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from ..scaleout import parallel
 from ..records import report
-from ..cases import GOLDEN
+from ..bundle.case import GOLDEN
 from ..ops.compare import OutputCheck
 from ..errors import UsageError
-from ..format import MAGIC, PREAMBLE
+from ..bundle.format import MAGIC, PREAMBLE
 from ..records.record import Record
 
 if TYPE_CHECKING:        # kdtr.impl is imported where --impl / --against use it, not at start-up

@@ -14,11 +14,11 @@ import numpy as np
 
 from ..scaleout import parallel
 from ..records import report
-from ..cases import GOLDEN, load_case, reference_outputs
+from ..bundle.case import GOLDEN, load_case, reference_outputs
 from ..errors import DeviceError, KdtreeError, UsageError
 from ..invariance import with_invariance
 from ..ops.numerics import derived_bounds
-from ..walk import files_below
+from ..bundle.walk import files_below
 from ..ops.base import Case, Op, Tolerance
 from .options import Options
 from .record import (DEVICE_REFERENCE, REFERENCE, VerifyRecord, VerifyRow, implementation_info, shard_key,
@@ -220,7 +220,7 @@ def trial_window(op: Op, variant: str, case_params: Mapping[str, Any], trials: i
     case fits in gen-refs' bound (refs.default_mem_limit: KDTREE_MEM_LIMIT, else half of
     MemAvailable) beside the loaded bundle's own inputs (no estimate: small, cores only); 1 (each
     in turn, in this thread, as before) where the estimate fails: the generator says why, in turn."""
-    from ..refs import default_mem_limit
+    from ..bundle.refs import default_mem_limit
 
     window = min(trials, parallel.cpu_count())
     if window <= 1:
@@ -274,7 +274,7 @@ class Selection:
         """Every bundle selected (before sharding: the suite digest covers them all) and this shard's."""
         selected = find_bundles(self.paths)
         if self.pattern:
-            from ..spec import name_matches    # YAML's import is not free: only for -k
+            from ..bundle.spec import name_matches    # YAML's import is not free: only for -k
 
             selected = [f for f in selected if name_matches(f.stem, self.pattern)]
         return selected, parallel.shard_items(selected, shard_key, self.shard)

@@ -18,7 +18,7 @@ from kdtr.ops.base import Case
 # -- the default suites and the ops' bench hooks ----------------------------------------------------
 
 def test_default_bench_suites():
-    from kdtr import spec
+    from kdtr.bundle import spec
     from kdtr.config import REPO_ROOT
 
     suites = spec.load_suites(REPO_ROOT / "specs" / "bench")

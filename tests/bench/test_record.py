@@ -122,7 +122,7 @@ def test_a_sidecar_of_another_record_is_refused(tmp_path):
 def _default_suites_shape():
     """(op, variant) -> the implementations a GPU run times for each case of specs/bench (ours and
     the default baselines), and the number of cases."""
-    from kdtr import spec
+    from kdtr.bundle import spec
     from kdtr.config import REPO_ROOT
 
     small = {"tree_accept": dict(batch=2, budget=4, depth=3), "tree_build": dict(batch=2, depth=5, vocab=64, budget=12),

@@ -11,7 +11,7 @@ from kdtr.config import REPO_ROOT
 from kdtr.gpus import GPU_MODELS, Rates
 from kdtr.ops.base import Cost
 from kdtr.roofline import Floor, floor, rated_gpus, roofline
-from kdtr.spec import load_suites
+from kdtr.bundle.spec import load_suites
 
 BENCH_SUITES = REPO_ROOT / "specs" / "bench"
 GPU = Rates("test GPU", bf16_flops=500e12, dram_bytes=2e12)         # ridge 250 FLOP/byte

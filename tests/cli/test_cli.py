@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from kdtr.config import REPO_ROOT
-from kdtr.format import write_bundle
+from kdtr.bundle.format import write_bundle
 from tests.helpers import SMALL_CASES, SMALL_SUITE, invoke, kdtree_command, perturbed_copy, run_kdtree
 
 

@@ -17,7 +17,7 @@ from xml.etree import ElementTree
 
 import pytest
 
-from kdtr.format import read_bundle, write_bundle
+from kdtr.bundle.format import read_bundle, write_bundle
 
 from tests.helpers import kdtree_command, kdtree_env, perturbed_copy, run_kdtree
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kdtr import refs
+from kdtr.bundle import refs
 
 FILES = {
     "__init__.py": "",

@@ -10,10 +10,10 @@ import pytest
 
 from kdtr.ops.compare import compare_output
 from kdtr.dtypes import NUMPY_DTYPES, to_numpy, to_torch
-from kdtr.format import read_bundle, write_bundle
+from kdtr.bundle.format import read_bundle, write_bundle
 from kdtr.ops import get_op, op_names
 from kdtr.ops.base import H200, Case, Tolerance
-from kdtr.refs import make_bundle
+from kdtr.bundle.refs import make_bundle
 
 OPS_VARIANTS = [(name, variant) for name in op_names() for variant in get_op(name).variants]
 

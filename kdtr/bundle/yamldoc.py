@@ -1,5 +1,5 @@
 """The YAML layer of suites: a bounded read, a YAML 1.2-float safe loader that composes nodes, and
-`Doc`, the plain values of a suite with the line of every field path (kdtr.spec validates them)."""
+`Doc`, the plain values of a suite with the line of every field path (kdtr.bundle.spec validates them)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from .errors import SpecError
+from ..errors import SpecError
 
 MAX_SPEC_BYTES = 8 << 20          # a suite larger than this is refused unread
 MAX_DEPTH = 64                    # nesting of YAML collections (also stops recursive aliases)

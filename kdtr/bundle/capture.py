@@ -1,14 +1,14 @@
 """Bundles from live tensors: what an engine holds at a verify_attn / tree_* call, saved as a KDTR
 bundle that `kdtree verify` runs with nothing but the file.
 
-    from kdtr.capture import save_bundle
+    from kdtr.bundle.capture import save_bundle
     save_bundle("cases/step1234.kdtr", "verify_attn", "bf16_paged",
                 {"q": q, "kv_buffer": pool, ...}, params={"sm_scale": layer.scaling})
 
 Tensors may be torch tensors on any device or numpy arrays. Names, dtypes and shapes are checked
-against the op (docs/ops/<op>.md) before anything is written; the write is atomic (kdtr.format.write_bundle).
+against the op (docs/ops/<op>.md) before anything is written; the write is atomic (kdtr.bundle.format.write_bundle).
 Without `outputs` the bundle carries inputs only and `meta.expected = "reference"`: verify computes
-the expected outputs with the reference (`kdtr.cases.reference_outputs`). With `outputs`
+the expected outputs with the reference (`kdtr.bundle.case.reference_outputs`). With `outputs`
 (all of the op's, as the capturing implementation produced them) they are stored and
 `meta.expected = "captured"`, `meta.captured_by` names who produced them: verify reports them as
 that implementation's outputs, compared with the reference, beside its own run.
@@ -21,12 +21,12 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .atomic import check_writable
-from .cases import EXPECTED_CAPTURED, EXPECTED_REFERENCE, input_fault
-from .dtypes import FLOAT_DTYPES, NUMPY_DTYPES, kdtr_dtype, to_numpy
-from .errors import BundleError, UsageError
+from ..atomic import check_writable
+from .case import EXPECTED_CAPTURED, EXPECTED_REFERENCE, input_fault
+from ..dtypes import FLOAT_DTYPES, NUMPY_DTYPES, kdtr_dtype, to_numpy
+from ..errors import BundleError, UsageError
 from .format import write_bundle
-from .ops import get_op, op_names
+from ..ops import get_op, op_names
 from .spec import NAME_RULE, is_safe_name
 
 RESERVED_META = ("op", "variant", "params", "expected", "captured_by")

@@ -11,15 +11,15 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .dtypes import NUMPY_DTYPES
-from .errors import BundleError
+from ..dtypes import NUMPY_DTYPES
+from ..errors import BundleError
 from .format import Bundle, read_bundle
-from .ops import get_op
-from .ops.base import Op
+from ..ops import get_op
+from ..ops.base import Op
 
 GOLDEN = "golden"                 # the expected outputs are the bundle's stored golden
-EXPECTED_REFERENCE = "reference"  # meta.expected of a bundle with inputs only (kdtr.capture)
-EXPECTED_CAPTURED = "captured"    # meta.expected of a bundle storing an engine's outputs (kdtr.capture)
+EXPECTED_REFERENCE = "reference"  # meta.expected of a bundle with inputs only (kdtr.bundle.capture)
+EXPECTED_CAPTURED = "captured"    # meta.expected of a bundle storing an engine's outputs (kdtr.bundle.capture)
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class LoadedCase:
     case: str
     inputs: dict[str, np.ndarray]
     expected: dict[str, np.ndarray]   # the stored outputs: the golden, the captured ones, or none
-    source: str = GOLDEN              # golden | reference (inputs only) | captured (kdtr.capture)
+    source: str = GOLDEN              # golden | reference (inputs only) | captured (kdtr.bundle.capture)
     captured_by: str | None = None    # who produced the captured outputs
 
 
@@ -65,7 +65,7 @@ def bundle_case(bundle: Bundle) -> tuple[Op, str, dict[str, Any], str]:
 
 def load_case(path: str | Path) -> LoadedCase:
     """Read a bundle and check it fits its op (names, dtypes, shapes, indices) before any backend runs.
-    A bundle of kdtr.capture (meta.expected) may store no outputs ("reference") or captured ones."""
+    A bundle of kdtr.bundle.capture (meta.expected) may store no outputs ("reference") or captured ones."""
     bundle = read_bundle(path)
     op, variant, params, case = bundle_case(bundle)
     inputs, expected = bundle.arrays("input"), bundle.arrays("output")
@@ -115,8 +115,8 @@ def reference_outputs(op, variant: str, inputs, params) -> tuple[dict, bool]:
     whether they came from the device: the op's float64 device reference (`op.bench_reference`,
     torch on the GPU, independent of our kernels; the numpy reference runs on the host and takes
     minutes at serving sizes) when a GPU is present and the op has one, else the numpy reference."""
-    from .impl.backends import torch_device, upload
-    from .dtypes import to_numpy
+    from ..impl.backends import torch_device, upload
+    from ..dtypes import to_numpy
 
     if torch_device() == "cuda":
         import torch

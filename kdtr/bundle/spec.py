@@ -45,10 +45,10 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from .dtypes import NUMPY_DTYPES
-from .errors import SpecError
-from .ops import get_op, op_names
-from .ops.base import Case, Op, Param, Tolerance
+from ..dtypes import NUMPY_DTYPES
+from ..errors import SpecError
+from ..ops import get_op, op_names
+from ..ops.base import Case, Op, Param, Tolerance
 from .yamldoc import Doc, decode_suite, read_suite_bytes
 
 MAX_SWEEP_CASES = 100_000         # cases one sweep may generate

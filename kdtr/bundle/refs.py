@@ -15,13 +15,13 @@ from typing import Any, Iterable, Iterator
 
 import numpy as np
 
-from . import __version__
-from .scaleout import parallel
-from .atomic import remove_stale_temps
-from .errors import BundleError, LimitError, UsageError
+from .. import __version__
+from ..scaleout import parallel
+from ..atomic import remove_stale_temps
+from ..errors import BundleError, LimitError, UsageError
 from .format import MAJOR as FORMAT_MAJOR, MINOR as FORMAT_MINOR, read_bundle, write_bundle
-from .ops import OP_MODULES, get_op
-from .ops.base import Case
+from ..ops import OP_MODULES, get_op
+from ..ops.base import Case
 from .spec import Suite
 
 FRESHNESS_KEYS = ("case_sha256", "reference_sha256", "format")   # what decides a golden's bytes
@@ -167,8 +167,8 @@ def spec_name(path: str | Path) -> str:
     from, any other by its path as given (an absolute one relative to the working directory). Never
     an absolute local path: the wheel and the checkout write the same bytes, and --prune can tell
     which suite left a bundle."""
-    from .config import config
-    from .records.report import portable
+    from ..config import config
+    from ..records.report import portable
 
     try:
         below = Path(path).resolve().relative_to(config().specs_dir.resolve())
@@ -235,7 +235,7 @@ def available_memory() -> int | None:
 
 def default_mem_limit() -> int | None:
     """KDTREE_MEM_LIMIT where set, else MEM_FRACTION of the memory available now."""
-    from .config import config
+    from ..config import config
 
     if config().mem_limit:
         return parse_bytes(config().mem_limit, "KDTREE_MEM_LIMIT")

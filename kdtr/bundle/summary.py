@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from .dtypes import FLOAT_DTYPES
+from ..dtypes import FLOAT_DTYPES
 from .format import read_bundle
 
 STATS_CHUNK = 1 << 20          # elements per pass: memory stays bounded for any tensor size

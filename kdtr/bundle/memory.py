@@ -1,6 +1,6 @@
 """Host memory a case takes to verify or bench, checked against one bound before anything runs.
 
-gen-refs refuses a case whose estimate is over `--mem-limit` (kdtr.refs.check_memory); verify and
+gen-refs refuses a case whose estimate is over `--mem-limit` (kdtr.bundle.refs.check_memory); verify and
 bench do the same with the backend's own estimate (Op.run_bytes) on top of the bundle's arrays, so
 a torch run that would take 15 GB is refused with both figures instead of exhausting the machine.
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from .errors import KdtreeError, LimitError
-from .ops import get_op
+from ..errors import KdtreeError, LimitError
+from ..ops import get_op
 from .refs import MEM_FRACTION, size_text
 
 
