@@ -34,7 +34,7 @@ def e2e_cmd(
     flip, or any with --strict), reporting the first divergence and its logit margin."""
     from kdtr.impl import backends
     from kdtr.records import report
-    from kdtr.e2e import DecodeOptions, ModelConfig, make_prompts, run_e2e
+    from kdtr.verify.e2e import DecodeOptions, ModelConfig, make_prompts, run_e2e
     from kdtr.errors import UsageError
 
     json_out = JsonOut(json_path)

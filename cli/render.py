@@ -245,7 +245,7 @@ def verify_table(rows, *, quiet: bool, verbose: bool, not_run=()) -> None:
 
 
 def _invariance_cell(verdict: dict) -> str:
-    """kdtr.invariance.Verdict.to_plain() in a few words: yes, n/a (why), or the worst difference."""
+    """kdtr.verify.invariance.Verdict.to_plain() in a few words: yes, n/a (why), or the worst difference."""
     if verdict.get("holds") is None:
         return f"n/a ({verdict.get('reason')})"
     if verdict["holds"]:

@@ -58,7 +58,7 @@ class VerifyRow:
     skipped: str | None = None         # why the implementation could not run here (not a pass)
     not_compared: tuple[str, ...] = ()  # outputs the implementation does not give
     parity: dict[str, Any] | None = None   # --against: kdtr.impl.ParityReport.to_json(), or {"reason"}
-    invariance: dict[str, Any] | None = None   # --invariance: kdtr.invariance.to_plain()
+    invariance: dict[str, Any] | None = None   # --invariance: kdtr.verify.invariance.to_plain()
 
     def to_plain(self) -> dict[str, Any]:
         """JSON form; optional fields at their default (no error, trial 0, not probed, not loosened,

@@ -16,7 +16,7 @@ from ..scaleout import parallel
 from ..records import report
 from ..bundle.case import GOLDEN, load_case, reference_outputs
 from ..errors import DeviceError, KdtreeError, UsageError
-from ..invariance import with_invariance
+from .invariance import with_invariance
 from ..ops.numerics import derived_bounds
 from ..bundle.walk import files_below
 from ..ops.base import Case, Op, Tolerance

@@ -45,7 +45,7 @@ def spy(monkeypatch):
 
 def test_verify_bench_parity_and_e2e_reach_the_same_evaluate(goldens, spy):
     from kdtr import bench
-    from kdtr.e2e import DecodeOptions, ModelConfig, make_prompts, run_e2e
+    from kdtr.verify.e2e import DecodeOptions, ModelConfig, make_prompts, run_e2e
     from kdtr.verify import Options, verify_bundle
 
     bundle = sorted((goldens / "tree_accept").glob("*.kdtr"))[0]

@@ -17,10 +17,10 @@ from typing import Callable
 
 import numpy as np
 
-from .dtypes import NUMPY_DTYPES
-from .ops import get_op
-from .ops.tree_build import log_softmax_f32, top_k
-from .ops.verify_attn import LATENT, ROPE, ROW
+from ..dtypes import NUMPY_DTYPES
+from ..ops import get_op
+from ..ops.tree_build import log_softmax_f32, top_k
+from ..ops.verify_attn import LATENT, ROPE, ROW
 
 
 @dataclass(frozen=True)
@@ -220,9 +220,9 @@ def _run(backend: str, op, variant: str, inputs, params) -> dict[str, np.ndarray
     """One step's outputs from the built-in implementation `backend` names, through the one
     evaluator (the output contract checked, nothing compared: the decode itself is the check); a
     step without clean outputs stops the decode with the reason."""
-    from .errors import KdtreeError
-    from .impl import CaseData, evaluate
-    from .impl.builtin import builtin
+    from ..errors import KdtreeError
+    from ..impl import CaseData, evaluate
+    from ..impl.builtin import builtin
 
     outcome = evaluate(builtin(backend), CaseData(op, variant, inputs, params))
     if not outcome.passed:

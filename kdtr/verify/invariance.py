@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from .ops.base import Op
+from ..ops.base import Op
 
 PROPERTIES = ("batch", "order", "split")
 SPLIT_KNOB = "SPLITS"        # the launch knob (CudaKernel.launch_knobs) that forces a kernel's split count
@@ -199,7 +199,7 @@ def with_invariance(row, outputs: Mapping[str, np.ndarray] | None, op: Op, varia
 def backend_runner(backend: str, op: Op, variant: str, kernel: str | None) -> Runner:
     """A Runner of the built-in implementation the backend names (`kernel` as verify forced it; a
     split count forces our kernels' SPLITS knob)."""
-    from .impl.builtin import builtin, cuda_build
+    from ..impl.builtin import builtin, cuda_build
 
     def implementation(splits):
         if backend != "cuda" or (kernel is None and splits is None):
@@ -211,7 +211,7 @@ def backend_runner(backend: str, op: Op, variant: str, kernel: str | None) -> Ru
 def impl_runner(implementation: Callable[[int | None], Any], op: Op, variant: str) -> Runner:
     """A Runner of the implementation `implementation(splits)` gives, through the one evaluator
     (kdtr.impl.evaluate); its failure raises, with the reason."""
-    from .impl import CaseData, Status, evaluate
+    from ..impl import CaseData, Status, evaluate
 
     def run(inputs, params, splits=None):
         outcome = evaluate(implementation(splits), CaseData(op, variant, inputs, params))
