@@ -338,7 +338,7 @@ def report_cmd(
     for option, path in (("--merge", merge), ("--csv", csv_path), ("--plot", plot)):
         check_writable(path, option)
     if plot:
-        from kdtr.plot import require_matplotlib
+        from kdtr.reports.plot import require_matplotlib
 
         require_matplotlib()           # before the CSV is written, not after
     if merge:
@@ -359,7 +359,7 @@ def report_cmd(
     if csv_path:
         atomic_write(csv_path, bench.bench_csv(record))
     if plot:
-        from kdtr.plot import plot_record
+        from kdtr.reports.plot import plot_record
 
         plot_record(record, plot)
         from . import render
@@ -370,7 +370,7 @@ def report_cmd(
 def _compare_gpus(paths: List[Path]) -> None:
     from kdtr import bench
     from kdtr.records import report
-    from kdtr.gpu_compare import compare_gpus
+    from kdtr.reports.gpu_compare import compare_gpus
 
     from .gpu_view import gpu_comparison_view
 
@@ -378,7 +378,7 @@ def _compare_gpus(paths: List[Path]) -> None:
 
 
 def _html(paths: List[Path], out: Path) -> None:
-    from kdtr.html_report import write_html_report
+    from kdtr.reports.html_report import write_html_report
 
     from . import render
 

@@ -405,7 +405,7 @@ def test_cli_report_plot(records, tmp_path):
 
 
 def test_plot_series():
-    from kdtr.plot import prefix_series, roofline_points
+    from kdtr.reports.plot import prefix_series, roofline_points
 
     rec = record()
     prefixes = {0: 1024, 3: 4096}                   # case a and b of our kernel: a prefix sweep

@@ -13,10 +13,10 @@ import os
 from dataclasses import dataclass
 from typing import Iterable
 
-from .gpus import GPU_MODELS, GpuModel, Rates
-from .ops import get_op
-from .ops.base import Cost
-from .bundle.spec import load_suites
+from ..gpus import GPU_MODELS, GpuModel, Rates
+from ..ops import get_op
+from ..ops.base import Cost
+from ..bundle.spec import load_suites
 
 RATED_UNIT = "bf16_mma"          # the compute unit Rates.bf16_flops is the ceiling of
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .atomic import atomic_open
-from .bench import COMPUTE_UNITS, BenchRecord
-from .errors import UsageError
+from ..atomic import atomic_open
+from ..bench import COMPUTE_UNITS, BenchRecord
+from ..errors import UsageError
 
 MARKERS = "o^sDv<>pP*Xh"
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from .bench import BenchRecord, BenchRow
-from .bench.ceilings import Ceilings
-from .bench.record import with_figures
-from .errors import UsageError
-from .runtime.gpu_identity import GpuIdentity, record_gpu
+from ..bench import BenchRecord, BenchRow
+from ..bench.ceilings import Ceilings
+from ..bench.record import with_figures
+from ..errors import UsageError
+from ..runtime.gpu_identity import GpuIdentity, record_gpu
 
 
 @dataclass(frozen=True)

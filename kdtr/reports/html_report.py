@@ -10,12 +10,12 @@ from html import escape
 from pathlib import Path
 from typing import Any, Sequence
 
-from .atomic import atomic_write
-from .bench import COMPUTE_UNITS, RECORD_KIND, BenchRecord, BenchRow
-from .errors import UsageError
-from .runtime.gpu_identity import record_gpu
+from ..atomic import atomic_write
+from ..bench import COMPUTE_UNITS, RECORD_KIND, BenchRecord, BenchRow
+from ..errors import UsageError
+from ..runtime.gpu_identity import record_gpu
 from .plot import prefix_series, roofline_points
-from .records.report import VERIFY_KIND, portable
+from ..records.report import VERIFY_KIND, portable
 from .svg_plot import PALETTE, Series, legend, log_chart
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
