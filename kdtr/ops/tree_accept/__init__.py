@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import LeadingRequests, inline_array, name_from, rng_for
-from .base import Case, CudaKernel, Generated, Op, Param, Tolerance
-from .tree_build import OP as TREE_BUILD
+from .._common import LeadingRequests, inline_array, name_from, rng_for
+from ..base import Case, CudaKernel, Generated, Op, Param, Tolerance
+from ..tree_build import OP as TREE_BUILD
 
 OUTPUT_DTYPES = {"accept_len": "i32", "accept_nodes": "i32", "accept_tokens": "i32", "bonus": "i32"}
 MODES = ("mixed", "none", "full", "partial", "random")
@@ -201,7 +201,7 @@ class TreeAccept(LeadingRequests, Op):
         shared memory for large trees). `defines` may not override TA_CHUNKS (the launch's sizing)."""
         from ctypes import c_int
 
-        from ..runtime.device import get_kernel
+        from ...runtime.device import get_kernel
 
         entry = self.cuda_kernel(kernel or self.kernel_choice(variant, inputs, params), variant)
         batch, q = inputs["tokens"].shape

@@ -10,8 +10,8 @@ import heapq
 
 import numpy as np
 
-from ._common import LeadingRequests, inline_array, name_from, rng_for
-from .base import Baseline, BenchRole, Case, CudaKernel, Generated, Gpu, Op, Param, Tolerance
+from .._common import LeadingRequests, inline_array, name_from, rng_for
+from ..base import Baseline, BenchRole, Case, CudaKernel, Generated, Gpu, Op, Param, Tolerance
 
 OUTPUT_DTYPES = {
     "tokens": "i32", "parents": "i32", "depths": "i32", "positions": "i32", "ranks": "i32",
@@ -346,7 +346,7 @@ class TreeBuild(LeadingRequests, Op):
         import math
         from ctypes import c_int
 
-        from ..runtime.device import get_kernel, max_shared_optin
+        from ...runtime.device import get_kernel, max_shared_optin
 
         defines = defines or {}
         lp = inputs["topk_logp"]
@@ -396,7 +396,7 @@ class TreeBuild(LeadingRequests, Op):
         return (*super().baselines(variant, inputs, params), cpu_heap)
 
     def _cpu_heap_prepare(self, op, variant, inputs, params):
-        from ..dtypes import to_numpy, to_torch
+        from ...dtypes import to_numpy, to_torch
 
         def run():
             host = {name: to_numpy(tensor) for name, tensor in inputs.items()}
