@@ -19,7 +19,7 @@ import numpy as np
 
 from ..dtypes import NUMPY_DTYPES
 from ..ops import get_op
-from ..ops.tree_build import log_softmax_f32, top_k
+from ..ops.tree_build.reference import log_softmax_f32, top_k
 from ..ops.verify_attn import LATENT, ROPE, ROW
 
 

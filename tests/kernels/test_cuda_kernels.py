@@ -20,6 +20,7 @@ from kdtr.dtypes import to_numpy, to_torch, torch_dtype
 from kdtr.errors import DeviceError
 from kdtr.ops import get_op
 from kdtr.ops.base import Case
+from kdtr.ops.tree_build.cuda import REGISTER_BUDGET_MAX
 
 TREE_BUILD, TREE_ACCEPT, VERIFY_ATTN = get_op("tree_build"), get_op("tree_accept"), get_op("verify_attn")
 POISON_I32 = 0x7EADBEEF
@@ -296,9 +297,9 @@ TREE_BUILD_CASES = [
 @pytest.mark.parametrize("params", TREE_BUILD_CASES, ids=lambda p: TREE_BUILD.case_name("default", p | {
     k: v for k, v in TREE_BUILD._defaults.items() if k not in p}))
 def test_tree_build_bit_exact(params, seed, kernel):
-    if kernel != "smem" and params["budget"] > TREE_BUILD.REGISTER_BUDGET_MAX:
-        pytest.skip(f"{kernel} holds at most {TREE_BUILD.REGISTER_BUDGET_MAX} candidates")
-    if kernel == "smem" and seed != SEEDS[0] and params["budget"] <= TREE_BUILD.REGISTER_BUDGET_MAX:
+    if kernel != "smem" and params["budget"] > REGISTER_BUDGET_MAX:
+        pytest.skip(f"{kernel} holds at most {REGISTER_BUDGET_MAX} candidates")
+    if kernel == "smem" and seed != SEEDS[0] and params["budget"] <= REGISTER_BUDGET_MAX:
         pytest.skip("the shared-memory heap (the large-budget path) runs the small cases on one seed")
     if kernel in SKIP_KERNELS:
         pytest.skip(f"{kernel} left out by KDTREE_SKIP_KERNELS")

@@ -12,7 +12,7 @@ from kdtr.errors import DeviceError
 from kdtr.gpus import GPU_MODELS
 from kdtr.ops import cuda_kernels, get_op
 from kdtr.ops.base import H200, Gpu
-from kdtr.ops.tree_build import sorted_shared_bytes
+from kdtr.ops.tree_build.cuda import sorted_shared_bytes
 from kdtr.ops.placement import gpu_for
 
 from .emulator import EMULATED_KERNELS

@@ -1,30 +1,21 @@
-"""tree_accept: the greedy walk down a draft tree with the target's predictions (docs/ops/tree_accept.md)."""
+"""tree_accept: the greedy walk down a draft tree with the target's predictions (docs/ops/tree_accept.md).
+
+The op's contract is here; the numpy reference is in `reference`, the torch backend in
+`torch_impl`, the kernel and its launch in `cuda`.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
 from .._common import LeadingRequests, inline_array, name_from, rng_for
-from ..base import Case, CudaKernel, Generated, Op, Param, Tolerance
+from ..base import Case, Generated, Op, Param, Tolerance
 from ..tree_build import OP as TREE_BUILD
+from . import cuda, torch_impl
+from .reference import reference
 
 OUTPUT_DTYPES = {"accept_len": "i32", "accept_nodes": "i32", "accept_tokens": "i32", "bonus": "i32"}
 MODES = ("mixed", "none", "full", "partial", "random")
-
-
-def walk(tokens: np.ndarray, parents: np.ndarray, target_ids: np.ndarray) -> tuple[list[int], int]:
-    """Accepted node indices (root first) and the bonus token of one request."""
-    children: dict[int, dict[int, int]] = {}
-    for node in range(1, len(tokens)):
-        if parents[node] >= 0:
-            children.setdefault(int(parents[node]), {})[int(tokens[node])] = node
-    path, cur = [0], 0
-    nxt = int(target_ids[0])
-    while nxt in children.get(cur, {}):
-        cur = children[cur][nxt]
-        path.append(cur)
-        nxt = int(target_ids[cur])
-    return path, nxt
 
 
 def _first_shared_sibling_token(tokens: np.ndarray, parents: np.ndarray,
@@ -66,6 +57,7 @@ class TreeAccept(LeadingRequests, Op):
     inline_inputs = ("tokens", "parents", "target_ids")
     shape_params = ("batch",)
     outputs = tuple(OUTPUT_DTYPES)
+    kernels = cuda.KERNELS
     _defaults = {p.name: p.default for p in params}
 
     def case_name(self, variant, params):
@@ -140,18 +132,7 @@ class TreeAccept(LeadingRequests, Op):
         return target
 
     def reference(self, variant, inputs, params):
-        tokens, parents, target = inputs["tokens"], inputs["parents"], inputs["target_ids"]
-        batch, q = tokens.shape
-        out = {"accept_len": np.zeros(batch, np.int32), "bonus": np.zeros(batch, np.int32),
-               "accept_nodes": np.full((batch, q), -1, np.int32),
-               "accept_tokens": np.full((batch, q), -1, np.int32)}
-        for b in range(batch):
-            path, bonus = walk(tokens[b], parents[b], target[b])
-            out["accept_len"][b] = len(path)
-            out["bonus"][b] = bonus
-            out["accept_nodes"][b, :len(path)] = path
-            out["accept_tokens"][b, :len(path)] = tokens[b, path]
-        return out
+        return reference(variant, inputs, params)
 
     def tolerances(self, variant):
         # Integer outputs of a discrete walk: any difference is a bug.
@@ -164,56 +145,11 @@ class TreeAccept(LeadingRequests, Op):
 
     # -- backends -------------------------------------------------------------------------
     def run_torch(self, variant, inputs, params):
-        """The walk vectorised over the batch: each step matches every node at once."""
-        import torch
-
-        tokens, parents, target = inputs["tokens"], inputs["parents"], inputs["target_ids"]
-        batch, q = tokens.shape
-        rows = torch.arange(batch, device=tokens.device)
-        cur = torch.zeros(batch, dtype=torch.int64, device=tokens.device)
-        nxt = target[:, 0].clone()
-        going = torch.ones(batch, dtype=torch.bool, device=tokens.device)
-        nodes = torch.full((batch, q), -1, dtype=torch.int32, device=tokens.device)
-        nodes[:, 0] = 0
-        length = torch.ones(batch, dtype=torch.int32, device=tokens.device)
-        for step in range(1, q):
-            match = (parents == cur[:, None]) & (tokens == nxt[:, None])
-            match[:, 0] = False
-            going &= match.any(dim=1)
-            child = match.to(torch.int8).argmax(dim=1)
-            cur = torch.where(going, child, cur)
-            nxt = torch.where(going, target[rows, cur], nxt)
-            nodes[going, step] = cur[going].to(torch.int32)
-            length += going.to(torch.int32)
-        accept_tokens = torch.where(nodes >= 0, tokens.gather(1, nodes.clamp(min=0).long()), -1)
-        return {"accept_len": length, "accept_nodes": nodes,
-                "accept_tokens": accept_tokens.to(torch.int32), "bonus": nxt.to(torch.int32)}
-
-    # CUDA binding: the tree in registers (TA_CHUNKS nodes per lane) up to Q = 32 * REGISTER_CHUNKS_MAX
-    # (3 registers per chunk), in shared memory beyond.
-    REGISTER_CHUNKS_MAX = 8
-    kernels = (CudaKernel(op="tree_accept", variant="default", name="walk", role="default", threads=128,
-                          serves=f"every shape: the tree in registers up to Q = {32 * REGISTER_CHUNKS_MAX}, "
-                                 "in shared memory beyond"),)
+        return torch_impl.run_torch(variant, inputs, params)
 
     def run_cuda(self, variant, inputs, params, outputs, *, kernel=None, defines=None):
-        """One warp per request, up to 4 per block; node c in lane c % 32, register c / 32 (or in
-        shared memory for large trees). `defines` may not override TA_CHUNKS (the launch's sizing)."""
-        from ctypes import c_int
-
-        from ...runtime.device import get_kernel
-
-        entry = self.cuda_kernel(kernel or self.kernel_choice(variant, inputs, params), variant)
-        batch, q = inputs["tokens"].shape
-        chunks = -(-q // 32)                                # one cubin per chunk count
-        if chunks > self.REGISTER_CHUNKS_MAX:
-            chunks = 0
-        per_warp = q * (8 if chunks else 16)                # tokens, path (+ parents, targets)
-        warps = max(1, min(entry.threads // 32, (48 << 10) // per_warp))
-        args = [inputs["tokens"], inputs["parents"], inputs["target_ids"], c_int(batch), c_int(q),
-                outputs["accept_len"], outputs["accept_nodes"], outputs["accept_tokens"], outputs["bonus"]]
-        get_kernel(entry.source, entry.entry, defines={**(defines or {}), "TA_CHUNKS": chunks}).launch(
-            -(-batch // warps), (32, warps), args, shared_mem=warps * per_warp)
+        """One warp per request (cuda.run_cuda). `defines` may not override TA_CHUNKS (the launch's sizing)."""
+        cuda.run_cuda(self, variant, inputs, params, outputs, kernel, defines)
 
     # -- reports --------------------------------------------------------------------------
     def describe(self, variant, inputs, params):

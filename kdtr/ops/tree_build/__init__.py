@@ -1,89 +1,26 @@
 """tree_build: the best-first DDTree draft tree from per-depth top-K log-probs (docs/ops/tree_build.md).
 
-The reference is the DDTree paper's Algorithm 1 with a lazy heap: fp64 path scores in a fixed
-operation order, exact ties broken by the lexicographically smaller rank tuple.
+The op's contract is here; the numpy reference (the DDTree paper's Algorithm 1 with a lazy heap:
+fp64 path scores in a fixed operation order, exact ties broken by the lexicographically smaller
+rank tuple) is in `reference`, the torch backend in `torch_impl`, the kernels and their launch in
+`cuda`.
 """
 
 from __future__ import annotations
 
-import heapq
-
 import numpy as np
 
 from .._common import LeadingRequests, inline_array, name_from, rng_for
-from ..base import Baseline, BenchRole, Case, CudaKernel, Generated, Gpu, Op, Param, Tolerance
+from ..base import Baseline, BenchRole, Case, Generated, Op, Param, Tolerance
+from . import cuda, torch_impl
+from .cuda import check_kernel_limits
+from .reference import log_softmax_f32, reference, top_k
 
 OUTPUT_DTYPES = {
     "tokens": "i32", "parents": "i32", "depths": "i32", "positions": "i32", "ranks": "i32",
     "scores": "f64", "visibility": "u8", "num_nodes": "i32",
 }
 AUX_LIMIT_BYTES = 1 << 20   # drafter logits are kept in the bundle (role aux) below this size
-SHARED_MEMORY_LIMIT = 227 * 1024   # bytes of shared memory one block may opt in to on sm_90
-
-
-def _up16(n: int) -> int:
-    return -(-n // 16) * 16
-
-
-def kernel_shared_bytes(budget: int, depth: int) -> int:
-    """Shared memory of the tree_build kernels before staging, as carve() in tree_build_common.cuh
-    lays it out: candidates + nodes (40 B per node) and each node's rank path (2 B per depth)."""
-    q = budget + 1
-    return q * 40 + _up16(q * (depth + 1) * 2)
-
-
-def sorted_shared_bytes(budget: int, depth: int, k: int) -> int:
-    """Shared memory of the sorted kernel (tree_build_sorted.cu): the log-prob table as doubles,
-    (L + 2) rows of Kc + 1 (an -inf column and two -inf rows: row L holds the child of a depth-L
-    node, row L + 1 is that child's child row, which the pop reads when the child becomes the head
-    of an empty list), the token ids [L][Kc], the node records (16 B per node)
-    and each node's ancestor-or-self bit mask (ceil(Q / 32) words per node)."""
-    q = budget + 1
-    kc = min(k, q)
-    return (_up16((depth + 2) * (kc + 1) * 8) + _up16(depth * kc * 4) + 16 * q
-            + _up16(q * (-(-q // 32)) * 4))
-
-
-def check_kernel_limits(budget: int, depth: int) -> None:
-    """Refuse up front what the kernels cannot hold, naming the limit."""
-    need = kernel_shared_bytes(budget, depth)
-    if need > SHARED_MEMORY_LIMIT:
-        raise ValueError(f"budget {budget} at depth {depth} needs {need} B of shared memory; the tree_build "
-                         f"kernel has {SHARED_MEMORY_LIMIT} B on sm_90 (lower the budget or the depth)")
-
-
-def log_softmax_f32(logits: np.ndarray) -> np.ndarray:
-    """fp32 log-probs, computed in float64 and rounded once (same bytes on any CPU's SIMD path)."""
-    x = logits.astype(np.float64)
-    peak = x.max(axis=-1, keepdims=True)
-    lse = peak + np.log(np.exp(x - peak).sum(axis=-1, keepdims=True))
-    return (x - lse).astype(np.float32)
-
-
-def top_k(logp: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Top-k along the last axis, descending; equal log-probs: lower token id first."""
-    order = np.argsort(-logp, axis=-1, kind="stable")[..., :k]
-    return np.take_along_axis(logp, order, axis=-1), order.astype(np.int32)
-
-
-def build_one(topk_logp: np.ndarray, budget: int) -> list[tuple[tuple[int, ...], int, float]]:
-    """Pop order of one request's tree: (rank tuple, parent node, score) per non-root node."""
-    depth_count, k = topk_logp.shape
-    lp = [[float(v) for v in row] for row in topk_logp]          # exact f32 -> f64
-    heap = [(-lp[0][0], (0,), 0)]                                 # (-score, ranks, parent)
-    nodes = []
-    while heap and len(nodes) < budget:
-        neg_score, ranks, parent = heapq.heappop(heap)
-        score = -neg_score
-        nodes.append((ranks, parent, score))
-        node = len(nodes)
-        depth, rank = len(ranks), ranks[-1]
-        if rank + 1 < k:
-            sibling = (score - lp[depth - 1][rank]) + lp[depth - 1][rank + 1]
-            heapq.heappush(heap, (-sibling, ranks[:-1] + (rank + 1,), parent))
-        if depth < depth_count:
-            heapq.heappush(heap, (-(score + lp[depth][0]), ranks + (0,), node))
-    return nodes
 
 
 class TreeBuild(LeadingRequests, Op):
@@ -104,6 +41,7 @@ class TreeBuild(LeadingRequests, Op):
     shape_params = ("batch", "depth")
     outputs = tuple(OUTPUT_DTYPES)
     kernel_params = ("budget",)
+    kernels = cuda.KERNELS
     _defaults = {p.name: p.default for p in params}
 
     def case_name(self, variant, params):
@@ -190,33 +128,7 @@ class TreeBuild(LeadingRequests, Op):
         return Generated(inputs=inputs, params=params, aux=aux)
 
     def reference(self, variant, inputs, params):
-        topk_logp, topk_ids = inputs["topk_logp"], inputs["topk_ids"]
-        batch = topk_logp.shape[0]
-        q = int(params["budget"]) + 1
-        out = {name: np.full((batch, q), -1, np.int32) for name in
-               ("tokens", "parents", "depths", "positions", "ranks")}
-        out["scores"] = np.full((batch, q), -np.inf, np.float64)
-        out["visibility"] = np.zeros((batch, q, q), np.uint8)
-        out["num_nodes"] = np.zeros(batch, np.int32)
-        for b in range(batch):
-            nodes = build_one(topk_logp[b], q - 1)
-            out["tokens"][b, 0] = inputs["root_token"][b]
-            out["depths"][b, 0] = 0
-            out["positions"][b, 0] = inputs["start"][b]
-            out["scores"][b, 0] = 0.0
-            out["visibility"][b, 0, 0] = 1
-            out["num_nodes"][b] = len(nodes)
-            for n, (ranks, parent, score) in enumerate(nodes, start=1):
-                depth = len(ranks)
-                out["tokens"][b, n] = topk_ids[b, depth - 1, ranks[-1]]
-                out["parents"][b, n] = parent
-                out["depths"][b, n] = depth
-                out["positions"][b, n] = inputs["start"][b] + depth
-                out["ranks"][b, n] = ranks[-1]
-                out["scores"][b, n] = score
-                out["visibility"][b, n] = out["visibility"][b, parent]
-                out["visibility"][b, n, n] = 1
-        return out
+        return reference(variant, inputs, params)
 
     def tolerances(self, variant):
         # Every output is a discrete function of the inputs (fp64 scores in a fixed op order):
@@ -232,160 +144,22 @@ class TreeBuild(LeadingRequests, Op):
 
     # -- backends -------------------------------------------------------------------------
     def run_torch(self, variant, inputs, params):
-        """Best-first selection vectorised over the batch: a candidate table instead of heaps."""
-        import torch
-
-        lp = inputs["topk_logp"].to(torch.float64)
-        ids = inputs["topk_ids"]
-        batch, depth_count, k = lp.shape
-        budget = int(params["budget"])
-        q, cap, dev = budget + 1, 2 * budget + 1, lp.device
-        rows = torch.arange(batch, device=dev)
-        score = torch.full((batch, cap), -torch.inf, dtype=torch.float64, device=dev)
-        ranks = torch.full((batch, cap, depth_count), -1, dtype=torch.int64, device=dev)
-        parent = torch.zeros((batch, cap), dtype=torch.int64, device=dev)
-        valid = torch.zeros((batch, cap), dtype=torch.bool, device=dev)
-        score[:, 0], ranks[:, 0, 0], valid[:, 0] = lp[:, 0, 0], 0, True
-
-        i32 = dict(dtype=torch.int32, device=dev)
-        out = {name: torch.full((batch, q), -1, **i32) for name in
-               ("tokens", "parents", "depths", "positions", "ranks")}
-        out["scores"] = torch.full((batch, q), -torch.inf, dtype=torch.float64, device=dev)
-        out["visibility"] = torch.zeros((batch, q, q), dtype=torch.uint8, device=dev)
-        out["tokens"][:, 0] = inputs["root_token"]
-        out["depths"][:, 0] = 0
-        out["positions"][:, 0] = inputs["start"]
-        out["scores"][:, 0] = 0.0
-        out["visibility"][:, 0, 0] = 1
-        num_nodes = torch.zeros(batch, **i32)
-
-        for node in range(1, q):
-            active = valid.any(dim=1)
-            best = torch.where(valid, score, -torch.inf).amax(dim=1, keepdim=True)
-            tied = valid & (score == best)
-            for col in range(depth_count):            # lexicographic tie-break on rank tuples
-                col_ranks = torch.where(tied, ranks[:, :, col], torch.iinfo(torch.int64).max)
-                tied &= ranks[:, :, col] == col_ranks.amin(dim=1, keepdim=True)
-            pick = tied.to(torch.int8).argmax(dim=1)
-            pick_ranks = ranks[rows, pick]                                   # [B, L]
-            depth = (pick_ranks >= 0).sum(dim=1)                             # 1..L
-            rank = pick_ranks.gather(1, (depth - 1).clamp(min=0)[:, None])[:, 0]
-            s = score[rows, pick]
-            par = parent[rows, pick]
-            valid[rows, pick] &= ~active
-
-            sel = active
-            out["tokens"][sel, node] = ids[rows, (depth - 1).clamp(min=0), rank.clamp(min=0)][sel]
-            out["parents"][sel, node] = par.to(torch.int32)[sel]
-            out["depths"][sel, node] = depth.to(torch.int32)[sel]
-            out["positions"][sel, node] = (inputs["start"] + depth.to(torch.int32))[sel]
-            out["ranks"][sel, node] = rank.to(torch.int32)[sel]
-            out["scores"][sel, node] = s[sel]
-            vis_row = out["visibility"][rows, par.clamp(min=0)]
-            vis_row[:, node] = 1
-            out["visibility"][sel, node] = vis_row[sel]
-            num_nodes += sel.to(torch.int32)
-
-            free_rank = (~valid).to(torch.int64).cumsum(dim=1) - 1
-            d_idx = (depth - 1).clamp(min=0)
-            has_sibling = sel & (rank + 1 < k)
-            slot = ((free_rank == 0) & ~valid).to(torch.int8).argmax(dim=1)
-            sib_score = (s - lp[rows, d_idx, rank.clamp(min=0)]) + lp[rows, d_idx, (rank + 1).clamp(max=k - 1)]
-            sib_ranks = pick_ranks.clone()
-            sib_ranks[rows, d_idx] = rank + 1
-            self._push(score, ranks, parent, valid, has_sibling, slot, sib_score, sib_ranks, par)
-
-            free_rank = (~valid).to(torch.int64).cumsum(dim=1) - 1
-            has_child = sel & (depth < depth_count)
-            slot = ((free_rank == 0) & ~valid).to(torch.int8).argmax(dim=1)
-            d_next = depth.clamp(max=depth_count - 1)
-            child_ranks = pick_ranks.clone()
-            child_ranks[rows, d_next] = torch.where(depth < depth_count, 0, child_ranks[rows, d_next])
-            child_score = s + lp[rows, d_next, 0]
-            self._push(score, ranks, parent, valid, has_child, slot, child_score, child_ranks,
-                       torch.full_like(par, node))
-        out["num_nodes"] = num_nodes
-        return out
-
-    @staticmethod
-    def _push(score, ranks, parent, valid, mask, slot, new_score, new_ranks, new_parent):
-        """Write a candidate into `slot` of the rows where `mask` holds."""
-        rows = mask.nonzero()[:, 0]
-        score[rows, slot[rows]] = new_score[rows]
-        ranks[rows, slot[rows]] = new_ranks[rows]
-        parent[rows, slot[rows]] = new_parent[rows]
-        valid[rows, slot[rows]] = True
-
-    # CUDA binding: one 256-thread block per request (kernels/README.md).
-    REGISTER_BUDGET_MAX = 512           # register-candidate kernels: 32 lanes x 16 slots >= budget
-    kernels = (
-        CudaKernel(op="tree_build", variant="default", name="sorted", role="default", threads=256,
-                   serves=f"budget <= {REGISTER_BUDGET_MAX} where its log-prob table fits shared memory "
-                          "(every production shape)"),
-        CudaKernel(op="tree_build", variant="default", name="warp", role="fallback", threads=256,
-                   serves=f"budget <= {REGISTER_BUDGET_MAX} where sorted's log-prob table does not fit "
-                          "(deep trees with a large K)"),
-        CudaKernel(op="tree_build", variant="default", name="smem", role="fallback", threads=256,
-                   serves=f"budget > {REGISTER_BUDGET_MAX} (more candidates than the register kernels hold)"),
-    )
+        return torch_impl.run_torch(variant, inputs, params)
 
     def kernel_choice(self, variant, inputs, params, gpu=None):
-        """The sorted register list up to REGISTER_BUDGET_MAX where its log-prob table fits shared
-        memory (1.8x warp at budget 64 on an H200, kernels/NOTES.md), else warp; smem beyond."""
-        budget = int(params["budget"])
-        if budget > self.REGISTER_BUDGET_MAX:
-            return "smem"
-        _, depth, k = inputs["topk_logp"].shape
-        gpu = gpu or Gpu.here()
-        return "sorted" if sorted_shared_bytes(budget, depth, k) + 64 <= gpu.smem_optin else "warp"
+        """sorted where its log-prob table fits, else warp; smem beyond (cuda.choose)."""
+        return cuda.choose(inputs, params, gpu)
 
     def run_cuda(self, variant, inputs, params, outputs, *, kernel=None, defines=None):
         """`kernel` names an entry of `kernels` (default: kernel_choice); `defines` are extra
         compile-time defines (sorted's TB_FORCE_EXACT, its timing diagnostic TB_PROFILE, which gives
         wrong outputs)."""
-        import math
-        from ctypes import c_int
-
-        from ...runtime.device import get_kernel, max_shared_optin
-
-        defines = defines or {}
-        lp = inputs["topk_logp"]
-        batch, depth, k = lp.shape
-        budget = int(params["budget"])
-        name = kernel or self.kernel_choice(variant, inputs, params)
-        entry = self.cuda_kernel(name, variant)
-        if name != "smem" and budget > self.REGISTER_BUDGET_MAX:
-            raise ValueError(f"{name} holds at most {self.REGISTER_BUDGET_MAX} candidates; budget {budget}")
-        q = budget + 1
-        check_kernel_limits(budget, depth)
-        args = [lp, inputs["topk_ids"], inputs["root_token"], inputs["start"],
-                c_int(batch), c_int(depth), c_int(k), c_int(budget)]
-        args_out = [outputs[n] for n in ("tokens", "parents", "depths", "positions", "ranks",
-                                         "scores", "visibility", "num_nodes")]
-        slots = max(1, math.ceil(budget / 32))
-        limit = max_shared_optin()
-        if name == "sorted":         # 32 x per_lane >= budget slots; the log-prob table must fit
-            smem = sorted_shared_bytes(budget, depth, k)
-            if smem + 64 > limit:                 # + the static s_num_nodes
-                raise ValueError(f"sorted needs {smem} B of shared memory at budget {budget}, depth "
-                                 f"{depth}, K {k}; the device has {limit} B")
-            get_kernel(entry.source, entry.entry, defines={"TB_NPL": slots, **defines}).launch(
-                batch, entry.threads, args + args_out, shared_mem=smem)
-            return
-        smem = kernel_shared_bytes(budget, depth)
-        staged_bytes = 2 * _up16(depth * min(k, q) * 4)          # the log-probs, when they fit
-        staged = smem + staged_bytes + 64 <= limit
-        smem += staged_bytes if staged else 0
-        args += [c_int(int(staged))] + args_out
-        if name == "warp":           # capacity 32 x per_lane >= budget (slots in use <= budget): 1..16
-            defines = {"TB_NPL": 1 << (slots - 1).bit_length(), **defines}
-        get_kernel(entry.source, entry.entry, defines=defines).launch(batch, entry.threads, args, shared_mem=smem)
+        cuda.run_cuda(self, variant, inputs, params, outputs, kernel, defines)
 
     # -- reports --------------------------------------------------------------------------
     def describe(self, variant, inputs, params):
         batch, depth, k = inputs["topk_logp"].shape
         return {"B": batch, "L": depth, "K": k, "Q": int(params["budget"]) + 1}
-
 
     # -- bench ----------------------------------------------------------------------------
     def baselines(self, variant, inputs, params):
