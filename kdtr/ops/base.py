@@ -12,7 +12,11 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from ..config import config
+from ..dtypes import NUMPY_DTYPES
 from ..errors import DeviceError
+from ..gpus import GPU_MODELS
+from ..runtime.device import device_arch, gpu_available, max_shared_optin, multiprocessor_count
 
 EXACT = "exact"
 
@@ -163,10 +167,6 @@ class Gpu:
         """The GPU launches choose kernels for: this machine's current GPU, the target H200 where
         there is none; with KDTREE_GPU, its arch and shared-memory limit instead (the SM count
         stays the present GPU's, whose grid the split count fills; without a GPU the table's)."""
-        from ..config import config
-        from ..runtime.device import gpu_available
-        from ..gpus import GPU_MODELS
-
         run_as = config().run_as
         if run_as is None:
             return Gpu.present() if gpu_available() else H200
@@ -176,8 +176,6 @@ class Gpu:
     @staticmethod
     def present() -> "Gpu":
         """This machine's current GPU as it is (KDTREE_GPU aside); DeviceError without one."""
-        from ..runtime.device import device_arch, max_shared_optin, multiprocessor_count
-
         return Gpu(int(device_arch().removeprefix("sm_")), multiprocessor_count(), max_shared_optin(own=True))
 
 
@@ -238,8 +236,6 @@ class CudaKernel:
     def require_present(self) -> None:
         """DeviceError, one line, unless the GPU present runs it: KDTREE_GPU may choose a kernel for
         an architecture whose instructions (wgmma: sm_90) or shared memory this one lacks."""
-        from ..config import config
-
         present = Gpu.present()
         if self.runs_on(present):
             return
@@ -393,8 +389,6 @@ class Op:
     def cost(self, variant: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any]) -> Cost:
         """FLOP/byte model for the roofline; by default a latency-bound op that reads its inputs
         and writes its outputs once and does no floating-point work worth counting."""
-        from ..dtypes import NUMPY_DTYPES
-
         specs = self.output_specs(variant, inputs, params)
         out_bytes = sum(NUMPY_DTYPES[d].itemsize * int(np.prod(s)) for d, s in specs.values())
         return Cost(flops=0.0, bytes=float(sum(a.nbytes for a in inputs.values()) + out_bytes))

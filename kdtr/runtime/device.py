@@ -3,16 +3,22 @@
 Modules are loaded into torch's primary context and kernels launched on torch's current stream, so
 torch's CUDA-graph capture, events and allocator see our launches like their own. Every CUDA call's
 result goes through `_check`. Nothing happens at import: torch and the driver start on first use.
+
+`stand_in(gpu)` is the one hook for running our launches without a GPU: while it holds, the device
+queries below answer as `gpu` and `get_kernel` returns its kernels (the CPU emulator of
+tests/kernels/emulator/ plugs in there).
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Protocol, Sequence
 
+from ..config import config
 from ..errors import DeviceError, LaunchError
 from .nvrtc import CompiledModule, compile_kernel
 
@@ -65,10 +71,46 @@ def _call(fn, *args, what: str, error: type[DeviceError] = DeviceError):
     return rest[0] if len(rest) == 1 else rest
 
 
+# -- a stand-in for the GPU -----------------------------------------------------------------------
+
+class StandIn(Protocol):
+    """What answers for the device while `stand_in` holds: its compute capability as an integer (90
+    for sm_90), SM count and opt-in shared memory per block, and its own kernels, whose `launch`
+    takes Kernel.launch's arguments."""
+
+    arch: int
+    sms: int
+    smem_optin: int
+
+    def get_kernel(self, source: str | Path, name: str, defines: Mapping[str, str | int],
+                   arch: str | None) -> Any: ...
+
+
+_stand_in: StandIn | None = None
+
+
+@contextlib.contextmanager
+def stand_in(gpu: StandIn) -> Iterator[StandIn]:
+    """While the block runs, `gpu` is the device: gpu_available() is True, device_arch,
+    multiprocessor_count and max_shared_optin answer from it (KDTREE_GPU aside) and get_kernel
+    returns gpu.get_kernel(source, name, defines, arch). For every thread of the process; not
+    nested."""
+    global _stand_in
+    if _stand_in is not None:
+        raise RuntimeError("a stand-in for the GPU is already in place")
+    _stand_in = gpu
+    try:
+        yield gpu
+    finally:
+        _stand_in = None
+
+
 # -- device queries --------------------------------------------------------------------------------
 
 def gpu_available() -> bool:
-    """True iff torch sees a CUDA GPU; never raises."""
+    """True iff torch sees a CUDA GPU (or a stand-in is in place); never raises."""
+    if _stand_in is not None:
+        return True
     try:
         import torch
 
@@ -92,6 +134,8 @@ def require_gpu() -> None:
 
 def device_arch(device: int | None = None) -> str:
     """`sm_XY` of the current (or given) device, e.g. sm_90 on an H200."""
+    if _stand_in is not None:
+        return f"sm_{_stand_in.arch}"
     index = _device_index(device)
     arch = _archs.get(index)
     if arch is None:
@@ -158,14 +202,16 @@ def _device_attribute(attr_name: str, device: int | None) -> int:
 def max_shared_optin(device: int | None = None, *, own: bool = False) -> int:
     """The largest dynamic shared memory one block may opt in to (227 KB on Hopper); with
     KDTREE_GPU, at most that GPU's (launches then size themselves and refuse as there), unless `own`."""
-    from ..config import config
-
+    if _stand_in is not None:
+        return _stand_in.smem_optin
     limit = _device_attribute("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", device)
     run_as = None if own else config().run_as
     return limit if run_as is None else min(limit, run_as.smem_optin)
 
 
 def multiprocessor_count(device: int | None = None) -> int:
+    if _stand_in is not None:
+        return _stand_in.sms
     return _device_attribute("CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT", device)
 
 
@@ -190,8 +236,6 @@ class Kernel:
         limit = max_shared_optin(self.device)
         static = next((r.shared_bytes for r in self.module.resources if r.kernel == self.name), 0)
         if shared_mem + static > limit:
-            from ..config import config
-
             run_as = config().run_as
             raise self._fail(f"needs {shared_mem} B dynamic + {static} B static shared memory; "
                              f"the device allows {limit} B per block"
@@ -301,6 +345,8 @@ def get_kernel(source: str | Path, name: str, *, defines: Mapping[str, str | int
     device, arch). Call it before a CUDA-graph capture begins: loading a module is not allowed
     while a stream captures.
     """
+    if _stand_in is not None:
+        return _stand_in.get_kernel(source, name, defines, arch)
     index = _device_index(device)
     key = (str(source), name, tuple(sorted((k, str(v)) for k, v in defines.items())), index, arch)
     kernel = _kernels.get(key)

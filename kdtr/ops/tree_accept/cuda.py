@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ctypes import c_int
 
+from ...runtime.device import get_kernel
 from ..base import CudaKernel
 
 REGISTER_CHUNKS_MAX = 8
@@ -18,8 +19,6 @@ KERNELS = (CudaKernel(op="tree_accept", variant="default", name="walk", role="de
 def run_cuda(op, variant, inputs, params, outputs, kernel=None, defines=None) -> None:
     """One warp per request, up to 4 per block; node c in lane c % 32, register c / 32 (or in
     shared memory for large trees). `defines` may not override TA_CHUNKS (the launch's sizing)."""
-    from ...runtime.device import get_kernel
-
     entry = op.cuda_kernel(kernel or op.kernel_choice(variant, inputs, params), variant)
     batch, q = inputs["tokens"].shape
     chunks = -(-q // 32)                                # one cubin per chunk count

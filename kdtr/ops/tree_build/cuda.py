@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from ctypes import c_int
 
+from ...runtime.device import get_kernel, max_shared_optin
 from ..base import CudaKernel, Gpu
 
 SHARED_MEMORY_LIMIT = 227 * 1024   # bytes of shared memory one block may opt in to on sm_90
@@ -69,8 +70,6 @@ def run_cuda(op, variant, inputs, params, outputs, kernel=None, defines=None) ->
     """`kernel` names an entry of KERNELS (default: the op's kernel_choice); `defines` are extra
     compile-time defines (sorted's TB_FORCE_EXACT, its timing diagnostic TB_PROFILE, which gives
     wrong outputs)."""
-    from ...runtime.device import get_kernel, max_shared_optin
-
     defines = defines or {}
     lp = inputs["topk_logp"]
     batch, depth, k = lp.shape

@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 
 from ...errors import DeviceError
+from ...runtime.device import device_arch, get_kernel, multiprocessor_count
 from ..base import CudaKernel, Gpu
 from .layouts import LATENT, LAYOUTS
 
@@ -187,8 +188,6 @@ def serving(variant, gpu: Gpu) -> tuple[str, ...]:
 def run_cuda(op, variant, inputs, params, outputs, kernel=None, splits=None, defines=None) -> None:
     """One block per (row tile, request, KV split); a merge kernel when the keys are split."""
     import torch
-
-    from ...runtime.device import device_arch, get_kernel, multiprocessor_count
 
     k = op.cuda_kernel(kernel or op.kernel_choice(variant, inputs, params), variant)
     layout = LAYOUTS[variant]
