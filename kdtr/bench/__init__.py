@@ -1,4 +1,7 @@
-"""The timing engine behind `kdtree bench`: honest device timings, ceilings and baselines in one run.
+"""The timing engine behind `kdtree bench`: honest device timings, ceilings and baselines in one run
+(the items a run times, its settings, timers, schedule, statistics, ceilings, sanity rows, records
+and their comparison). It may import the root modules, `kdtr.runtime`, `kdtr.scaleout`,
+`kdtr.records`, `kdtr.ops`, `kdtr.impl` and `kdtr.bundle`, and nothing else of kdtr.
 
 How a figure is made (docs/measuring.md, "One figure"):
 
@@ -26,7 +29,8 @@ How a figure is made (docs/measuring.md, "One figure"):
 - Ceilings are measured in the same run (HBM read and copy bandwidth; dense bf16 and fp32 matrix
   products through torch), and every row's achieved TFLOP/s and GB/s (from the op's cost model) is
   given as % of them; a figure over 100% is flagged as a measurement error, not a result.
-- Baselines (`op.baselines`: Implementations with a `bench` role) run on the same inputs in the same run; before any implementation is
+- Baselines (`op.baselines`, made Implementations with a `bench` role by `kdtr.impl.baselines`) run on
+  the same inputs in the same run; before any implementation is
   timed its outputs on those inputs are checked against the reference (`compare_output`, the op's
   tolerances). Speedup = baseline median / our median, same run, same mode.
 

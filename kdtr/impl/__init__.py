@@ -1,4 +1,8 @@
-"""Implementations of the ops: ours (`cuda`), the baselines (`torch`, `numpy`), peers, a user's own.
+"""Implementations of the ops: ours (`cuda`), the built-in backends (`torch`, `numpy`) and what they
+share (`backends`), the ops' bench baselines, the peers (`peers/`), a user's own; how a spec
+resolves to one, the one evaluator that runs and judges it, and parity between two. It may import
+the root modules, `kdtr.runtime`, `kdtr.scaleout`, `kdtr.records` and `kdtr.ops`, and nothing else
+of kdtr.
 
 The public API (verify, bench and the CLI wire it in):
 - `resolve(spec) -> Implementation` (`resolved(spec)`: cached), `resolve_all(specs)`, `builtin_names()`;

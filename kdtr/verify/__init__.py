@@ -1,4 +1,8 @@
-"""Verify as a library: run implementations on bundles' cases and compare every output.
+"""Verify as a library: run implementations on bundles' cases and compare every output (`run`,
+`options`, `tolerance`, `record`), probe whether rows are invariant to batching, order and splits
+(`invariance`) and decode end to end against greedy decoding (`e2e`). It may import the root
+modules, `kdtr.runtime`, `kdtr.scaleout`, `kdtr.records`, `kdtr.ops`, `kdtr.impl` and
+`kdtr.bundle`, and nothing else of kdtr.
 
 The public API (`kdtree verify` is a thin CLI over it; the pytest plugin uses `verify_item`):
 
