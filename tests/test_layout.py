@@ -123,3 +123,11 @@ def test_the_checks_see_a_wrong_import_and_a_circle():
     assert "kdtr.runtime.device" in imports_of("kdtr.ops.tree_accept.cuda")
     assert "kdtr.ops.compare" in imports_of("kdtr.impl.evaluation")          # imported inside a function
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+
+
+def test_the_wheel_ships_every_package():
+    """pyproject lists its packages by name: a package it forgets would be missing from `pip install .`."""
+    tomllib = pytest.importorskip("tomllib")
+    pyproject = tomllib.loads((KDTR.parent / "pyproject.toml").read_text(encoding="utf-8"))
+    packages = {m for m, (_, package) in MODULES.items() if package}
+    assert packages <= set(pyproject["tool"]["setuptools"]["packages"])
