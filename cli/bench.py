@@ -49,11 +49,11 @@ def _items(paths: list[Path], pattern: Optional[str], quick: bool, spec):
     from kdtr import bench
     from kdtr.scaleout import parallel
 
-    selected = bench.collect_items(paths, pattern, quick)
+    selected = bench.cases.collect_items(paths, pattern, quick)
     items = parallel.shard_items(selected, _key, spec)
     if not items:
         raise UsageError(f"no case matches -k {pattern!r}" if pattern else "no cases to bench")
-    return items, bench.selection_meta(selected, spec)
+    return items, bench.cases.selection_meta(selected, spec)
 
 
 def _key(item) -> str:
@@ -66,10 +66,10 @@ def _run_on_devices(devices, items, settings, progress):
     from kdtr import bench
     from kdtr.scaleout import parallel
 
-    groups = parallel.balance(items, bench.estimated_cost, len(devices))
-    jobs = [[bench.WorkerJob(tuple(group), settings)] for group in groups]
+    groups = parallel.balance(items, bench.cases.estimated_cost, len(devices))
+    jobs = [[bench.runner.WorkerJob(tuple(group), settings)] for group in groups]
     records, crashed = [], []
-    for job, result in parallel.map_on_devices(devices, jobs, bench.run_worker, lambda job, why: why):
+    for job, result in parallel.map_on_devices(devices, jobs, bench.runner.run_worker, lambda job, why: why):
         if isinstance(result, str):
             crashed.append(f"{result}: its cases {', '.join(job.names)} were not timed")
         else:
@@ -289,7 +289,7 @@ def _run(paths, pattern, quick, shard, devices, settings, targets, quiet, mem_li
     from kdtr.bundle.memory import check_items
 
     items, selection = _items(paths or _default_specs(), pattern, quick, shard)
-    items = bench.items_for_kernels(items, settings.kernels)
+    items = bench.cases.items_for_kernels(items, settings.kernels)
     check_items(items, resolve_backend(settings.backend), mem_limit)
 
     def stamped(record):

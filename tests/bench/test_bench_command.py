@@ -150,7 +150,7 @@ def _written(tmp_path):
 
 @pytest.mark.parametrize("where", ["folder", "under_a_file"])
 def test_cli_bench_refuses_an_unwritable_json_path_before_any_work(suites, tmp_path, monkeypatch, where):
-    monkeypatch.setattr(bench, "collect_items", lambda *a: pytest.fail("the cases were collected"))
+    monkeypatch.setattr(bench.cases, "collect_items", lambda *a: pytest.fail("the cases were collected"))
     (tmp_path / "file.txt").write_text("x")
     target = tmp_path if where == "folder" else tmp_path / "file.txt" / "bench.json"
     result = invoke("bench", suites, "--json", target)
@@ -214,9 +214,9 @@ def test_bench_items_are_plain_data_a_worker_receives(suites, goldens, tmp_path)
     import pickle
 
     bundle = sorted((goldens / "tree_accept").glob("*.kdtr"))[0]
-    items = bench.collect_items([suites, bundle], "*")
+    items = bench.cases.collect_items([suites, bundle], "*")
     assert {i.case is not None for i in items} == {True, False}
-    job = bench.WorkerJob(tuple(items), bench.BenchSettings())
+    job = bench.runner.WorkerJob(tuple(items), bench.BenchSettings())
     received = pickle.loads(pickle.dumps(job))
     assert received == job and received.names == tuple(f"{i.op}/{i.name}" for i in items)
     for sent, got in zip(items, received.items):

@@ -49,8 +49,8 @@ def test_default_bench_suites():
             assert all(c.params["depth"] == 15 for c in s.cases)
             assert {c.params["batch"] for c in s.cases} >= {1, 256}
             assert {c.params["budget"] for c in s.cases} >= {8, 64}
-    quick = bench.items_from_suites(suites, quick=True)
-    assert len(quick) == len(suites) * bench.QUICK_CASES_PER_SUITE
+    quick = bench.cases.items_from_suites(suites, quick=True)
+    assert len(quick) == len(suites) * bench.settings.QUICK_CASES_PER_SUITE
     assert any(i.op == "verify_attn" and i.params["heads"] == 8 for i in quick)     # --quick keeps TP8
 
 
@@ -138,6 +138,6 @@ def test_check_outputs_names_what_it_compared():
                               device="cpu")
     data = CaseData(op, "fp32", generated.inputs, generated.params)
     outcome = evaluate(only_out(("out",)), data, expected, op.tolerances("fp32"))
-    assert outcome.passed and bench.check_note(outcome) == "checked out (rel. L2 0); it gives no lse"
+    assert outcome.passed and bench.runner.check_note(outcome) == "checked out (rel. L2 0); it gives no lse"
     outcome = evaluate(only_out(None), data, expected, op.tolerances("fp32"))
-    assert not outcome.passed and bench.check_note(outcome) == "returned no 'lse' (it declares ['out', 'lse'])"
+    assert not outcome.passed and bench.runner.check_note(outcome) == "returned no 'lse' (it declares ['out', 'lse'])"

@@ -18,20 +18,20 @@ from tests.bench.fakes import OPTS, FakeCuda, _fake_gpu_env
 
 def test_device_timer_hot_graph_divides_by_calls_per_sample(monkeypatch):
     fake = FakeCuda().install(monkeypatch)
-    t = bench.DeviceTimer(60 << 20).measure([fake.kernel(0.002)], options=OPTS, mode="hot")
+    t = bench.timers.DeviceTimer(60 << 20).measure([fake.kernel(0.002)], options=OPTS, mode="hot")
     assert (t.mode, t.method) == ("hot", "graph")
     assert t.calls_per_sample == 250                      # 0.5 ms samples of 2 us calls
     assert t.median == pytest.approx(0.002) and t.stop_reason == "converged"
     assert t.rel_ci == pytest.approx(0.0005 / (t.calls_per_sample * 0.002))     # the event resolution
     assert t.rounds == OPTS.min_rounds and t.rel_ci_rounds == pytest.approx(0, abs=1e-9)
-    t = bench.DeviceTimer(60 << 20).measure([fake.kernel(0.002)], options=replace(OPTS, noise_floor=0.005), mode="hot")
+    t = bench.timers.DeviceTimer(60 << 20).measure([fake.kernel(0.002)], options=replace(OPTS, noise_floor=0.005), mode="hot")
     assert t.rel_ci == pytest.approx(0.005)                      # a noise floor, when asked for one
     assert fake.flushes == 0
 
 
 def test_device_timer_cold_flush_and_rotate(monkeypatch):
     fake = FakeCuda().install(monkeypatch)
-    timer = bench.DeviceTimer(60 << 20)
+    timer = bench.timers.DeviceTimer(60 << 20)
     t = timer.measure([fake.kernel(0.05)], options=OPTS, mode="cold")
     assert (t.mode, t.method, t.calls_per_sample) == ("cold-flush", "graph", 1)
     assert fake.flushes == t.n and t.median == pytest.approx(0.05)
@@ -47,10 +47,10 @@ def test_device_timer_cold_flush_and_rotate(monkeypatch):
 def test_device_timer_falls_back_to_eager_when_capture_fails(monkeypatch):
     fake = FakeCuda().install(monkeypatch)
     fake.fail_capture = True
-    t = bench.DeviceTimer(60 << 20).measure([fake.kernel(0.004)], options=OPTS, mode="hot")
+    t = bench.timers.DeviceTimer(60 << 20).measure([fake.kernel(0.004)], options=OPTS, mode="hot")
     assert t.method == "eager" and "graph capture failed (RuntimeError" in t.note
     assert t.median == pytest.approx(0.004) and t.calls_per_sample == 125
-    t = bench.DeviceTimer(60 << 20).measure([fake.kernel(1.0)], options=OPTS, mode="hot", graph=False)
+    t = bench.timers.DeviceTimer(60 << 20).measure([fake.kernel(1.0)], options=OPTS, mode="hot", graph=False)
     assert t.method == "eager" and t.calls_per_sample == 1 and t.note == ""
 
 
@@ -75,7 +75,7 @@ def test_case_runner_cuda_path_on_a_fake_device(monkeypatch, op_name, case_param
     env = _fake_gpu_env(monkeypatch, l2_bytes)
     variant = op.variants[-1]
     case = Case("c", op_name, variant, 9, dict(op._defaults, **case_params))
-    item = bench.BenchItem("c", op_name, variant, case.params, "test", case=case)
+    item = bench.cases.BenchItem("c", op_name, variant, case.params, "test", case=case)
     settings = BenchSettings(timing=replace(OPTS, budget_s=0.05, min_samples=3), repeat=True,
                              baselines=("torch", "torch_bf16", "torch_fp32"))
     seen = []
@@ -108,7 +108,7 @@ def test_a_baseline_whose_probe_refuses_the_case_is_a_skipped_row(monkeypatch):
     monkeypatch.setattr(torch_impl, "_device_free_bytes", lambda: 1000)
     env = _fake_gpu_env(monkeypatch, 1 << 20, modes=("hot",))
     case = Case("c", "verify_attn", "fp32", 9, dict(op._defaults, batch=2, heads=4, prefix=30, budget=6))
-    item = bench.BenchItem("c", "verify_attn", "fp32", case.params, "test", case=case)
+    item = bench.cases.BenchItem("c", "verify_attn", "fp32", case.params, "test", case=case)
     settings = BenchSettings(timing=replace(OPTS, budget_s=0.05, min_samples=3), baselines=("sdpa",))
     rows = bench_runner._CaseRunner(env, settings, item, lambda s: None, None).run()
     sdpa = next(r for r in rows if r.impl == "sdpa")
@@ -120,7 +120,7 @@ def test_case_runner_reports_a_wrong_kernel_and_a_missing_one(monkeypatch):
     op = get_op("tree_accept")
     env = _fake_gpu_env(monkeypatch, modes=("hot",))
     case = Case("c", "tree_accept", "default", 9, dict(op._defaults, batch=4, budget=8, depth=4))
-    item = bench.BenchItem("c", "tree_accept", "default", case.params, "test", case=case)
+    item = bench.cases.BenchItem("c", "tree_accept", "default", case.params, "test", case=case)
     settings = BenchSettings(timing=replace(OPTS, budget_s=0.05, min_samples=3), baselines=())
     monkeypatch.setattr(op, "run_cuda", _fake_run_cuda(op, wrong=True))
     [row_] = bench_runner._CaseRunner(env, settings, item, lambda s: None, None).run()
