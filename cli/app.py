@@ -92,8 +92,8 @@ DevicesOpt = typer.Option(None, "--devices", help="One worker process per GPU: '
 
 
 def shard_spec(shard: str | None, shard_count: int | None, balance_from: Path | None):
-    """--shard, --shard-count and --balance-from as one kdtr.parallel.Shard (None: no sharding)."""
-    from kdtr.shards import resolve_shard
+    """--shard, --shard-count and --balance-from as one kdtr.scaleout.parallel.Shard (None: no sharding)."""
+    from kdtr.scaleout.shards import resolve_shard
 
     return resolve_shard(shard, shard_count, balance_from)
 
@@ -104,7 +104,7 @@ MemLimitOpt = typer.Option(None, "--mem-limit", help="Refuse a case whose memory
 
 def mem_limit_bytes(text: str | None) -> int | None:
     """--mem-limit in bytes, or gen-refs' default bound (None: no bound known)."""
-    from kdtr import refs
+    from kdtr.bundle import refs
 
     return refs.parse_bytes(text) if text else refs.default_mem_limit()
 
@@ -148,7 +148,7 @@ def parse_devices_option(text: str | None, backend: str) -> list[str] | None:
     (`backend` resolved: the cuda backend's run refuses that itself, in one line)."""
     if text is None:
         return None
-    from kdtr.parallel import parse_devices
+    from kdtr.scaleout.parallel import parse_devices
 
     available = gpu_count()
     devices = parse_devices(text, available)
@@ -188,7 +188,7 @@ def emit_json(path: str, record, stdout=None) -> None:
     """The record as compact JSON to `path` (atomically; mode from the umask) or, for `-`, to stdout."""
     import json
 
-    from kdtr import report
+    from kdtr.records import report
 
     if path == "-":
         write_stdout(json.dumps(report.plain(record), separators=(",", ":"), allow_nan=False) + "\n", "--json -",
@@ -266,7 +266,7 @@ class StdoutGuard(io.TextIOBase):
 
 
 def gpu_count() -> int:
-    from kdtr.device import gpu_available
+    from kdtr.runtime.device import gpu_available
 
     if not gpu_available():
         return 0

@@ -47,7 +47,7 @@ def _default_specs() -> list[Path]:
 
 def _devices(text: str | None, backend: str) -> tuple[str, ...] | None:
     """--devices as the workers' list (None: this process); the cuda backend needs a GPU for them."""
-    from kdtr.backends import resolve_backend
+    from kdtr.impl.backends import resolve_backend
 
     devices = parse_devices_option(text, resolve_backend(backend))
     return tuple(devices) if devices else None
@@ -247,7 +247,7 @@ def bench_cmd(
 
 def _unmatched_baselines(named: list[str], record) -> None:
     """A --baseline no case has (a typo, another op's) is said, not silently ignored."""
-    from kdtr.bench import unmatched_baselines
+    from kdtr.bench.run import unmatched_baselines
 
     unmatched, timed = unmatched_baselines(named, record)
     if unmatched:

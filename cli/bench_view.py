@@ -274,7 +274,7 @@ def _launch_grid(r) -> Optional[list]:
 
 
 def _footer(record, *, plain: bool, console: Console) -> None:
-    from kdtr.bench import TIME_LIMIT_SKIP
+    from kdtr.bench.record import TIME_LIMIT_SKIP
 
     emit = plain_line if plain else console.print
     flagged = [r for r in (*record.sanity, *record.rows) if r.flagged]

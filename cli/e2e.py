@@ -32,8 +32,9 @@ def e2e_cmd(
     """Run AR greedy and DDTree (tree_build -> verify_attn -> tree_accept) on the same prompts;
     exit 1 if a generated token differs (fp32: any; bf16: beyond a near-tie the bf16 rounding can
     flip, or any with --strict), reporting the first divergence and its logit margin."""
-    from kdtr import backends, report
-    from kdtr.e2e import DecodeOptions, ModelConfig, make_prompts, run_e2e
+    from kdtr.impl import backends
+    from kdtr.records import report
+    from kdtr.verify.e2e import DecodeOptions, ModelConfig, make_prompts, run_e2e
     from kdtr.errors import UsageError
 
     json_out = JsonOut(json_path)
@@ -47,7 +48,7 @@ def e2e_cmd(
             raise UsageError(f"--budget {value}: must be in [0, 4096]")
     resolved = backends.resolve_backend(backend)
     if resolved == "cuda":
-        from kdtr.device import require_gpu
+        from kdtr.runtime.device import require_gpu
 
         require_gpu()
     cfg = ModelConfig(seed=seed)

@@ -37,7 +37,9 @@ def gen_refs_cmd(
     json_path: Optional[str] = JsonOpt,
 ):
     """Generate golden bundles from YAML suites (exact numpy references); skips fresh ones."""
-    from kdtr import parallel, refs, report, spec
+    from kdtr.scaleout import parallel
+    from kdtr.bundle import refs, spec
+    from kdtr.records import report
 
     json_out = JsonOut(json_path)
     if out.exists() and not out.is_dir():

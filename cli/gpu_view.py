@@ -1,4 +1,4 @@
-"""The table of `kdtree report --compare-gpus` (rendering only; kdtr/gpu_compare.py builds it)."""
+"""The table of `kdtree report --compare-gpus` (rendering only; kdtr/reports/gpu_compare.py builds it)."""
 
 from __future__ import annotations
 

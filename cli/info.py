@@ -20,7 +20,7 @@ def inspect_cmd(
     json_path: Optional[str] = JsonOpt,
 ):
     """A bundle's header, and per tensor: role, dtype, shape, min/max/mean, NaN/Inf counts."""
-    from kdtr.summary import summarize
+    from kdtr.bundle.summary import summarize
 
     refuse_overwriting_inputs({"--json": json_path}, [file])
     _show(summarize(file), JsonOut(json_path), render.inspect_view)
@@ -30,7 +30,7 @@ def inspect_cmd(
 @guarded
 def doctor_cmd(json_path: Optional[str] = JsonOpt):
     """Versions, NVRTC, CUDA headers, GPUs, the cache folder and where kernels and suites come from."""
-    from kdtr import doctor
+    from kdtr.records import doctor
 
     json_out = JsonOut(json_path)
     _show(doctor.facts(), json_out, render.doctor_view)
@@ -44,9 +44,10 @@ def build_cmd(
 ):
     """Compile each kernel with NVRTC (no GPU needed) for the archs its launch can pick it on and report
     registers, shared memory, spills and what it serves there; the others are listed as not applicable."""
-    from kdtr import nvrtc, report
+    from kdtr.runtime import nvrtc
+    from kdtr.records import report
     from kdtr.config import config
-    from kdtr.placement import placements
+    from kdtr.ops.placement import placements
 
     json_out = JsonOut(json_path)
     if not nvrtc.kernel_files():

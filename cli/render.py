@@ -17,7 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from kdtr.report import visible
+from kdtr.records.report import visible
 
 PIPE_WIDTH = 200               # tables written to a file or pipe are not squeezed to 80 columns
 
@@ -156,7 +156,7 @@ def _share(value: float | None) -> str:
 
 
 def _tol_share(row) -> float | None:
-    # kdtr.compare.OutputCheck.tol_share is new; bundles verified by an older kdtr lack it
+    # kdtr.ops.compare.OutputCheck.tol_share is new; bundles verified by an older kdtr lack it
     shares = [s for s in (getattr(o, "tol_share", None) for o in row.outputs) if s is not None]
     return max(shares, default=None)
 
@@ -240,7 +240,7 @@ def verify_table(rows, *, quiet: bool, verbose: bool, not_run=()) -> None:
 
 
 def _invariance_cell(verdict: dict) -> str:
-    """kdtr.invariance.Verdict.to_plain() in a few words: yes, n/a (why), or the worst difference."""
+    """kdtr.verify.invariance.Verdict.to_plain() in a few words: yes, n/a (why), or the worst difference."""
     if verdict.get("holds") is None:
         return f"n/a ({verdict.get('reason')})"
     if verdict["holds"]:
@@ -248,7 +248,7 @@ def _invariance_cell(verdict: dict) -> str:
     worst = verdict.get("worst")
     if not worst:
         return f"no ({verdict.get('reason')})"
-    from kdtr.invariance import ulps_text
+    from kdtr.verify.invariance import ulps_text
 
     ulps = worst["ulps"]
     ulps = ulps_text(ulps) if isinstance(ulps, (int, float)) else str(ulps)

@@ -1,4 +1,4 @@
-"""`kdtree report`: verify and bench records read back (kdtr.record tells their kind) and rendered
+"""`kdtree report`: verify and bench records read back (kdtr.records.record tells their kind) and rendered
 again: the table, a CSV and a plot of a bench record, shards merged, GPUs compared, an HTML page."""
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def report_cmd(
     for option, path in (("--merge", merge), ("--csv", csv_path), ("--plot", plot)):
         check_writable(path, option)
     if plot:
-        from kdtr.plot import require_matplotlib
+        from kdtr.reports.plot import require_matplotlib
 
         require_matplotlib()           # before the CSV is written, not after
     if merge:
@@ -60,7 +60,7 @@ def report_cmd(
     if len(record_paths) != 1:
         raise UsageError("give one record (or several with --merge OUT.json, --compare-gpus or --html)")
     from kdtr import bench
-    from kdtr.record import load_any
+    from kdtr.records.record import load_any
     from kdtr.verify import VerifyRecord
 
     record = load_any(record_paths[0])
@@ -78,7 +78,7 @@ def report_cmd(
 
         atomic_write(csv_path, bench.bench_csv(record))
     if plot:
-        from kdtr.plot import plot_record
+        from kdtr.reports.plot import plot_record
 
         plot_record(record, plot)
         render.err.print(f"plot: {plot}", markup=False, highlight=False)
@@ -99,8 +99,9 @@ def _verify_view(record, *, verbose: bool, quiet: bool) -> None:
 
 
 def _compare_gpus(paths: List[Path]) -> None:
-    from kdtr import bench, report
-    from kdtr.gpu_compare import compare_gpus
+    from kdtr import bench
+    from kdtr.records import report
+    from kdtr.reports.gpu_compare import compare_gpus
 
     from .gpu_view import gpu_comparison_view
 
@@ -108,7 +109,7 @@ def _compare_gpus(paths: List[Path]) -> None:
 
 
 def _html(paths: List[Path], out: Path) -> None:
-    from kdtr.html_report import write_html_report
+    from kdtr.reports.html_report import write_html_report
 
     write_html_report(paths, out)
     render.err.print(f"html: {out}", markup=False, highlight=False)
@@ -116,8 +117,9 @@ def _html(paths: List[Path], out: Path) -> None:
 
 def _merge(paths: List[Path], out: Path) -> None:
     """Verify records merge into a verify record, bench records into a bench record; never both."""
-    from kdtr import bench, report
-    from kdtr.record import BENCH_KIND, VERIFY_KIND, read_json, record_kind
+    from kdtr import bench
+    from kdtr.records import report
+    from kdtr.records.record import BENCH_KIND, VERIFY_KIND, read_json, record_kind
 
     kinds = {record_kind(read_json(path), path) for path in paths}
     if kinds == {VERIFY_KIND}:

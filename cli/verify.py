@@ -71,7 +71,7 @@ def verify_cmd(
 
     The table's "tol share" is the worst element's share of its tolerance, |x−r| / (atol + rtol·|r|):
     at most 1 passes."""
-    from kdtr import backends
+    from kdtr.impl import backends
     from kdtr.verify import NothingRan, Options, Selection, check_kernels, run_verify
 
     json_out = JsonOut(json_path)
@@ -92,7 +92,7 @@ def verify_cmd(
     if allow_empty_shard and selection.shard is None:
         raise UsageError("--allow-empty-shard goes with --shard")
     if selected and not files:
-        from kdtr.parallel import Shard
+        from kdtr.scaleout.parallel import Shard
 
         empty = f"shard {Shard.label(selection.shard)} holds none of the {len(selected)} selected bundles"
         if not allow_empty_shard:
@@ -103,7 +103,7 @@ def verify_cmd(
     resolved = backends.resolve_backend("cuda" if sanitize else backend)
     forced = check_kernels(kernel, resolved)
     limit = mem_limit_bytes(mem_limit)
-    from kdtr import memory
+    from kdtr.bundle import memory
 
     for name in dict.fromkeys(impl or [resolved]):   # built-ins named like a backend have its estimate
         memory.check_bundles(files, name, limit)
@@ -139,7 +139,7 @@ def verify_cmd(
             render.kernel_summary(record.kernels)
     json_out.write(lambda: record)
     if junit:
-        from kdtr import report
+        from kdtr.records import report
         from kdtr.atomic import atomic_write
 
         atomic_write(junit, report.junit_xml(record))
@@ -151,7 +151,7 @@ def verify_cmd(
 
 def _say_ran_as(backend: str, quiet: bool) -> None:
     """With KDTREE_GPU, a CUDA run says which GPU its kernels were chosen for (docs/gpus.md)."""
-    from kdtr.report import ran_as
+    from kdtr.records.report import ran_as
 
     label = ran_as() if backend == "cuda" and not quiet else None
     if label:
@@ -174,7 +174,8 @@ def _implementations(specs, against, kernel, sanitize):
 
 def _sanitized_verify(tool, files, atol, rtol, trials, kernels, quiet, json_out: JsonOut) -> None:
     """verify under compute-sanitizer in a child process; exits with the combined verdict."""
-    from kdtr import report, sanitize
+    from kdtr.records import report
+    from kdtr.runtime import sanitize
 
     args = [str(f) for f in files] + [f"--trials={trials}"] + [f"--kernel={k}" for k in kernels]
     args += [f"--atol={atol}"] if atol is not None else []

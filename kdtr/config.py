@@ -94,7 +94,7 @@ def config() -> Config:
     )
 
 
-# The shard variables of the schedulers `--shard auto` understands (kdtr/shards.py interprets them).
+# The shard variables of the schedulers `--shard auto` understands (kdtr/scaleout/shards.py interprets them).
 SCHEDULER_VARIABLES = ("SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_MIN", "SLURM_ARRAY_TASK_COUNT",
                        "SLURM_ARRAY_TASK_STEP", "BUILDKITE_PARALLEL_JOB", "BUILDKITE_PARALLEL_JOB_COUNT",
                        "CIRCLE_NODE_INDEX", "CIRCLE_NODE_TOTAL", "JOB_COMPLETION_INDEX")

@@ -85,7 +85,7 @@ def _backend(name: str) -> str:
         raise UsageError(f"--kdtree-backend {name!r}: choose one of cuda, torch, numpy, auto")
     if name != "auto":
         return name
-    from .device import gpu_available
+    from .runtime.device import gpu_available
 
     return "cuda" if gpu_available() else "torch"
 
@@ -179,8 +179,8 @@ class KdtreeBundle(pytest.File):
 
 def _describe(path: Path) -> tuple[str, str, str]:
     """The op, variant and case name a bundle declares (checked against the op registry)."""
-    from .cases import bundle_case
-    from .format import read_bundle
+    from .bundle.case import bundle_case
+    from .bundle.format import read_bundle
 
     op, variant, _, case = bundle_case(read_bundle(path))
     return op.name, variant, case
@@ -235,7 +235,7 @@ def describe_row(row, path: Path) -> str:
     if row.trial:
         return failure_text(row)
     try:
-        from .cases import load_case
+        from .bundle.case import load_case
 
         case = load_case(path)
     except Exception:  # noqa: BLE001 - the row's own words stand without the position
@@ -250,7 +250,7 @@ class KdtreeCase:
     and kdtr.testing on it: `assert_close(outputs)` against the bundle's golden, `time(fn, ...)`."""
 
     def __init__(self, path: Path, options) -> None:
-        from .cases import GOLDEN, load_case
+        from .bundle.case import GOLDEN, load_case
 
         loaded = load_case(path)
         self.path, self.op, self.variant = path, loaded.op.name, loaded.variant

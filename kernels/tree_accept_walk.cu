@@ -11,7 +11,7 @@
 //   and one shuffle, no memory access on the walk's dependent chain. TA_CHUNKS = 0 (Q > 256): the
 //   tree in shared memory, two loads and a ballot per 32 nodes per step.
 //
-// Contract (bit-exact with kdtr/ops/tree_accept.py): cur = 0, nxt = target_ids[0]; while a node
+// Contract (bit-exact with kdtr/ops/tree_accept/reference.py): cur = 0, nxt = target_ids[0]; while a node
 // c >= 1 has parents[c] == cur and tokens[c] == nxt, accept it (cur = c, nxt = target_ids[c]).
 // Sibling tokens are distinct in a valid tree (the op refuses others); were they not, this kernel
 // takes the highest-numbered such child, as the reference's dict does. Padding (-1 parents) never

@@ -16,8 +16,8 @@
 //   C = 32 * TB_NPL >= budget. Log-prob offsets are packed into 16 bits and parents into 10:
 //   (L + 1) * W < 65536 and budget < 1024 (L <= 64 and budget <= 512 keep both).
 //
-// Numerical contract (bit-exact with the numpy reference, kdtr/ops/tree_build.py): that of
-// tree_build_warp.cu. Scores are doubles in the reference's operation order: first node T[0][0]; child
+// Numerical contract (bit-exact with the numpy reference, kdtr/ops/tree_build/reference.py): that
+// of tree_build_warp.cu. Scores are doubles in the reference's operation order: first node T[0][0]; child
 // of (s, d): s + T[d][0]; next sibling of (s, d, r): (s - T[d-1][r]) + T[d-1][r+1], the padding
 // giving -inf where the reference pushes nothing. Order: higher score first (DSETP, so
 // -0.0 == +0.0); exact ties between live candidates go to the smaller rank tuple

@@ -12,7 +12,7 @@
 //   `staged` = 1: the first Kc columns of topk_logp/topk_ids are copied to shared memory (the host
 //   sets it when they fit); 0: they are read from global memory (large K * L).
 //
-// Numerical contract (bit-exact with the numpy reference, kdtr/ops/tree_build.py):
+// Numerical contract (bit-exact with the numpy reference, kdtr/ops/tree_build/reference.py):
 //   * path scores are doubles computed in the reference's operation order from the fp32 log-probs:
 //     first node lp[0][0]; child of (s, d): s + lp[d][0]; next sibling of (s, d, r):
 //     (s - lp[d-1][r]) + lp[d-1][r+1]. No FMA contraction can apply (no products).

@@ -125,16 +125,16 @@
 #error "O warp w owns value columns [64w, 64w + 64); the pieces blocks of a tile cover its rows"
 #endif
 #if defined(FX_EXPECT_SMEM) && FX_EXPECT_SMEM != FX_SMEM_BYTES
-#error "FX_SMEM_BYTES differs from the host's CUDA_KERNELS entry (kdtr/ops/verify_attn.py)"
+#error "FX_SMEM_BYTES differs from the host's registry entry (kdtr/ops/verify_attn/cuda.py)"
 #endif
 #if defined(FX_EXPECT_THREADS) && FX_EXPECT_THREADS != FX_THREADS
-#error "FX_THREADS differs from the host's CUDA_KERNELS entry (kdtr/ops/verify_attn.py)"
+#error "FX_THREADS differs from the host's registry entry (kdtr/ops/verify_attn/cuda.py)"
 #endif
 #if defined(FX_EXPECT_QREG) && FX_EXPECT_QREG != FX_QREG
 #error "FX_QREG (setmaxnreg, Q in the score warps' registers) differs from what the test expects for this arch"
 #endif
 #if defined(FX_EXPECT_PIECES) && FX_EXPECT_PIECES != FX_TILE_BYTES * 1000000 + FX_PIECES_SPLIT * 1000 + FX_CH
-#error "the pieces kernel's tile bytes, blocks a tile or block size differ from run_cuda's (kdtr/ops/verify_attn.py)"
+#error "the pieces kernel's tile bytes, blocks a tile or block size differ from run_cuda's (kdtr/ops/verify_attn/cuda.py)"
 #endif
 
 // byte offset of 16-byte chunk `chunk` (dims 8 chunk ..+7) of row `row` in a [16][576] bf16 piece

@@ -103,10 +103,10 @@
 #error "row tiling: 34 rows need 5 n8 tiles, 2 O row halves and 136 softmax threads"
 #endif
 #if defined(FD_EXPECT_SMEM) && FD_EXPECT_SMEM != FD_SMEM_BYTES
-#error "FD_SMEM_BYTES differs from the host's CUDA_KERNELS entry (kdtr/ops/verify_attn.py)"
+#error "FD_SMEM_BYTES differs from the host's registry entry (kdtr/ops/verify_attn/cuda.py)"
 #endif
 #if defined(FD_EXPECT_THREADS) && FD_EXPECT_THREADS != FD_THREADS
-#error "FD_THREADS differs from the host's CUDA_KERNELS entry (kdtr/ops/verify_attn.py)"
+#error "FD_THREADS differs from the host's registry entry (kdtr/ops/verify_attn/cuda.py)"
 #endif
 
 // float offset of 16-byte chunk `chunk` of row `row` in a swizzled [rows][576] tile

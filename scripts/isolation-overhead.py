@@ -41,7 +41,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=5, help="evaluations per golden and way (default 5)")
     args = parser.parse_args()
 
-    from kdtr.cases import load_case
+    from kdtr.bundle.case import load_case
     from kdtr.impl import CaseData, ImplRef, evaluate, resolve
     from kdtr.verify import find_bundles
 

@@ -22,7 +22,7 @@ def main() -> int:
 
     from kdtr.errors import KdtreeError
     from kdtr.ops import get_op
-    from kdtr.spec import load_suite, select
+    from kdtr.bundle.spec import load_suite, select
 
     try:
         cases = select(load_suite(args.suite).cases, args.case)
@@ -37,7 +37,7 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("launch-case: no CUDA GPU (torch.cuda.is_available() is False)", file=sys.stderr)
         return 2
-    from kdtr.backends import upload
+    from kdtr.impl.backends import upload
     from kdtr.impl.builtin import CUDA
 
     [case] = cases

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Print docs/measuring.md's roofline table (markdown): every bench case priced at the bf16 matrix
-rate, its floor on each GPU of kdtr/gpus.py that has ceilings (kdtr.roofline).
+rate, its floor on each GPU of kdtr/gpus.py that has ceilings (kdtr.reports.roofline).
 
 The page holds this output verbatim between its `roofline:begin` and `roofline:end` markers, and
 tests/cli/test_docs.py keeps the two equal, so a new case or a new ceiling cannot leave stale floors
@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from kdtr.roofline import RooflineRow, rated_gpus, roofline
+from kdtr.reports.roofline import RooflineRow, rated_gpus, roofline
 
 ROOT = Path(__file__).resolve().parent.parent
 SUITES = ROOT / "specs" / "bench"

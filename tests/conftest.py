@@ -9,7 +9,7 @@ from kdtr.config import config
 
 def gpu_skip_reason() -> str | None:
     """None where a CUDA GPU is usable, else why GPU tests skip ("no CUDA GPU: ...")."""
-    from kdtr.device import gpu_available
+    from kdtr.runtime.device import gpu_available
 
     if gpu_available():
         return None

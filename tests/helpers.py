@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from cli.main import app
 from kdtr.config import REPO_ROOT
-from kdtr.format import read_bundle, write_bundle
+from kdtr.bundle.format import read_bundle, write_bundle
 from kdtr.impl import resolved
 
 runner = CliRunner()

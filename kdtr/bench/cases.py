@@ -11,7 +11,7 @@ import numpy as np
 
 from ..errors import UsageError
 from ..ops.base import Case
-from ..report import portable
+from ..records.report import portable
 from .settings import QUICK_CASES_PER_SUITE, KernelBuild
 
 
@@ -37,7 +37,7 @@ class BenchItem:
             return generated.inputs, generated.params
         if self.bundle is None:
             raise ValueError(f"bench item {self.name!r} names neither a case nor a bundle")
-        from ..cases import load_case
+        from ..bundle.case import load_case
 
         loaded = load_case(self.bundle)
         return dict(loaded.inputs), dict(loaded.params)
@@ -45,7 +45,7 @@ class BenchItem:
 
 def collect_items(paths: Sequence[str | Path], pattern: str | None = None, quick: bool = False) -> list[BenchItem]:
     """Bench cases from .kdtr bundles and YAML suites (or folders of them), matching -k."""
-    from ..spec import load_suites
+    from ..bundle.spec import load_suites
 
     paths = [Path(p) for p in paths]
     bundles = [p for p in paths if p.suffix == ".kdtr"]
@@ -65,7 +65,7 @@ def estimated_cost(item: BenchItem) -> float:
 def items_from_suites(suites, pattern: str | None = None, quick: bool = False) -> list[BenchItem]:
     """Cases of the suites matching -k; with `quick`, the first QUICK_CASES_PER_SUITE of each suite."""
     from ..ops import get_op
-    from ..spec import select
+    from ..bundle.spec import select
 
     items = []
     for suite in suites:
@@ -80,8 +80,8 @@ def items_from_suites(suites, pattern: str | None = None, quick: bool = False) -
 
 def items_from_bundles(paths: Iterable[str | Path], pattern: str | None = None) -> list[BenchItem]:
     """Cases from golden bundles (their stored inputs), checked as `kdtree verify` checks them."""
-    from ..spec import name_matches
-    from ..cases import load_case
+    from ..bundle.spec import name_matches
+    from ..bundle.case import load_case
 
     items = []
     for path in map(Path, paths):
@@ -115,7 +115,7 @@ def selection_meta(selected: Sequence[BenchItem], shard) -> dict[str, str]:
     import hashlib
     import json
 
-    from ..parallel import Shard
+    from ..scaleout.parallel import Shard
 
     digest = hashlib.sha256(json.dumps(sorted([f"{i.op}/{i.name}", i.variant, i.params] for i in selected),
                                        sort_keys=True, default=str).encode()).hexdigest()

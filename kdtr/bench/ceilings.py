@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from ..errors import KdtreeError
-from ..gpu_identity import check_ceilings
+from ..runtime.gpu_identity import check_ceilings
 from .settings import COMPUTE_UNITS, TimingOptions
 from .stats import Timing, _fields
 from ..errors import reason
@@ -78,8 +78,8 @@ def measure_ceilings(timer: DeviceTimer, options: TimingOptions = CEILING_OPTION
     dst = torch.empty_like(src)
     total = torch.empty((), device="cuda")
     timings["hbm_read"] = timer.measure([lambda: torch.sum(src, dim=0, out=total)], options=options)
-    # a copy captured in a graph is a memcpy node (on the H200: 2.8 TB/s, the copy engines?); an
-    # eager copy_ went 4.3 TB/s on such machines (KINDS.md): time both, the faster is the ceiling
+    # a copy captured in a graph is a memcpy node (the copy engines?): on the H200 of results/bench.json
+    # it went 2.8 TB/s, an eager copy_ 4.3 TB/s (its ceilings' timings): time both, the faster is the ceiling
     timings["hbm_copy"] = timer.measure([lambda: dst.copy_(src)], options=options)
     timings["hbm_copy_eager"] = timer.measure([lambda: dst.copy_(src)], options=options, graph=False)
     read = src.nbytes / (timings["hbm_read"].p10 * 1e-3) / 1e9
@@ -97,7 +97,7 @@ def _empty_kernel():
     our kernels take) where that works, else torch's spin kernel with zero cycles."""
     try:
         from ..config import config
-        from ..device import get_kernel
+        from ..runtime.device import get_kernel
 
         folder = config().cache_dir / "bench"
         folder.mkdir(parents=True, exist_ok=True)

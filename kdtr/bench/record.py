@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Iterator, Mapping, Sequence
 import numpy as np
 
 from ..errors import UsageError
-from ..record import BENCH_KIND, Record
+from ..records.record import BENCH_KIND, Record
 from .ceilings import Ceilings
 from .plan import TimingPlan, same_method
 from .settings import FLAG_LIMIT, BenchSettings
@@ -263,7 +263,7 @@ TIME_LIMIT_SKIP = "the run's time limit was reached"
 
 
 def _jsonable(value: Any) -> Any:
-    from ..report import plain
+    from ..records.report import plain
 
     return json.loads(json.dumps(plain(value), allow_nan=False, default=str))
 
@@ -271,7 +271,7 @@ def _jsonable(value: Any) -> Any:
 def bench_meta(command: str = "bench") -> dict[str, Any]:
     """record_meta plus the command line, its paths portable (`report.portable`) and the interpreter
     by its name, so a record names no folder of the machine it ran on."""
-    from ..report import portable_argv, record_meta
+    from ..records.report import portable_argv, record_meta
 
     meta = record_meta(command)
     argv = getattr(sys, "orig_argv", None) or [sys.executable, *sys.argv]
@@ -325,7 +325,7 @@ def _blank(value: Any) -> Any:
 
 
 def bench_csv(record: BenchRecord) -> str:
-    from ..report import csv_text
+    from ..records.report import csv_text
 
     header, lines = csv_table(record)
     return csv_text(header, lines)
@@ -352,7 +352,7 @@ def merge_records(records: Sequence[BenchRecord]) -> BenchRecord:
 def merge_shards(records: Sequence[BenchRecord], labels: Sequence[str]) -> BenchRecord:
     """merge_records for the records of every shard of one run (`report --merge`): a duplicate,
     missing or foreign shard is a UsageError listing each problem; meta.shards says what it joined."""
-    from ..report import check_shards
+    from ..records.report import check_shards
 
     problems = check_shards([r.meta for r in records], labels)
     if problems:
@@ -368,7 +368,7 @@ def write_record(path: str | Path, record: BenchRecord) -> None:
     size: inline, a --repeat run of the default suites in both modes took several MB). Both written
     atomically, the sidecar first, so a JSON on disk never names samples not yet written."""
     from ..atomic import atomic_write
-    from ..report import plain
+    from ..records.report import plain
 
     path = Path(path)
     data = plain(record)
@@ -385,6 +385,6 @@ def write_record(path: str | Path, record: BenchRecord) -> None:
 
 def record_text(record: BenchRecord) -> str:
     """The record as one JSON document with its samples inline (for stdout, where no sidecar fits)."""
-    from ..report import plain
+    from ..records.report import plain
 
     return json.dumps(plain(record), allow_nan=False, separators=(",", ":")) + "\n"

@@ -14,11 +14,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
-from .. import parallel
-from ..backends import resolve_backend
+from ..bundle.memory import check_items
 from ..errors import UsageError
-from ..memory import check_items
-from ..parallel import Shard
+from ..impl.backends import resolve_backend
+from ..scaleout import parallel
+from ..scaleout.parallel import Shard
 from .cases import BenchItem, collect_items, estimated_cost, items_for_kernels, selection_meta
 from .record import BenchRecord, merge_records
 from .runner import bench_items
@@ -34,7 +34,7 @@ def item_key(item: BenchItem) -> str:
 class Selection:
     """What to bench: YAML suites, folders of them and .kdtr bundles (`paths`), the cases whose name
     matches `pattern` (-k), this job's `shard` (None: all), and the GPUs to spread them over
-    (`devices`, as kdtr.parallel.parse_devices gives them; None: this process)."""
+    (`devices`, as kdtr.scaleout.parallel.parse_devices gives them; None: this process)."""
 
     paths: tuple[Path, ...]
     pattern: str | None = None
@@ -65,7 +65,7 @@ def run_bench(selection: Selection, settings: BenchSettings = BenchSettings(), p
     if settings.kernels and backend != "cuda":
         raise UsageError(f"--kernel and --define force CUDA kernels; they need the cuda backend, not {backend}")
     if backend == "cuda":
-        from ..device import require_gpu
+        from ..runtime.device import require_gpu
 
         require_gpu()
     items, meta = selection.items(settings.quick)

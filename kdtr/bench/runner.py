@@ -11,8 +11,8 @@ import numpy as np
 
 from ..errors import UsageError
 from ..errors import reason
-from ..gpu_identity import with_ceilings
-from ..impl import CaseData, Implementation, Status
+from ..runtime.gpu_identity import with_ceilings
+from ..impl import CaseData, Implementation, Status, baselines
 from ..impl.isolation import WorkerDied
 from .cases import BenchItem
 from .plan import TimingPlan
@@ -34,15 +34,15 @@ class _Env:
     """What one run holds: the device, the timers, the ceilings."""
 
     def __init__(self, settings: BenchSettings):
-        from ..backends import resolve_backend
-        from ..device import gpu_available
+        from ..impl.backends import resolve_backend
+        from ..runtime.device import gpu_available
 
         backend = resolve_backend(settings.backend)
         if backend not in ("cuda", "torch"):
             raise UsageError(f"bench runs the cuda or torch backend, not {backend!r}")
         self.gpu = gpu_available()
         if backend == "cuda" and not self.gpu:
-            from ..device import require_gpu
+            from ..runtime.device import require_gpu
 
             require_gpu()
         self.primary = backend
@@ -118,7 +118,7 @@ def check_note(outcome) -> str:
 
 def _still_within(op, got: Mapping[str, np.ndarray], expected, tolerances) -> str | None:
     """Why outputs read back after timing miss the tolerances (None: they keep them)."""
-    from ..compare import compare_output
+    from ..ops.compare import compare_output
 
     failures = [f"{name}: {check.reason}" for name in got
                 for check in (compare_output(name, got[name], expected[name], tolerances[name]),) if not check.passed]
@@ -198,7 +198,7 @@ class _CaseRunner:
         return self.deadline is not None and time.perf_counter() > self.deadline
 
     def run(self) -> list[BenchRow]:
-        from .. import backends
+        from ..impl import backends
 
         op, item, env = self.op, self.item, self.env
         self.progress(f"{item.name}: inputs")
@@ -226,7 +226,7 @@ class _CaseRunner:
         del expected
         self.tolerances = op.tolerances(item.variant)
         self.baseline_tolerances = op.baseline_tolerances(item.variant)
-        self.baselines = op.baselines(item.variant, inputs, params)
+        self.baselines = baselines(op, item.variant, inputs, params)
         rows: list[BenchRow] = []
         for mode in env.modes:
             rows.extend(with_speedups(self._mode(mode)))

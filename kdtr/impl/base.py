@@ -12,14 +12,14 @@ the run goes on).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 import numpy as np
 
 from ..dtypes import FLOAT_DTYPES, NUMPY_DTYPES
 from ..errors import KdtreeError
-from ..ops.base import Op
+from ..ops.base import BenchRole, Op
 
 Outputs = Mapping[str, Any]
 HOST = "numpy"             # the device of an implementation that takes and returns numpy arrays
@@ -48,29 +48,6 @@ def _available() -> str | None:
     return None
 
 
-CLOCKS = ("device", "host")
-
-
-@dataclass(frozen=True)
-class BenchRole:
-    """What `kdtree bench` alone reads off an op's baseline (an Implementation the op registers in
-    `Op.baselines`); nothing else looks at it. `clock`: how a call is timed, "device" (CUDA events
-    around device work) or "host" (perf_counter, for work done on the CPU; the call then includes
-    its own device<->host copies). `slow_setup`: left out by `kdtree bench --quick` (compilers).
-    `default`: timed unless `--baseline` names others (False: only when named). `backend`: the
-    built-in backend it is ("torch": op.run_torch), left out when that backend is the one under test.
-    """
-
-    clock: str = "device"
-    slow_setup: bool = False
-    default: bool = True
-    backend: str | None = None
-
-    def __post_init__(self):
-        if self.clock not in CLOCKS:
-            raise ValueError(f"clock must be one of {CLOCKS}, got {self.clock!r}")
-
-
 @dataclass(frozen=True)
 class Implementation:
     """One implementation of one or more ops (see the module docstring).
@@ -79,12 +56,12 @@ class Implementation:
     at import, and may import heavy packages. `version_info()` names the packages that ran (JSON-ready).
     `device` is where its inputs live: "cuda", "cpu", "auto" (the GPU when there is one), or
     HOST: numpy arrays in and out, no torch at all (the numpy reference: `verify -b numpy` never
-    imports torch). `bench` is set on an op's baselines only (BenchRole: how bench times it); an
-    op builds those per case, so their `probe` may also give a reason of the case's (SDPA that
-    would not fit in device memory), which bench shows as the row's skip. `worker`: None runs it
-    in the calling process; else a picklable zero-argument callable that builds it again (with no
-    `worker`) in a worker process of its own, where `evaluate` runs it (kdtr.impl.isolation: a
-    crash, a signal or a hang there is its case's error, and the run goes on).
+    imports torch). `bench` is set on an op's baselines only (BenchRole: how bench times it);
+    kdtr.impl.baselines builds those per case, so their `probe` may also give a reason of the
+    case's (SDPA that would not fit in device memory), which bench shows as the row's skip.
+    `worker`: None runs it in the calling process; else a picklable zero-argument callable that
+    builds it again (with no `worker`) in a worker process of its own, where `evaluate` runs it
+    (kdtr.impl.isolation: a crash, a signal or a hang there is its case's error, and the run goes on).
     """
 
     name: str
@@ -115,6 +92,33 @@ class Implementation:
 
     def __call__(self, op: Op, variant: str, inputs: Mapping[str, Any], params: Mapping[str, Any]) -> Outputs:
         return self.prepare(op, variant, inputs, params)()
+
+
+@dataclass(frozen=True)
+class CaseData:
+    """One case as the evaluator takes it: the op, the variant, numpy inputs and the params."""
+
+    op: Op
+    variant: str
+    inputs: Mapping[str, np.ndarray]
+    params: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Produced:
+    """What running an implementation on a case gave, before any comparison: its numpy outputs
+    (those it provides), or the contract they broke (`fault`), or the error it raised (`error`, one
+    line, and `error_type`, the exception's class name). `call` and `raw` as in evaluation's
+    Outcome; an isolated implementation's come back from its worker process without them
+    (kdtr.impl.isolation). Here, below both, so the evaluator and the isolation share them."""
+
+    outputs: dict[str, np.ndarray] | None = None
+    fault: str | None = None
+    error: str | None = None
+    error_type: str | None = None
+    deterministic: bool | None = None
+    call: Callable[[], Any] | None = field(default=None, compare=False, repr=False)
+    raw: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
 
 
 def _torch_kind(tensor) -> str | None:
@@ -213,6 +217,6 @@ def device_for(impl: Implementation) -> str:
     """Where its inputs go: its own device, or (auto) the GPU when there is one, else the CPU."""
     if impl.device != "auto":
         return impl.device
-    from ..backends import torch_device
+    from .backends import torch_device
 
     return torch_device()

@@ -18,7 +18,7 @@ def _cuda_prepare(op, variant, inputs, params, kernel: str | None = None, define
     bench times the launch alone), then the call: the launch, writing them. `kernel` and `defines`
     force one of our kernels and its compile-time knobs (None: the launch's own choice). The
     buffers sit on the inputs' device."""
-    from ..backends import poisoned
+    from .backends import poisoned
 
     device = next(iter(inputs.values())).device
     outputs = {name: poisoned(kind, shape, device) for name, (kind, shape) in op.output_specs(variant, inputs, params).items()}
@@ -34,7 +34,7 @@ def _cuda_prepare(op, variant, inputs, params, kernel: str | None = None, define
 
 
 def _cuda_probe() -> str | None:
-    from ..device import gpu_available, require_gpu
+    from ..runtime.device import gpu_available, require_gpu
     from ..errors import DeviceError
 
     if gpu_available():
@@ -85,3 +85,18 @@ def cuda_build(name: str = "cuda", kernel: str | None = None,
 def builtin(name: str) -> Implementation:
     """The built-in implementation `--backend NAME` runs (looked up when used, so a test may swap it)."""
     return BUILTINS[name]
+
+
+def baselines(op, variant: str, inputs: Mapping[str, Any], params: Mapping[str, Any]) -> tuple[Implementation, ...]:
+    """The op's bench baselines for this case (`Op.baselines`) as Implementations serving exactly
+    this op and variant, each with its BenchRole; a built-in backend's is that backend under the
+    baseline's name."""
+    out = []
+    for b in op.baselines(variant, inputs, params):
+        serves = (Serves(op.name, variant, b.outputs),)
+        if b.prepare is None:
+            impl = replace(builtin(b.role.backend), name=b.name, serves_=serves, doc=b.doc, bench=b.role)
+        else:
+            impl = Implementation(b.name, serves, b.prepare, doc=b.doc, bench=b.role)
+        out.append(impl if b.probe is None else replace(impl, probe=b.probe))
+    return tuple(out)

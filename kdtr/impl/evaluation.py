@@ -36,7 +36,7 @@ import numpy as np
 
 from ..errors import KdtreeError, LaunchError, reason
 from ..ops.base import Op, Tolerance
-from .base import HOST, Implementation, ImplUnavailable, check_outputs, device_for
+from .base import HOST, CaseData, Implementation, ImplUnavailable, Produced, check_outputs, device_for
 
 
 class Status(str, enum.Enum):
@@ -50,20 +50,10 @@ class Status(str, enum.Enum):
 
 
 @dataclass(frozen=True)
-class CaseData:
-    """One case as the evaluator takes it: the op, the variant, numpy inputs and the params."""
-
-    op: Op
-    variant: str
-    inputs: Mapping[str, np.ndarray]
-    params: Mapping[str, Any]
-
-
-@dataclass(frozen=True)
 class Outcome:
     """What evaluating one implementation on one case gave (validated per status, see Status).
 
-    `checks` are the compared outputs (kdtr.compare.OutputCheck); `outputs` the numpy outputs it
+    `checks` are the compared outputs (kdtr.ops.compare.OutputCheck); `outputs` the numpy outputs it
     gave (kept where the contract held, also when a tolerance was missed: parity and the
     determinism probe use them); `call` and `raw` the prepared call and the tensors it returned
     (bench times the one and re-reads the other)."""
@@ -174,7 +164,7 @@ def _run_once(impl: Implementation, case: CaseData, device: str, device_inputs, 
 
         no_grad = torch.no_grad()
         if device_inputs is None:
-            from ..backends import upload
+            from .backends import upload
 
             device_inputs = upload(case.inputs, device)
     try:
@@ -194,22 +184,6 @@ def _run_once(impl: Implementation, case: CaseData, device: str, device_inputs, 
         raise                            # no GPU, a compile error: the run cannot go on
     except BaseException as err:  # noqa: BLE001 - SystemExit, GeneratorExit, a timeout: the case's reason
         return _Ran(error=err)
-
-
-@dataclass(frozen=True)
-class Produced:
-    """What running an implementation on a case gave, before any comparison: its numpy outputs
-    (those it provides), or the contract they broke (`fault`), or the error it raised (`error`, one
-    line, and `error_type`, the exception's class name). `call` and `raw` as in Outcome; an
-    isolated implementation's come back from its worker process without them (kdtr.impl.isolation)."""
-
-    outputs: dict[str, np.ndarray] | None = None
-    fault: str | None = None
-    error: str | None = None
-    error_type: str | None = None
-    deterministic: bool | None = None
-    call: Callable[[], Any] | None = field(default=None, compare=False, repr=False)
-    raw: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
 
 
 def produce(impl: Implementation, case: CaseData, expected: Mapping[str, np.ndarray] | None = None, *,
@@ -246,12 +220,12 @@ def evaluate(impl: Implementation, case: CaseData, expected: Mapping[str, np.nda
              bounds: Mapping[str, np.ndarray] | None = None) -> Outcome:
     """Run `impl` on `case` and judge it (see the module docstring and Status). `expected` (numpy,
     the op's names) also catches a NaN where it has none; with `tolerances` too, every output the
-    implementation provides is compared (kdtr.compare.compare_output). `determinism` runs it a
+    implementation provides is compared (kdtr.ops.compare.compare_output). `determinism` runs it a
     second time and says whether the outputs are bitwise equal. `device_inputs`: torch inputs the
     caller uploaded (bench keeps them for the timed calls); default: uploaded here (an isolated
     implementation's worker uploads its own). `bounds`: per output, a derived per-element error
     bound that widens its tolerance (docs/numerics.md)."""
-    from ..compare import compare_output
+    from ..ops.compare import compare_output
 
     op, variant = case.op, case.variant
     if not impl.serves(op.name, variant):

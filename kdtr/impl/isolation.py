@@ -30,8 +30,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from ..errors import ConfigError, KdtreeError
-from .base import Implementation, ImplUnavailable
-from .evaluation import CaseData, Produced
+from .base import CaseData, Implementation, ImplUnavailable, Produced
 
 ISOLATE_VARIABLE = "KDTREE_ISOLATE"
 GRACE_S = 10.0              # past the case timeout(s), before a worker that has not answered is killed

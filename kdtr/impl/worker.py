@@ -12,8 +12,8 @@ from multiprocessing.connection import Connection
 from typing import Any, Callable
 
 from ..errors import KdtreeError, reason
-from .base import HOST, Implementation, ImplUnavailable, device_for
-from .evaluation import CaseData, produce
+from .base import HOST, CaseData, Implementation, ImplUnavailable, Produced, device_for
+from .evaluation import produce
 
 
 class _Kept:
@@ -39,7 +39,7 @@ def main(requests_fd: int, replies_fd: int, parent: int) -> None:
     stderr here, so the parent's stdout stays its own), prints a Python stack on a fatal signal
     (faulthandler), builds the implementation from the recipe it is sent first, then answers
     requests in turn until the pipe closes; it exits when its CUDA context is unusable."""
-    from ..parallel import die_with_parent
+    from ..scaleout.parallel import die_with_parent
 
     die_with_parent(parent)
     os.dup2(2, 1)
@@ -89,8 +89,6 @@ def _produce(impl: Implementation, kept: _Kept, op_name: str, variant: str, inpu
     except KdtreeError as err:
         return "raise", str(err), None, _cuda_broken(impl)
     except BaseException as err:  # noqa: BLE001 - the upload or the readback failed: the case's error
-        from .evaluation import Produced
-
         got = Produced(error=reason(err), error_type=type(err).__name__)
     token = None
     if got.call is not None:

@@ -1,7 +1,7 @@
 /* kdtr.h: header-only reader of KDTR v1 golden bundles for native harnesses.
  *
  * C99, also compiles as C++17; needs nothing but libc. The format is docs/format.md; this reader
- * makes the same checks as kdtr/format.py (Python) so that both accept and refuse the same files:
+ * makes the same checks as kdtr/bundle/format.py (Python) so that both accept and refuse the same files:
  *
  *   kdtr_file f;
  *   char err[512];
@@ -37,7 +37,7 @@
 #define KDTR_MAX_NDIM 32                         /* dimensions per tensor */
 #define KDTR_MAX_JSON_DEPTH 64                   /* nesting of arrays/objects; top level is 1 */
 #define KDTR_MAX_TENSOR_BYTES ((uint64_t)INT64_MAX) /* non-zero dims product times itemsize */
-#define KDTR_MAX_INT_DIGITS 4300                 /* digits of a JSON integer (as kdtr/format.py) */
+#define KDTR_MAX_INT_DIGITS 4300                 /* digits of a JSON integer (as kdtr/bundle/format.py) */
 
 #ifndef KDTR_API
 #define KDTR_API static inline
@@ -692,7 +692,7 @@ static inline int kdtr__uint_field(kdtr__ctx *c, const char *label, size_t p, ui
     return kdtr__fail(c, "%s: %.*s is out of range", label, KDTR__SHOW(c, p));
 }
 
-/* One tensor entry, checked in the same order as kdtr/format.py. */
+/* One tensor entry, checked in the same order as kdtr/bundle/format.py. */
 static inline int kdtr__entry(kdtr__ctx *c, kdtr_file *f, size_t i, size_t p, kdtr_tensor *t) {
     size_t v[7], len = 0;
     char where[48], label[64];

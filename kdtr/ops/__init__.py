@@ -1,4 +1,9 @@
-"""The op registry: name -> module. Modules are imported on first use."""
+"""The ops and their registry (name -> package, each imported on first use): each op a package of
+the same shape (its contract in `__init__`, `reference`, `torch_impl`, `cuda`), the contract they
+share (`base`: Op, its tolerances, kernels and baselines), the comparison that judges an output
+against a tolerance (`compare`) and the derived error bounds (`numerics`), where each kernel runs
+(`placement`) and our kernels as torch custom ops (`custom_ops`). It may import the root modules,
+`kdtr.runtime`, `kdtr.scaleout` and `kdtr.records`, and nothing else of kdtr."""
 
 from __future__ import annotations
 

@@ -8,14 +8,15 @@ module knows an op by name: adding an op = one module + one .cu + one spec (and 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from ..config import config
+from ..dtypes import NUMPY_DTYPES
 from ..errors import DeviceError
-
-if TYPE_CHECKING:
-    from ..impl.base import Implementation
+from ..gpus import GPU_MODELS
+from ..runtime.device import device_arch, gpu_available, max_shared_optin, multiprocessor_count
 
 EXACT = "exact"
 
@@ -64,7 +65,7 @@ class Tolerance:
 
 @dataclass(frozen=True)
 class Param:
-    """One case parameter an op accepts in a suite (validated by kdtr.spec)."""
+    """One case parameter an op accepts in a suite (validated by kdtr.bundle.spec)."""
 
     name: str
     type: type                      # int, float, str or bool
@@ -106,6 +107,50 @@ class Generated:
     aux: dict[str, np.ndarray] = field(default_factory=dict)
 
 
+CLOCKS = ("device", "host")
+
+
+@dataclass(frozen=True)
+class BenchRole:
+    """How `kdtree bench` times one of an op's baselines (`Op.baselines`); nothing else looks at
+    it. `clock`: how a call is timed, "device" (CUDA events around device work) or "host"
+    (perf_counter, for work done on the CPU; the call then includes its own device<->host copies).
+    `slow_setup`: left out by `kdtree bench --quick` (compilers). `default`: timed unless
+    `--baseline` names others (False: only when named). `backend`: the built-in backend it is
+    ("torch": op.run_torch), left out when that backend is the one under test.
+    """
+
+    clock: str = "device"
+    slow_setup: bool = False
+    default: bool = True
+    backend: str | None = None
+
+    def __post_init__(self):
+        if self.clock not in CLOCKS:
+            raise ValueError(f"clock must be one of {CLOCKS}, got {self.clock!r}")
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """One implementation `kdtree bench` times beside our kernel on a case, as the op declares it
+    (`Op.baselines`); kdtr.impl.baselines makes it an Implementation serving exactly that op and
+    variant. `prepare(op, variant, inputs, params) -> call` as an Implementation's; None: the
+    built-in backend `role.backend` itself. `outputs`: the subset of the op's outputs it returns
+    (None: all); `probe`: why it cannot run this case here (None: it can), shown as the row's skip.
+    """
+
+    name: str
+    doc: str
+    role: BenchRole = BenchRole()
+    prepare: Callable | None = None
+    outputs: tuple[str, ...] | None = None
+    probe: Callable[[], str | None] | None = None
+
+    def __post_init__(self):
+        if self.prepare is None and self.role.backend is None:
+            raise ValueError(f"baseline {self.name}: give its prepare or the built-in backend it is")
+
+
 ROLES = ("default", "fallback", "experimental")
 
 
@@ -122,10 +167,6 @@ class Gpu:
         """The GPU launches choose kernels for: this machine's current GPU, the target H200 where
         there is none; with KDTREE_GPU, its arch and shared-memory limit instead (the SM count
         stays the present GPU's, whose grid the split count fills; without a GPU the table's)."""
-        from ..config import config
-        from ..device import gpu_available
-        from ..gpus import GPU_MODELS
-
         run_as = config().run_as
         if run_as is None:
             return Gpu.present() if gpu_available() else H200
@@ -135,8 +176,6 @@ class Gpu:
     @staticmethod
     def present() -> "Gpu":
         """This machine's current GPU as it is (KDTREE_GPU aside); DeviceError without one."""
-        from ..device import device_arch, max_shared_optin, multiprocessor_count
-
         return Gpu(int(device_arch().removeprefix("sm_")), multiprocessor_count(), max_shared_optin(own=True))
 
 
@@ -197,8 +236,6 @@ class CudaKernel:
     def require_present(self) -> None:
         """DeviceError, one line, unless the GPU present runs it: KDTREE_GPU may choose a kernel for
         an architecture whose instructions (wgmma: sm_90) or shared memory this one lacks."""
-        from ..config import config
-
         present = Gpu.present()
         if self.runs_on(present):
             return
@@ -352,8 +389,6 @@ class Op:
     def cost(self, variant: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any]) -> Cost:
         """FLOP/byte model for the roofline; by default a latency-bound op that reads its inputs
         and writes its outputs once and does no floating-point work worth counting."""
-        from ..dtypes import NUMPY_DTYPES
-
         specs = self.output_specs(variant, inputs, params)
         out_bytes = sum(NUMPY_DTYPES[d].itemsize * int(np.prod(s)) for d, s in specs.values())
         return Cost(flops=0.0, bytes=float(sum(a.nbytes for a in inputs.values()) + out_bytes))
@@ -365,16 +400,12 @@ class Op:
 
     # -- bench ----------------------------------------------------------------------------
     def baselines(self, variant: str, inputs: Mapping[str, np.ndarray],
-                  params: Mapping[str, Any]) -> tuple["Implementation", ...]:
-        """What `kdtree bench` times beside our kernel: Implementations serving exactly this op and
-        variant (with the outputs each gives), each with its `bench` role (kdtr.impl.BenchRole) and
-        its name as bench shows and records it; `inputs` are the case's numpy arrays, for size
-        estimates (a baseline's probe may refuse the case). By default: the torch backend, eager."""
-        from ..impl.base import BenchRole, Serves
-        from ..impl.builtin import builtin
-
-        return (replace(builtin("torch"), serves_=(Serves(self.name, variant),), bench=BenchRole(backend="torch"),
-                        doc="the torch backend (run_torch), eager"),)
+                  params: Mapping[str, Any]) -> tuple[Baseline, ...]:
+        """What `kdtree bench` times beside our kernel on this case, each with its BenchRole and its
+        name as bench shows and records it (kdtr.impl.baselines makes them Implementations);
+        `inputs` are the case's numpy arrays, for size estimates (a baseline's probe may refuse the
+        case). By default: the torch backend, eager."""
+        return (Baseline("torch", "the torch backend (run_torch), eager", BenchRole(backend="torch")),)
 
     def compute_unit(self, variant: str, kernel: str | None = None) -> str:
         """The measured ceiling that bench rates this variant's FLOP/s against, run by our CUDA

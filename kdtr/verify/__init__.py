@@ -1,4 +1,8 @@
-"""Verify as a library: run implementations on bundles' cases and compare every output.
+"""Verify as a library: run implementations on bundles' cases and compare every output (`run`,
+`options`, `tolerance`, `record`), probe whether rows are invariant to batching, order and splits
+(`invariance`) and decode end to end against greedy decoding (`e2e`). It may import the root
+modules, `kdtr.runtime`, `kdtr.scaleout`, `kdtr.records`, `kdtr.ops`, `kdtr.impl` and
+`kdtr.bundle`, and nothing else of kdtr.
 
 The public API (`kdtree verify` is a thin CLI over it; the pytest plugin uses `verify_item`):
 
@@ -14,10 +18,10 @@ The public API (`kdtree verify` is a thin CLI over it; the pytest plugin uses `v
   `against` (ImplRefs from `kdtr.impl.resolve_refs`), `case_timeout`;
 - the record: `VerifyRow`, `VerifyRecord` (`to_plain`/`from_plain`), `load_verify`, `merge_verify`;
 - the tolerance policy: `default_tolerances`, `tolerances`, `loosened`;
-- the case layer it stands on lives in `kdtr.cases` (`load_case`, `input_fault`, `reference_outputs`).
+- the case layer it stands on lives in `kdtr.bundle.case` (`load_case`, `input_fault`, `reference_outputs`).
 """
 
-from ..cases import GOLDEN, LoadedCase, bundle_case, load_case
+from ..bundle.case import GOLDEN, LoadedCase, bundle_case, load_case
 from .options import Options, check_kernels
 from .record import (DEVICE_REFERENCE, EXPECTED, REFERENCE, VerifyRecord, VerifyRow, implementation_info,
                      load_verify, merge_verify, shard_key, suite_digest, verify_record)

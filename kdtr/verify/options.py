@@ -26,7 +26,7 @@ class Options:
     impls: tuple[ImplRef, ...] = ()   # --impl, resolved: these implementations run instead of the backend
     against: ImplRef | None = None    # --against, resolved: run beside the backend, parity reported
     case_timeout: float | None = None  # seconds one implementation's call may take (kdtr.impl.evaluate)
-    invariance: bool = False          # probe batch, order and split invariance (kdtr.invariance)
+    invariance: bool = False          # probe batch, order and split invariance (kdtr.verify.invariance)
 
     def implementations(self) -> tuple[Implementation, ...]:
         return tuple(ref.load() for ref in self.impls)

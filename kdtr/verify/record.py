@@ -8,12 +8,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
-from .. import parallel, report
-from ..cases import GOLDEN
-from ..compare import OutputCheck
+from ..scaleout import parallel
+from ..records import report
+from ..bundle.case import GOLDEN
+from ..ops.compare import OutputCheck
 from ..errors import UsageError
-from ..format import MAGIC, PREAMBLE
-from ..record import VERIFY_KIND, Record
+from ..bundle.format import MAGIC, PREAMBLE
+from ..records.record import VERIFY_KIND, Record
 
 if TYPE_CHECKING:        # kdtr.impl is imported where --impl / --against use it, not at start-up
     from ..impl import Implementation
@@ -57,7 +58,7 @@ class VerifyRow:
     skipped: str | None = None         # why the implementation could not run here (not a pass)
     not_compared: tuple[str, ...] = ()  # outputs the implementation does not give
     parity: dict[str, Any] | None = None   # --against: kdtr.impl.ParityReport.to_json(), or {"reason"}
-    invariance: dict[str, Any] | None = None   # --invariance: kdtr.invariance.to_plain()
+    invariance: dict[str, Any] | None = None   # --invariance: kdtr.verify.invariance.to_plain()
 
     def to_plain(self) -> dict[str, Any]:
         """JSON form; optional fields at their default (no error, trial 0, not probed, not loosened,

@@ -12,12 +12,13 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Se
 
 import numpy as np
 
-from .. import parallel, report
-from ..cases import GOLDEN, load_case, reference_outputs
+from ..scaleout import parallel
+from ..records import report
+from ..bundle.case import GOLDEN, load_case, reference_outputs
 from ..errors import DeviceError, KdtreeError, UsageError
-from ..invariance import with_invariance
-from ..numerics import derived_bounds
-from ..walk import files_below
+from .invariance import with_invariance
+from ..ops.numerics import derived_bounds
+from ..bundle.walk import files_below
 from ..ops.base import Case, Op, Tolerance
 from .options import Options
 from .record import (DEVICE_REFERENCE, REFERENCE, VerifyRecord, VerifyRow, bundle_prints, implementation_info,
@@ -217,12 +218,12 @@ def verify_bundle(path: str | Path, options: Options,
 
 
 def trial_window(op: Op, variant: str, case_params: Mapping[str, Any], trials: int) -> int:
-    """How many trials' fresh inputs verify generates at once (kdtr.parallel.threaded_map): one
+    """How many trials' fresh inputs verify generates at once (kdtr.scaleout.parallel.threaded_map): one
     per usable core, no more than the trials, and no more than the op's memory estimate for the
     case fits in gen-refs' bound (refs.default_mem_limit: KDTREE_MEM_LIMIT, else half of
     MemAvailable) beside the loaded bundle's own inputs (no estimate: small, cores only); 1 (each
     in turn, in this thread, as before) where the estimate fails: the generator says why, in turn."""
-    from ..refs import default_mem_limit
+    from ..bundle.refs import default_mem_limit
 
     window = min(trials, parallel.cpu_count())
     if window <= 1:
@@ -276,7 +277,7 @@ class Selection:
         """Every bundle selected (before sharding: the suite digest covers them all) and this shard's."""
         selected = find_bundles(self.paths)
         if self.pattern:
-            from ..spec import name_matches    # YAML's import is not free: only for -k
+            from ..bundle.spec import name_matches    # YAML's import is not free: only for -k
 
             selected = [f for f in selected if name_matches(f.stem, self.pattern)]
         return selected, parallel.shard_items(selected, shard_key, self.shard)
@@ -325,7 +326,7 @@ def run_verify(selection: Selection, options: Options = Options(),
         raise selection.nothing_selected()
     devices = selection.devices
     if options.backend == "cuda" and files and not options.impls:
-        from ..device import require_gpu
+        from ..runtime.device import require_gpu
 
         require_gpu()                      # one line and exit 2 up front, not one per bundle or worker
     if devices:
@@ -350,7 +351,7 @@ def run_verify(selection: Selection, options: Options = Options(),
             progress(BundleDone(Path(file), tuple(found), problem, unserved, done, len(files)))
     kernels = None
     if options.backend == "cuda" and not devices and not options.impls:
-        from ..device import loaded_kernels
+        from ..runtime.device import loaded_kernels
 
         kernels = loaded_kernels()
     refs = (*options.impls, *([options.against] if options.against else []))

@@ -14,7 +14,8 @@ import numpy as np
 from kdtr import bench
 from kdtr.config import REPO_ROOT
 from kdtr.bench import runner as bench_runner
-from kdtr.bench import BenchRecord, BenchRow, Ceilings, TimingOptions, summarize
+from kdtr.bench import BenchRecord, BenchRow, Ceilings, TimingOptions
+from kdtr.bench.stats import summarize
 
 
 # -- synthetic records ------------------------------------------------------------------------------
@@ -34,7 +35,7 @@ def row(case, impl, median_ms, *, primary, flops=1e12, nbytes=1e9, seed=0, noise
                  impl=impl, mode="cold", primary=primary, timing=timing(median_ms, noise, seed=seed),
                  flops=flops, bytes=nbytes, check_passed=True, check="checked out, lse",
                  params={"batch": 8}, **kw)
-    return bench.with_figures(r, CEILINGS)
+    return bench.record.with_figures(r, CEILINGS)
 
 
 def record(scale=1.0, noise=0.002, seed=0):
@@ -45,7 +46,7 @@ def record(scale=1.0, noise=0.002, seed=0):
                  BenchRow(case=case, op="verify_attn", variant="bf16_paged", config={"B": 8, "H": 64},
                           impl="sdpa", mode="cold", primary=False, timing=None, flops=1e12, bytes=1e9,
                           skip="would need ~146 GB", params={"batch": 8})]
-    rows = bench.with_speedups(rows)
+    rows = bench.record.with_speedups(rows)
     meta = {"device": {"gpu": "NVIDIA H200"}, "commit": "abc", "seconds": 1.0}
     settings = {"primary": "cuda", "gpu": True, "modes": ["cold"], "timer": "CUDA events",
                 "timing": {"budget_s": 0.5, "target": 0.01}}
@@ -139,7 +140,7 @@ class FakeCuda:
 
         def flush(timer):
             fake.flushes += 1
-        monkeypatch.setattr(bench.DeviceTimer, "flush", flush)
+        monkeypatch.setattr(bench.timers.DeviceTimer, "flush", flush)
         return self
 
 
@@ -150,8 +151,8 @@ def _fake_gpu_env(monkeypatch, l2_bytes=4096, modes=("cold",), fake=None):
     (fake or FakeCuda()).install(monkeypatch)
     env = object.__new__(bench_runner._Env)
     env.gpu, env.primary, env.device, env.modes = True, "cuda", "cpu", modes
-    env.timer = bench.DeviceTimer(l2_bytes)
-    env.host_timer = bench.HostTimer()
+    env.timer = bench.timers.DeviceTimer(l2_bytes)
+    env.host_timer = bench.timers.HostTimer()
     env.ceilings = CEILINGS
     env.watch = None
     env.uncapturable = set()

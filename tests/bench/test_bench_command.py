@@ -19,7 +19,7 @@ FAST = ("--time-budget", "0.05", "--target", "0.2")
 
 
 def test_cli_bench_cpu_run_json_csv(suites, tmp_path):
-    from kdtr.device import gpu_available
+    from kdtr.runtime.device import gpu_available
 
     if gpu_available():
         pytest.skip("this test covers the degraded run on a machine without a GPU")
@@ -47,7 +47,7 @@ def test_cli_bench_cpu_run_json_csv(suites, tmp_path):
 
 
 def test_cli_bench_quick_and_pattern(suites, tmp_path):
-    from kdtr.device import gpu_available
+    from kdtr.runtime.device import gpu_available
 
     if gpu_available():
         pytest.skip("CPU run")
@@ -67,7 +67,7 @@ def test_cli_bench_usage_errors(suites):
 
 
 def test_cli_bench_cuda_backend_without_gpu_exits_2(suites):
-    from kdtr.device import gpu_available
+    from kdtr.runtime.device import gpu_available
 
     if gpu_available():
         pytest.skip("a GPU is present")
@@ -76,7 +76,7 @@ def test_cli_bench_cuda_backend_without_gpu_exits_2(suites):
 
 
 def test_cli_bench_exit_1_when_our_implementation_is_wrong(suites, tmp_path, monkeypatch):
-    from kdtr.device import gpu_available
+    from kdtr.runtime.device import gpu_available
 
     if gpu_available():
         pytest.skip("CPU run: the torch backend is the implementation under test")
@@ -97,7 +97,7 @@ def test_cli_bench_exit_1_when_our_implementation_is_wrong(suites, tmp_path, mon
 
 
 def test_cli_bench_time_limit_lists_cases_not_run(suites, tmp_path):
-    from kdtr.device import gpu_available
+    from kdtr.runtime.device import gpu_available
 
     if gpu_available():
         pytest.skip("CPU run")
@@ -112,7 +112,7 @@ def test_cli_bench_time_limit_lists_cases_not_run(suites, tmp_path):
 
 
 def test_cli_bench_bundles(tmp_path):
-    from kdtr.device import gpu_available
+    from kdtr.runtime.device import gpu_available
 
     if gpu_available():
         pytest.skip("CPU run")
@@ -130,7 +130,7 @@ def test_cli_bench_bundles(tmp_path):
 
 
 def test_cli_bench_json_to_stdout_is_json_alone(suites, tmp_path):
-    from kdtr.device import gpu_available
+    from kdtr.runtime.device import gpu_available
 
     if gpu_available():
         pytest.skip("CPU run")
@@ -164,7 +164,7 @@ def test_a_device_error_at_cleanup_stops_the_run_with_a_record_not_a_traceback(s
     after a case): the run stops there, names the case and every case not run, writes its record
     and exits 1 (seen on the H200 when a captured graph's inputs had been freed)."""
     from kdtr import bench
-    from kdtr.device import gpu_available
+    from kdtr.runtime.device import gpu_available
 
     if gpu_available():
         pytest.skip("CPU run")
@@ -189,7 +189,7 @@ def test_an_entry_point_whose_implementation_names_itself_otherwise_is_benched(s
     """Issue 27: `--impl myimpl` (an entry point) whose Implementation is named "plugged" passed the
     up-front check, then every case errored "unknown implementation 'plugged'" (bench resolved the
     name as a spec), exit 1."""
-    from kdtr.device import gpu_available
+    from kdtr.runtime.device import gpu_available
     from tests.helpers import install_plugin
 
     if gpu_available():
@@ -214,9 +214,9 @@ def test_bench_items_are_plain_data_a_worker_receives(suites, goldens, tmp_path)
     import pickle
 
     bundle = sorted((goldens / "tree_accept").glob("*.kdtr"))[0]
-    items = bench.collect_items([suites, bundle], "*")
+    items = bench.cases.collect_items([suites, bundle], "*")
     assert {i.case is not None for i in items} == {True, False}
-    job = bench.WorkerJob(tuple(items), bench.BenchSettings())
+    job = bench.runner.WorkerJob(tuple(items), bench.BenchSettings())
     received = pickle.loads(pickle.dumps(job))
     assert received == job and received.names == tuple(f"{i.op}/{i.name}" for i in items)
     for sent, got in zip(items, received.items):

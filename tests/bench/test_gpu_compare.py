@@ -15,10 +15,10 @@ from typer.testing import CliRunner
 from cli.main import app
 from kdtr.config import REPO_ROOT
 from kdtr.errors import UsageError
-from kdtr.gpu_compare import compare_gpus
-from kdtr.gpu_identity import gpu_meta, record_gpu
+from kdtr.reports.gpu_compare import compare_gpus
+from kdtr.runtime.gpu_identity import gpu_meta, record_gpu
 from kdtr.bench import BenchRecord
-from kdtr.report import check_shards, record_meta
+from kdtr.records.report import check_shards, record_meta
 from tests.bench.fakes import H200, h200, other_gpu
 from tests.helpers import kdtree_env, run_kdtree
 

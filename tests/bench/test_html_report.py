@@ -13,7 +13,7 @@ import pytest
 
 from kdtr.config import REPO_ROOT
 from kdtr.errors import UsageError
-from kdtr.html_report import load_records, write_html_report
+from kdtr.reports.html_report import load_records, write_html_report
 from tests.helpers import run_kdtree
 
 BENCH = REPO_ROOT / "results" / "bench.json"

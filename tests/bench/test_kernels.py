@@ -39,7 +39,7 @@ def _fake_kernels(op, fake, ms, nudge=(), calls=None):
 def _attn_fp32_item():
     op = get_op("verify_attn")
     case = Case("c", "verify_attn", "fp32", 9, dict(op._defaults, batch=2, heads=4, prefix=30, budget=6))
-    return op, bench.BenchItem("c", "verify_attn", "fp32", case.params, "test", case=case)
+    return op, bench.cases.BenchItem("c", "verify_attn", "fp32", case.params, "test", case=case)
 
 
 def _run_builds(monkeypatch, builds, ms, nudge=(), repeat=False):
@@ -130,13 +130,13 @@ def test_a_launch_knob_is_a_positive_integer_and_may_round_differently(monkeypat
 def test_items_for_kernels_keeps_the_cases_of_their_op_and_variant(suites):
     from kdtr.errors import UsageError
 
-    items = bench.collect_items([suites])
-    assert [i.name for i in bench.items_for_kernels(items, bench.kernel_builds(["fp32_dmma"]))] == ["va_fp32"]
-    both = bench.items_for_kernels(items, bench.kernel_builds(["sorted", "bf16_mma"]))
+    items = bench.cases.collect_items([suites])
+    assert [i.name for i in bench.cases.items_for_kernels(items, bench.kernel_builds(["fp32_dmma"]))] == ["va_fp32"]
+    both = bench.cases.items_for_kernels(items, bench.kernel_builds(["sorted", "bf16_mma"]))
     assert [i.name for i in both] == ["tb_small", "va_bf16"]
-    assert bench.items_for_kernels(items, ()) == items
+    assert bench.cases.items_for_kernels(items, ()) == items
     with pytest.raises(UsageError, match="no case to bench has kernel fp32_dmma"):
-        bench.items_for_kernels([i for i in items if i.op != "verify_attn"], bench.kernel_builds(["fp32_dmma"]))
+        bench.cases.items_for_kernels([i for i in items if i.op != "verify_attn"], bench.kernel_builds(["fp32_dmma"]))
 
 
 def test_cli_bench_kernel_errors_exit_2(suites):
@@ -145,7 +145,7 @@ def test_cli_bench_kernel_errors_exit_2(suites):
     assert len(unknown.output.strip().splitlines()) == 1
     bad = invoke("bench", suites, "--define", "fp32_dmma")
     assert bad.exit_code == 2 and "expected KERNEL:KNOB=VALUE" in bad.output
-    from kdtr.device import gpu_available
+    from kdtr.runtime.device import gpu_available
 
     if not gpu_available():
         cpu = invoke("bench", suites, "--kernel", "fp32_dmma")
@@ -162,7 +162,7 @@ def _forced_record():
                  for k, label in enumerate(["fp32_bf16x3", "fp32_bf16x3[FX_NREG_S=232,FX_QREG=1]", "fp32_dmma"])]
         group += [replace(row("b64_h16_q33_p4096_mixed_long_name", b, 20.0 + k, primary=False, seed=9 + k), mode=mode)
                   for k, b in enumerate(["torch_compile_bf16", "torch_compile_fp32", "torch_bf16", "sdpa"])]
-        rows += bench.with_speedups(group)
+        rows += bench.record.with_speedups(group)
     return replace(record(), rows=tuple(rows))
 
 

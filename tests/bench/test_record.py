@@ -12,7 +12,10 @@ import numpy as np
 import pytest
 
 from kdtr import bench
-from kdtr.bench import BenchRecord, BenchRow, TimingOptions, compare_records, judge, summarize
+from kdtr.bench import BenchRecord, BenchRow, TimingOptions, compare_records
+from kdtr.bench.regression import judge
+from kdtr.bench.stats import summarize
+from kdtr.impl import baselines as make_baselines
 from kdtr.ops import get_op
 from kdtr.ops.base import Case
 from tests.bench.fakes import CEILINGS, record, row, timing
@@ -33,7 +36,7 @@ def test_figures_and_flags():
     # fp32 FLOPs done as six bf16 tensor-core products each: rated against a sixth of the bf16 line
     pieces = row("a", "cuda", 2.0, primary=True, compute_unit="bf16_mma_x6")
     assert pieces.pct_compute == pytest.approx(500 / (790 / 6), rel=0.01) and pieces.flagged
-    no_ceiling = bench.with_figures(replace(r, tflops=None, pct_compute=None), None)
+    no_ceiling = bench.record.with_figures(replace(r, tflops=None, pct_compute=None), None)
     assert no_ceiling.pct_compute is None and no_ceiling.tflops == pytest.approx(500, rel=0.01)
 
 
@@ -43,7 +46,7 @@ def test_speedups_are_baseline_over_ours_same_case_and_mode():
     assert by["a", "cuda"].speedups == {"torch": pytest.approx(10, rel=0.02)}
     assert by["c", "cuda"].speedups["torch"] == pytest.approx(10, rel=0.02)
     assert by["a", "torch"].speedups == {}                    # quoted for our rows only
-    failed = bench.with_speedups([replace(by["a", "cuda"], speedups={}),
+    failed = bench.record.with_speedups([replace(by["a", "cuda"], speedups={}),
                                   replace(by["a", "torch"], check_passed=False)])
     assert failed[0].speedups == {}                           # a failed check is never a baseline
 
@@ -54,7 +57,7 @@ def test_record_json_round_trip(tmp_path):
     bench.write_record(path, rec)
     text = path.read_text()
     data = json.loads(text)
-    assert data["kind"] == "kdtree.bench" and data["bench_format"] == bench.BENCH_FORMAT
+    assert data["kind"] == "kdtree.bench" and data["bench_format"] == bench.record.BENCH_FORMAT
     assert set(data) >= {"meta", "settings", "ceilings", "sanity", "rows", "errors", "not_run", "complete"}
     assert "\n " not in text and data["samples_file"] == "r.samples.npz"         # compact; names its sidecar
     first = data["rows"][0]
@@ -121,17 +124,17 @@ def test_a_sidecar_of_another_record_is_refused(tmp_path):
 def _default_suites_shape():
     """(op, variant) -> the implementations a GPU run times for each case of specs/bench (ours and
     the default baselines), and the number of cases."""
-    from kdtr import spec
+    from kdtr.bundle import spec
     from kdtr.config import REPO_ROOT
 
     small = {"tree_accept": dict(batch=2, budget=4, depth=3), "tree_build": dict(batch=2, depth=5, vocab=64, budget=12),
              "verify_attn": dict(batch=2, heads=4, prefix=30, budget=6)}
-    items = bench.items_from_suites(spec.load_suites(REPO_ROOT / "specs" / "bench"))
+    items = bench.cases.items_from_suites(spec.load_suites(REPO_ROOT / "specs" / "bench"))
     shape = {}
     for op_name, variant in sorted({(i.op, i.variant) for i in items}):
         op = get_op(op_name)
         gen = op.generate(Case("t", op_name, variant, 1, dict(op._defaults, **small[op_name])))
-        baselines = [b.name for b in op.baselines(variant, gen.inputs, gen.params) if b.bench.default]
+        baselines = [b.name for b in make_baselines(op, variant, gen.inputs, gen.params) if b.bench.default]
         shape[op_name, variant] = (["cuda", *baselines], sum((i.op, i.variant) == (op_name, variant) for i in items))
     return shape
 
@@ -163,7 +166,7 @@ def test_a_repeat_run_of_the_default_suites_in_both_modes_writes_under_1_mb(tmp_
                                           "budget": 32, "depth": 6, "sharpness": 1.0, "sm_scale": 0.14467963},
                                   extra={"kv_tokens": 8225, "prefix_mode": "same", "kernel": "bf16_wgmma2"})
                          for k, impl in enumerate(impls)]
-                rows += [bench.with_figures(r, CEILINGS) for r in bench.with_speedups(group)]
+                rows += [bench.record.with_figures(r, CEILINGS) for r in bench.record.with_speedups(group)]
     sanity = tuple(replace(rows[0], case=f"sanity{i}", op="sanity") for i in range(7))
     ceilings = replace(CEILINGS, timings={k: full(1.0) for k in ("bf16_mma", "fp32_fma", "hbm_read", "hbm_copy",
                                                                  "hbm_copy_eager")})
@@ -183,7 +186,7 @@ def test_bench_meta_names_no_folder_of_the_machine(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "argv", [str(tmp_path / "cli" / "__main__.py"), "bench", str(tmp_path / "specs"),
                                       f"--json={tmp_path / 'out' / 'b.json'}", "/elsewhere/x.kdtr"])
     monkeypatch.setattr(sys, "orig_argv", ["/opt/venv/bin/python", "-m", "cli", *sys.argv[1:]])
-    meta = bench.bench_meta()
+    meta = bench.record.bench_meta()
     elsewhere = os.path.relpath("/elsewhere/x.kdtr")
     assert meta["argv"] == ["kdtree", "bench", "specs", "--json=out/b.json", elsewhere]
     assert meta["command_line"] == f"python -m cli bench specs --json=out/b.json {elsewhere}"
@@ -193,7 +196,7 @@ def test_bench_meta_names_no_folder_of_the_machine(tmp_path, monkeypatch):
 def test_source_digest_names_the_code_not_the_checkout(tmp_path):
     """A record's sources_sha256 follows the files (a copied tree with a stale .git still says which
     code ran) and ignores what is not code."""
-    from kdtr.report import source_digest
+    from kdtr.records.report import source_digest
 
     (tmp_path / "kernels").mkdir()
     (tmp_path / "kdtr").mkdir()
@@ -210,14 +213,14 @@ def test_source_digest_names_the_code_not_the_checkout(tmp_path):
 
 
 def test_bench_selection_meta_names_the_shard_and_the_whole_selection():
-    from kdtr.parallel import Shard
+    from kdtr.scaleout.parallel import Shard
 
-    items = [bench.BenchItem(f"c{i}", "tree_accept", "default", {"batch": i}, "s.yaml")
+    items = [bench.cases.BenchItem(f"c{i}", "tree_accept", "default", {"batch": i}, "s.yaml")
              for i in range(4)]
-    whole = bench.selection_meta(items, None)
+    whole = bench.cases.selection_meta(items, None)
     assert whole["shard"] == "1/1"
-    assert bench.selection_meta(items, Shard(2, 3)) == {"shard": "2/3", "suite_sha256": whole["suite_sha256"]}
-    other = bench.selection_meta(items[:3], None)["suite_sha256"]
+    assert bench.cases.selection_meta(items, Shard(2, 3)) == {"shard": "2/3", "suite_sha256": whole["suite_sha256"]}
+    other = bench.cases.selection_meta(items[:3], None)["suite_sha256"]
     assert other != whole["suite_sha256"]
 
 
@@ -286,8 +289,8 @@ def test_csv_has_one_line_per_row_and_a_speedup_column_per_baseline():
     text = bench.bench_csv(record())
     lines = list(csv.reader(io.StringIO(text)))
     header, body = lines[0], lines[1:]
-    assert header[:len(bench.CSV_HEADER)] == bench.CSV_HEADER
-    assert header[len(bench.CSV_HEADER):] == ["speedup_vs_torch"]
+    assert header[:len(bench.record.CSV_HEADER)] == bench.record.CSV_HEADER
+    assert header[len(bench.record.CSV_HEADER):] == ["speedup_vs_torch"]
     assert len(body) == 9 and all(len(line) == len(header) for line in body)
     first = dict(zip(header, body[0]))
     assert first["impl"] == "cuda" and float(first["median_us"]) == pytest.approx(2000, rel=0.01)
@@ -384,7 +387,7 @@ def test_cli_report_names_baselines_cut_by_the_time_limit_and_repeat_disagreemen
     rows[0] = replace(ours, repeat=replace(ours.timing, median=ours.timing.median * 1.02),
                       repeat_agrees=False)
     rows[3] = replace(rows[3], repeat=rows[3].timing, repeat_agrees=True)
-    rows[4] = replace(rows[4], timing=None, skip=bench.TIME_LIMIT_SKIP, speedups={})
+    rows[4] = replace(rows[4], timing=None, skip=bench.record.TIME_LIMIT_SKIP, speedups={})
     path = tmp_path / "cut.json"
     bench.write_record(path, replace(rec, rows=tuple(rows), complete=False, not_run=("verify_attn/bf16_paged d",)))
     result = invoke("report", path, "--quiet")
@@ -404,7 +407,7 @@ def test_cli_report_plot(records, tmp_path):
 
 
 def test_plot_series():
-    from kdtr.plot import prefix_series, roofline_points
+    from kdtr.reports.plot import prefix_series, roofline_points
 
     rec = record()
     prefixes = {0: 1024, 3: 4096}                   # case a and b of our kernel: a prefix sweep

@@ -1,4 +1,4 @@
-"""kdtr.roofline: floors from a cost and a GPU's ceilings, the GPU rows' ceilings against their
+"""kdtr.reports.roofline: floors from a cost and a GPU's ceilings, the GPU rows' ceilings against their
 sources, and which bench cases the roofline prices (docs/measuring.md, "Floors and targets")."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 from kdtr.config import REPO_ROOT
 from kdtr.gpus import GPU_MODELS, Rates
 from kdtr.ops.base import Cost
-from kdtr.roofline import Floor, floor, rated_gpus, roofline
-from kdtr.spec import load_suites
+from kdtr.reports.roofline import Floor, floor, rated_gpus, roofline
+from kdtr.bundle.spec import load_suites
 
 BENCH_SUITES = REPO_ROOT / "specs" / "bench"
 GPU = Rates("test GPU", bf16_flops=500e12, dram_bytes=2e12)         # ridge 250 FLOP/byte

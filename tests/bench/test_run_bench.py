@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from kdtr import bench, parallel
-from kdtr.device import gpu_available
+from kdtr import bench
+from kdtr.scaleout import parallel
+from kdtr.runtime.device import gpu_available
 from kdtr.errors import DeviceError, LimitError, UsageError
-from kdtr.parallel import Shard
+from kdtr.scaleout.parallel import Shard
 
 pytestmark = pytest.mark.skipif(gpu_available(), reason="covers the host-timed run of a machine without a GPU")
 

@@ -10,7 +10,8 @@ import pytest
 
 from kdtr import bench
 from kdtr.bench import schedule
-from kdtr.bench import TimingOptions, agree, median_ci, relative_spread, summarize
+from kdtr.bench import TimingOptions
+from kdtr.bench.stats import agree, median_ci, relative_spread, summarize
 from tests.bench.fakes import FakeClock
 
 
@@ -70,17 +71,17 @@ def fake_sampler(clock, value, seconds_per_sample, *, noise=0.0, drift=0.0, seed
         if log is not None:
             log.append(name)
         return out
-    return bench.Sampler(take, seconds_per_sample, "hot", "graph")
+    return bench.schedule.Sampler(take, seconds_per_sample, "hot", "graph")
 
 
 def test_t95_and_between_rounds():
-    assert bench.t95(1) == 12.706 and bench.t95(4) == 2.776
-    assert bench.t95(30) == pytest.approx(2.042, abs=2e-3) and bench.t95(200) == pytest.approx(1.972, abs=2e-3)
-    assert bench.t95(0) == math.inf
-    assert bench.between_rounds([1.0], 1.0) is None
-    assert bench.between_rounds([1.0, 1.0, 1.0], 1.0) == 0.0
+    assert bench.stats.t95(1) == 12.706 and bench.stats.t95(4) == 2.776
+    assert bench.stats.t95(30) == pytest.approx(2.042, abs=2e-3) and bench.stats.t95(200) == pytest.approx(1.972, abs=2e-3)
+    assert bench.stats.t95(0) == math.inf
+    assert bench.stats.between_rounds([1.0], 1.0) is None
+    assert bench.stats.between_rounds([1.0, 1.0, 1.0], 1.0) == 0.0
     medians = [1.00, 1.02, 0.98, 1.01, 0.99]
-    assert bench.between_rounds(medians, 1.0) == pytest.approx(2.776 * np.std(medians, ddof=1) / math.sqrt(5))
+    assert bench.stats.between_rounds(medians, 1.0) == pytest.approx(2.776 * np.std(medians, ddof=1) / math.sqrt(5))
 
 
 def test_summarize_takes_the_larger_of_sample_and_round_noise():
@@ -96,7 +97,7 @@ def test_summarize_takes_the_larger_of_sample_and_round_noise():
 def test_interleave_stops_when_converged():
     clock = FakeClock()
     opts = TimingOptions(budget_s=10, target=0.01, min_samples=10, max_samples=1000)
-    timings = bench.interleave([fake_sampler(clock, 1.0, 0.001), fake_sampler(clock, 5.0, 0.002)], opts, clock=clock)
+    timings = bench.schedule.interleave([fake_sampler(clock, 1.0, 0.001), fake_sampler(clock, 5.0, 0.002)], opts, clock=clock)
     assert [t.stop_reason for t in timings] == ["converged", "converged"]
     assert all(t.rounds == opts.min_rounds and t.rel_ci == 0 for t in timings)
     assert [t.median for t in timings] == [1.0, 5.0]
@@ -106,7 +107,7 @@ def test_interleave_stops_at_the_budget_and_says_so():
     clock = FakeClock()
     opts = TimingOptions(budget_s=1.0, target=1e-6, min_samples=5, max_samples=10_000, rounds=8)
     samplers = [fake_sampler(clock, 1.0, 1 / 64, noise=0.3, seed=s) for s in range(3)]
-    timings = bench.interleave(samplers, opts, clock=clock)
+    timings = bench.schedule.interleave(samplers, opts, clock=clock)
     assert {t.stop_reason for t in timings} == {"budget"}
     assert all(t.n == 64 and t.rounds == 8 for t in timings)       # 1/8 s turns of 1/64 s samples
     assert clock.now == 3.0                                          # the budget: 1 s per implementation
@@ -115,17 +116,17 @@ def test_interleave_stops_at_the_budget_and_says_so():
 def test_interleave_stops_at_max_samples_and_max_rounds():
     clock = FakeClock()
     opts = TimingOptions(budget_s=100, target=1e-9, min_samples=4, max_samples=50, rounds=5)
-    [t] = bench.interleave([fake_sampler(clock, 1.0, 0.001, noise=0.3)], opts, clock=clock)
+    [t] = bench.schedule.interleave([fake_sampler(clock, 1.0, 0.001, noise=0.3)], opts, clock=clock)
     assert t.stop_reason == "max_samples" and t.n == 50 and t.rounds == 5
     opts = replace(opts, max_samples=100_000, rounds=50, max_rounds=7)
-    [t] = bench.interleave([fake_sampler(clock, 1.0, 0.001, noise=0.3)], opts, clock=clock)
+    [t] = bench.schedule.interleave([fake_sampler(clock, 1.0, 0.001, noise=0.3)], opts, clock=clock)
     assert t.stop_reason == "max_rounds" and t.rounds == 7
 
 
 def test_interleave_slow_calls_get_min_rounds_then_stop_at_the_budget():
     clock = FakeClock()
     opts = TimingOptions(budget_s=0.5, target=1e-9, min_samples=10, max_samples=100)
-    timings = bench.interleave([fake_sampler(clock, 200.0, 0.2, noise=0.1), fake_sampler(clock, 1.0, 0.001)],
+    timings = bench.schedule.interleave([fake_sampler(clock, 200.0, 0.2, noise=0.1), fake_sampler(clock, 1.0, 0.001)],
                                opts, clock=clock)
     slow, fast = timings
     assert slow.stop_reason == "budget" and slow.n == opts.min_rounds == slow.rounds    # one sample a turn
@@ -134,7 +135,7 @@ def test_interleave_slow_calls_get_min_rounds_then_stop_at_the_budget():
 
 @pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 6, 7])
 def test_balanced_turns_put_every_implementation_after_every_other_once_per_cycle(m):
-    cycle = bench.balanced_turns(m)
+    cycle = bench.schedule.balanced_turns(m)
     assert sorted(cycle) == sorted(list(range(m)) * max(1, m - 1))
     after = [(cycle[k - 1], cycle[k]) for k in range(len(cycle))] if m > 1 else []   # cyclic: across cycles too
     assert sorted(after) == sorted((a, b) for a in range(m) for b in range(m) if a != b)
@@ -143,8 +144,8 @@ def test_balanced_turns_put_every_implementation_after_every_other_once_per_cycl
 def test_interleave_runs_whole_cycles_of_balanced_turns():
     clock, log = FakeClock(), []
     opts = TimingOptions(budget_s=10, target=0.5, min_samples=1, max_samples=100, min_rounds=3)
-    bench.interleave([fake_sampler(clock, 1.0, 0.001, log=log, name=n) for n in "ABC"], opts, clock=clock)
-    cycle = "".join("ABC"[i] for i in bench.balanced_turns(3))
+    bench.schedule.interleave([fake_sampler(clock, 1.0, 0.001, log=log, name=n) for n in "ABC"], opts, clock=clock)
+    cycle = "".join("ABC"[i] for i in bench.schedule.balanced_turns(3))
     assert "".join(log) == cycle * 2          # 2 turns each per cycle: 2 cycles reach min_rounds = 3
 
 
@@ -162,10 +163,10 @@ def test_a_heavy_neighbour_no_longer_lands_on_one_implementation(monkeypatch):
                 slow = 1.05 if state["last"] == "heavy" else 1.0
                 state["last"] = name
                 return [value * slow * (1 + 0.002 * rng.standard_normal()) for _ in range(n)]
-            return bench.Sampler(take, 0.001, "cold-flush", "graph")
+            return bench.schedule.Sampler(take, 0.001, "cold-flush", "graph")
         ours, heavy = sampler("ours", 1.0), sampler("heavy", 10.0)
         opts = TimingOptions(budget_s=0.05, target=1e-9, min_samples=10, max_samples=60, rounds=8)
-        first, _, second = bench.interleave([ours, heavy, ours], opts)
+        first, _, second = bench.schedule.interleave([ours, heavy, ours], opts)
         return first, second
 
     assert agree(*timings())
@@ -176,7 +177,7 @@ def test_a_heavy_neighbour_no_longer_lands_on_one_implementation(monkeypatch):
 def test_interleave_stops_at_the_deadline_after_min_rounds():
     clock = FakeClock()
     opts = TimingOptions(budget_s=100, target=1e-9, min_samples=1, max_samples=100_000)
-    [t] = bench.interleave([fake_sampler(clock, 1.0, 0.01, noise=0.1)], opts, clock=clock, deadline=0.001)
+    [t] = bench.schedule.interleave([fake_sampler(clock, 1.0, 0.01, noise=0.1)], opts, clock=clock, deadline=0.001)
     assert t.stop_reason == "time_limit" and t.rounds == opts.min_rounds
 
 
@@ -189,9 +190,9 @@ def test_interleave_drops_a_failing_implementation_and_goes_on():
         if len(calls) == 2:
             raise RuntimeError("CUDA out of memory")
         return [2.0] * n
-    failing = bench.Sampler(take, 0.001, "cold-flush", "eager")
+    failing = bench.schedule.Sampler(take, 0.001, "cold-flush", "eager")
     opts = TimingOptions(budget_s=1, target=0.01, min_samples=1)
-    ours, other = bench.interleave([fake_sampler(clock, 1.0, 0.001), failing], opts, clock=clock)
+    ours, other = bench.schedule.interleave([fake_sampler(clock, 1.0, 0.001), failing], opts, clock=clock)
     assert ours.median == 1.0 and ours.rounds == opts.min_rounds
     assert isinstance(other, RuntimeError) and len(calls) == 2
 
@@ -219,7 +220,7 @@ def test_drift_biases_sequential_timings_and_interleaving_removes_it():
     # well inside their noise, the speedup is unbiased, and the drift inside the rounds shows up in
     # the reported noise (the rounds' spread), not hidden under the samples' tiny CI.
     clock = FakeClock()
-    ours, base, again = bench.interleave(list(_drifting(clock)), DRIFT_OPTS, clock=clock)
+    ours, base, again = bench.schedule.interleave(list(_drifting(clock)), DRIFT_OPTS, clock=clock)
     assert abs(again.median / ours.median - 1) < 0.003
     assert agree(ours, again)
     assert abs(base.median / ours.median / 10 - 1) < 0.003
@@ -236,7 +237,7 @@ def test_reported_noise_is_a_real_measure_of_run_to_run_variation():
     covered, disagree, noises = 0, 0, []
     for seed in range(200):
         shared = fake_sampler(clock, 1.0, 0.001, noise=0.01, seed=seed)
-        first, second = bench.interleave([shared, shared], opts, clock=clock)
+        first, second = bench.schedule.interleave([shared, shared], opts, clock=clock)
         covered += abs(first.median - 1.0) <= first.rel_ci * first.median
         disagree += not agree(first, second)
         noises.append(first.rel_ci)
@@ -247,7 +248,7 @@ def test_reported_noise_is_a_real_measure_of_run_to_run_variation():
 def test_host_timer_measures_a_callable():
     import time
 
-    timing = bench.HostTimer().measure([lambda: time.sleep(0.002)], options=TimingOptions(
+    timing = bench.timers.HostTimer().measure([lambda: time.sleep(0.002)], options=TimingOptions(
         budget_s=0.2, target=0.2, min_samples=5, warmup_s=0.0))
     assert timing.mode == "host" and timing.method == "host" and timing.n >= 5
     assert 1.9 <= timing.median <= 20
@@ -264,7 +265,7 @@ def test_timing_options_are_checked():
 
 def test_rotation_sets():
     flush = 120 << 20
-    assert bench.rotation_sets(16 << 20, flush) == 8
-    assert bench.rotation_sets(200 << 20, flush) == 1          # bigger than twice the L2: flush
-    assert bench.rotation_sets(1000, flush) == 1               # too many sets: flush
-    assert bench.rotation_sets(0, flush) == 1
+    assert bench.timers.rotation_sets(16 << 20, flush) == 8
+    assert bench.timers.rotation_sets(200 << 20, flush) == 1          # bigger than twice the L2: flush
+    assert bench.timers.rotation_sets(1000, flush) == 1               # too many sets: flush
+    assert bench.timers.rotation_sets(0, flush) == 1

@@ -72,12 +72,12 @@ class ThrottledGpu:
         def take(n):
             clock.now += n * 0.001
             return [value * (1.3 if self.turn % 3 == 0 else 1.0)] * n
-        return bench.Sampler(take, 0.001, "hot", "graph")
+        return bench.schedule.Sampler(take, 0.001, "hot", "graph")
 
 
 def test_throttled_turns_are_flagged_and_left_out_of_the_figure():
     gpu, clock = ThrottledGpu(), FakeClock()
-    [a, b] = bench.interleave([gpu.sampler(clock, 1.0), gpu.sampler(clock, 2.0)], OPTS, clock=clock,
+    [a, b] = bench.schedule.interleave([gpu.sampler(clock, 1.0), gpu.sampler(clock, 2.0)], OPTS, clock=clock,
                               telemetry=gpu.read)
     for t, value in ((a, 1.0), (b, 2.0)):
         flagged = [turn for turn in t.telemetry if turn["throttled"]]
@@ -91,7 +91,7 @@ def test_throttled_turns_are_flagged_and_left_out_of_the_figure():
 
 def test_without_telemetry_nothing_is_left_out():
     clock = FakeClock()
-    [t] = bench.interleave([bench.Sampler(lambda n: [1.0] * n, 0.001, "hot", "graph")], OPTS, clock=clock)
+    [t] = bench.schedule.interleave([bench.schedule.Sampler(lambda n: [1.0] * n, 0.001, "hot", "graph")], OPTS, clock=clock)
     assert t.telemetry == () and t.throttled_samples == 0
 
 
@@ -108,14 +108,14 @@ class Neighbours:
             speed = 0.9 if (i == 0 and self.last == 1) else 1.0
             self.last = i
             return [value * speed] * n
-        return bench.Sampler(take, 0.001, "hot", "graph")
+        return bench.schedule.Sampler(take, 0.001, "hot", "graph")
 
 
 def test_back_to_back_shows_what_the_neighbour_hid_and_the_headline_is_the_slower():
     clock = FakeClock()
     world = Neighbours(clock)
     samplers = [world.sampler(0, 1.0), world.sampler(1, 5.0)]
-    interleaved = bench.interleave(samplers, OPTS, clock=clock)
+    interleaved = bench.schedule.interleave(samplers, OPTS, clock=clock)
     alone = back_to_back(samplers, OPTS, clock=clock)
     assert interleaved[0].median == pytest.approx(0.9) and alone[0].median == pytest.approx(1.0)
     ours = replace(row("c", "cuda", 1.0, primary=True), timing=interleaved[0], alone=alone[0])
@@ -145,7 +145,7 @@ def test_the_record_keeps_telemetry_and_the_back_to_back_timing(tmp_path):
     rec = record()
     clock = FakeClock()
     gpu = ThrottledGpu()
-    [t] = bench.interleave([gpu.sampler(clock, 2.0)], OPTS, clock=clock, telemetry=gpu.read)
+    [t] = bench.schedule.interleave([gpu.sampler(clock, 2.0)], OPTS, clock=clock, telemetry=gpu.read)
     rows = list(rec.rows)
     rows[0] = replace(rows[0], timing=t, alone=timing(2.1))
     rec = replace(rec, rows=tuple(rows), meta={**rec.meta, "telemetry": {"source": "nvml", "driver": "580"}})
@@ -202,7 +202,7 @@ def test_without_a_gpu_there_is_no_telemetry_and_no_lock():
 
 
 def test_cli_lock_clocks_without_a_gpu_exits_2_with_one_line(suites, tmp_path):
-    from kdtr.device import gpu_available
+    from kdtr.runtime.device import gpu_available
 
     if gpu_available():
         pytest.skip("a GPU is present")
@@ -217,7 +217,7 @@ def test_cli_lock_clocks_without_a_gpu_exits_2_with_one_line(suites, tmp_path):
 def test_report_shows_clocks_throttling_and_both_figures(tmp_path):
     """`kdtree report -q` names, per row, both figures and the telemetry of the rounds."""
     clock, gpu = FakeClock(), ThrottledGpu()
-    [t] = bench.interleave([gpu.sampler(clock, 2.0)], OPTS, clock=clock, telemetry=gpu.read)
+    [t] = bench.schedule.interleave([gpu.sampler(clock, 2.0)], OPTS, clock=clock, telemetry=gpu.read)
     rec = record()
     rows = list(rec.rows)
     rows[0] = replace(rows[0], timing=t, alone=timing(2.5, noise=0.0))

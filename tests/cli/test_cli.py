@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from kdtr.config import REPO_ROOT
-from kdtr.format import write_bundle
+from kdtr.bundle.format import write_bundle
 from tests.helpers import SMALL_CASES, SMALL_SUITE, invoke, kdtree_command, perturbed_copy, run_kdtree
 
 
@@ -298,7 +298,7 @@ def test_a_bundle_that_is_not_a_file_is_reported(goldens, kind):
 
 
 def test_the_tolerance_share_shown_is_the_worst_outputs(capsys):
-    """Until kdtr.compare fills OutputCheck.tol_share, a row without it shows no share at all."""
+    """Until kdtr.ops.compare fills OutputCheck.tol_share, a row without it shows no share at all."""
     from types import SimpleNamespace
 
     from cli import render

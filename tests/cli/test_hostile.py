@@ -17,7 +17,7 @@ from xml.etree import ElementTree
 
 import pytest
 
-from kdtr.format import read_bundle, write_bundle
+from kdtr.bundle.format import read_bundle, write_bundle
 
 from tests.helpers import kdtree_command, kdtree_env, perturbed_copy, run_kdtree
 
@@ -250,7 +250,7 @@ def test_impl_with_a_backend_is_refused(goldens, tmp_path):  # noqa: F811
 
 
 def test_devices_without_a_gpu_say_so(goldens, tmp_path):  # noqa: F811
-    from kdtr.device import gpu_available
+    from kdtr.runtime.device import gpu_available
 
     if gpu_available():
         pytest.skip("a GPU is visible: --devices runs on it")
@@ -262,7 +262,7 @@ def test_devices_without_a_gpu_say_so(goldens, tmp_path):  # noqa: F811
 def test_the_cuda_backend_on_devices_without_a_gpu_is_one_line(goldens, tmp_path, command):  # noqa: F811
     """Issue 36: `verify --backend cuda --devices 0` said "no GPU" once per bundle (54 lines), after
     a note that the workers run on the CPU, which they do not."""
-    from kdtr.device import gpu_available
+    from kdtr.runtime.device import gpu_available
 
     if gpu_available():
         pytest.skip("a GPU is visible: the run goes ahead on it")

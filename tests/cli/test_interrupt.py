@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kdtr.format import read_bundle
+from kdtr.bundle.format import read_bundle
 from tests.helpers import kdtree_command, kdtree_env
 
 SLOW_SUITE = """\

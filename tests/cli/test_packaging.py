@@ -169,7 +169,7 @@ def test_the_installed_wheel_names_its_own_code_and_writes_the_checkouts_bytes(i
     (ours,), (theirs,) = (tmp_path / "wheel").rglob("*.kdtr"), (tmp_path / "checkout").rglob("*.kdtr")
     assert ours.read_bytes() == theirs.read_bytes()
 
-    from kdtr.report import source_digest
+    from kdtr.records.report import source_digest
 
     assert meta["sources_sha256"] == doctor()["sources_sha256"] == source_digest.__wrapped__(REPO_ROOT)
     digests = {meta["sources_sha256"]}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kdtr import refs
+from kdtr.bundle import refs
 
 FILES = {
     "__init__.py": "",
@@ -131,7 +131,7 @@ def test_a_record_never_names_the_commit_of_a_foreign_repository(tmp_path):
     """Issue 30 row 10: kdtree installed in a venv inside another project's repository recorded
     that project's commit as its own."""
     from kdtr.config import REPO_ROOT
-    from kdtr.report import git_state
+    from kdtr.records.report import git_state
 
     site = tmp_path / "venv" / "lib" / "site-packages"
     (site / "kdtr").mkdir(parents=True)
@@ -149,8 +149,8 @@ def test_sources_sha256_covers_the_kernels_library_and_cli_where_they_are():
     """The digest reads the folders kdtree runs from (a wheel's kdtr/_kernels and kdtree_cli
     too, not only a checkout's kernels/ and cli/), under the same names in both."""
     from kdtr.config import config
-    from kdtr.report import code_folders
+    from kdtr.records.report import code_folders
 
     folders = code_folders()
     assert folders["kernels"] == config().kernels_dir and any(folders["kernels"].glob("*.cu"))
-    assert (folders["cli"] / "main.py").is_file() and (folders["kdtr"] / "report.py").is_file()
+    assert (folders["cli"] / "main.py").is_file() and (folders["kdtr"] / "records" / "report.py").is_file()

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from kdtr.config import REPO_ROOT
-from kdtr.spec import load_suite
+from kdtr.bundle.spec import load_suite
 
 
 README = (REPO_ROOT / "README.md").read_text(encoding="utf-8")

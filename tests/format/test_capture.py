@@ -1,4 +1,4 @@
-"""kdtr.capture.save_bundle: round trips and every refusal."""
+"""kdtr.bundle.capture.save_bundle: round trips and every refusal."""
 
 from __future__ import annotations
 
@@ -6,15 +6,15 @@ import numpy as np
 import pytest
 import torch
 
-from kdtr.capture import save_bundle
+from kdtr.bundle.capture import save_bundle
 from kdtr.errors import BundleError
-from kdtr.format import read_bundle
+from kdtr.bundle.format import read_bundle
 from kdtr.verify import load_case
 from tests.impl_cases import ACCEPT_SMALL, VERIFY_SMALL, small_case
 
 
 def torch_inputs(inputs):
-    from kdtr.backends import upload
+    from kdtr.impl.backends import upload
 
     return upload(inputs, "cpu")
 

@@ -1,4 +1,4 @@
-"""KDTR v1 (kdtr/format.py): round trips, an independent writer built from the spec, and one test
+"""KDTR v1 (kdtr/bundle/format.py): round trips, an independent writer built from the spec, and one test
 per rejection rule of docs/format.md. The REJECTIONS table is reused by tests/format/test_kdtr_h.py."""
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ import pytest
 
 from kdtr.dtypes import NUMPY_DTYPES
 from kdtr.errors import BundleError, WriteError
-from kdtr.format import (MAJOR, MAX_HEADER_LEN, MAX_INT_DIGITS, MAX_JSON_DEPTH, MAX_NDIM, MINOR,
-                         Bundle, TensorEntry, bundle_bytes, read_bundle, write_bundle)
+from kdtr.bundle.format import (MAJOR, MAX_HEADER_LEN, MAX_INT_DIGITS, MAX_JSON_DEPTH, MAX_NDIM, MINOR,
+                                Bundle, TensorEntry, bundle_bytes, read_bundle, write_bundle)
 
 # ------------------------------------------------------------------ an independent spec writer
 # Written from docs/format.md with struct.pack; it deliberately makes other valid choices than
-# kdtr.format's writer (spaced JSON, zero-size tensors at offset 0, optional extra zero gaps).
+# kdtr.bundle.format's writer (spaced JSON, zero-size tensors at offset 0, optional extra zero gaps).
 
 
 def _align(n: int) -> int:

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from kdtr.dtypes import NUMPY_DTYPES
 from kdtr.errors import BundleError
-from kdtr.format import bundle_bytes, read_bundle, write_bundle
+from kdtr.bundle.format import bundle_bytes, read_bundle, write_bundle
 
 SETTINGS = settings(max_examples=300, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow])

@@ -1,11 +1,11 @@
 """Coverage-guided fuzzing of both KDTR readers, bounded for CI: tests/format/fuzz/fuzz_kdtr_h.c (kdtr.h
-under libFuzzer with ASan and UBSan) and tests/format/fuzz/fuzz_format.py (kdtr.format under atheris), each
+under libFuzzer with ASan and UBSan) and tests/format/fuzz/fuzz_format.py (kdtr.bundle.format under atheris), each
 for FUZZ_SECONDS from seed bundles written at run time. Each prints its execution count and must
 have found nothing. `scripts/fuzz.sh [SECONDS]` runs the same fuzzers longer.
 
 Also here: the plumbing can see a finding (a crashing target is reported, with its input kept),
 the Python target's own checks fire, its mutator stays inside the checksums, and one known memory
-fault of kdtr/format.py, as a strict xfail."""
+fault of kdtr/bundle/format.py, as a strict xfail."""
 
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import kdtr.summary  # noqa: F401 - imported before fuzz_format so atheris leaves kdtr alone here
+import kdtr.bundle.summary  # noqa: F401 - imported before fuzz_format so atheris leaves kdtr alone here
 from kdtr.errors import BundleError
-from kdtr.format import read_bundle
+from kdtr.bundle.format import read_bundle
 
 FUZZ = Path(__file__).resolve().parent / "fuzz"
 FUZZ_SECONDS = 40
@@ -105,7 +105,7 @@ def test_fuzz_plumbing_sees_a_c_crash(seeds, tmp_path):
     assert run.found and run.returncode != 0 and run.artifacts, run.line()
 
 
-# ----------------------------------------------------------------------------------- kdtr.format
+# ----------------------------------------------------------------------------------- kdtr.bundle.format
 
 def _need_atheris() -> None:
     why = RUN.why_no_format()

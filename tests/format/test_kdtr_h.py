@@ -1,5 +1,5 @@
 """kdtr/include/kdtr.h, the C reader: compiled as C99 (with ASan/UBSan where the toolchain has them)
-and as C++17, it must read what kdtr.format writes and refuse exactly what kdtr.format refuses.
+and as C++17, it must read what kdtr.bundle.format writes and refuse exactly what kdtr.bundle.format refuses.
 
 tests/format/c/read_bundle.c prints one JSON object per file and per tensor; see its header comment."""
 
@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from kdtr.errors import BundleError
-from kdtr.format import read_bundle, write_bundle
+from kdtr.bundle.format import read_bundle, write_bundle
 
 ROOT = Path(__file__).resolve().parents[2]
 INCLUDE = ROOT / "kdtr" / "include"

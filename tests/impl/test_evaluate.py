@@ -45,7 +45,7 @@ def spy(monkeypatch):
 
 def test_verify_bench_parity_and_e2e_reach_the_same_evaluate(goldens, spy):
     from kdtr import bench
-    from kdtr.e2e import DecodeOptions, ModelConfig, make_prompts, run_e2e
+    from kdtr.verify.e2e import DecodeOptions, ModelConfig, make_prompts, run_e2e
     from kdtr.verify import Options, verify_bundle
 
     bundle = sorted((goldens / "tree_accept").glob("*.kdtr"))[0]
@@ -59,7 +59,7 @@ def test_verify_bench_parity_and_e2e_reach_the_same_evaluate(goldens, spy):
 
     spy.clear()
     if not torch.cuda.is_available():          # on the CPU the torch backend is the one under test
-        items = bench.items_from_bundles([bundle])
+        items = bench.cases.items_from_bundles([bundle])
         timing = bench.TimingOptions(budget_s=0.02, target=0.5, min_samples=2, max_samples=5, warmup_s=0.0)
         record = bench.bench_items(items, bench.BenchSettings(timing=timing, baselines=("cpu_heap",), sanity=False))
         assert not record.errors and any(r.primary and r.check_passed for r in record.rows)

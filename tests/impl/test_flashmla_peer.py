@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from kdtr.backends import upload
+from kdtr.impl.backends import upload
 from kdtr.dtypes import to_numpy
 from kdtr.impl import CaseData, ImplUnavailable, Status, check_outputs, evaluate, parity, resolve
 from kdtr.impl.peers import flashmla

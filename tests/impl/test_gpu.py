@@ -9,7 +9,7 @@ import pytest
 from kdtr.config import REPO_ROOT
 from kdtr.impl import CaseData, Status, evaluate, parity, resolve
 from kdtr.ops import get_op
-from kdtr.spec import load_suites
+from kdtr.bundle.spec import load_suites
 from tests.impl_cases import ACCEPT_SMALL, VERIFY_SMALL, small_case
 
 SERVING = dict(batch=4, heads=16, prefix=2048, budget=16)      # Kimi K2 at TP8-like shapes
@@ -78,7 +78,7 @@ def _agree_to_an_f32_rounding(got, want, what):
 @pytest.mark.gpu
 @pytest.mark.parametrize("variant", ["fp32", "bf16_paged"])
 def test_the_device_reference_serves_trials_at_serving_sizes(variant):
-    from kdtr.cases import reference_outputs
+    from kdtr.bundle.case import reference_outputs
 
     op, inputs, params = small_case("verify_attn", variant, **SERVING)
     got, on_device = reference_outputs(op, variant, inputs, params)
@@ -94,7 +94,7 @@ DEFAULT_CASES = [c for s in load_suites([REPO_ROOT / "specs"]) for c in s.cases 
 def test_the_device_reference_matches_every_default_golden(case):
     """Every default-suite bundle of verify_attn, both variants (what gen-refs writes: the numpy
     reference on the generated inputs), is what the device reference gives on those inputs."""
-    from kdtr.cases import reference_outputs
+    from kdtr.bundle.case import reference_outputs
 
     op = get_op(case.op)
     generated = op.generate(case)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from kdtr.backends import upload
+from kdtr.impl.backends import upload
 from kdtr.dtypes import to_numpy
 from kdtr.impl import ImplUnavailable, check_outputs, resolve
 from kdtr.impl.peers import flashinfer_fa2, sgl_kernel, sglang_triton

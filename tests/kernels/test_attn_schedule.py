@@ -301,26 +301,30 @@ class Recorder:
                              defines=self.defines))
 
 
-def launches(batch, defines=None, splits=None, **params):
-    """run_cuda's launches of bf16_wgmma2 on a faked H100 for a generated bf16_paged case."""
-    from kdtr import device
-    from kdtr.dtypes import to_torch
+class RecordingGpu:
+    """A stand-in GPU (kdtr.runtime.device.stand_in) whose kernels write their launches down."""
 
-    from .emulator import emulated
+    def __init__(self, arch, sms, smem_optin, log):
+        self.arch, self.sms, self.smem_optin, self.log = arch, sms, smem_optin, log
+
+    def get_kernel(self, source, name, defines, arch):
+        return Recorder(name, dict(defines), self.log)
+
+
+def launches(batch, defines=None, splits=None, **params):
+    """run_cuda's launches of bf16_wgmma2 on a stand-in H100 for a generated bf16_paged case."""
+    from kdtr.dtypes import to_torch
+    from kdtr.runtime import device
+
     from .test_cuda_kernels import FRESH_SEED, VERIFY_ATTN, generated, poisoned_outputs
 
     gen = generated(VERIFY_ATTN, "bf16_paged", FRESH_SEED, batch=batch, **params)
     inputs = {name: to_torch(a, "cpu") for name, a in gen.inputs.items()}
     outputs = poisoned_outputs(VERIFY_ATTN, "bf16_paged", gen.inputs, gen.params, device="cpu")
     log = []
-    with emulated(*H100):
-        saved = device.get_kernel
-        device.get_kernel = lambda source, name, *, defines={}, arch=None, **_: Recorder(name, dict(defines), log)
-        try:
-            VERIFY_ATTN.run_cuda("bf16_paged", inputs, gen.params, outputs, kernel="bf16_wgmma2",
-                                 defines=defines, splits=splits)
-        finally:
-            device.get_kernel = saved
+    with device.stand_in(RecordingGpu(*H100, log)):
+        VERIFY_ATTN.run_cuda("bf16_paged", inputs, gen.params, outputs, kernel="bf16_wgmma2",
+                             defines=defines, splits=splits)
     return gen, log
 
 

@@ -81,20 +81,22 @@ def test_kernels_without_a_wave_model_keep_the_fill_rule():
     assert splits_for(fp32, 8, 2065, H200.sms, 272) == min(132 // 8, math.ceil(2065 / (fp32.split_min_tiles * 16)))
 
 
-def test_a_forced_split_count_past_the_key_tiles_fails_before_any_launch(monkeypatch):
+def test_a_forced_split_count_past_the_key_tiles_fails_before_any_launch():
     """--define bf16_wgmma2:SPLITS=N: N beyond the case's key tiles would only allocate empty
     partials; the launch refuses it, naming the range, before it compiles or allocates anything."""
-    import kdtr.device
+    from types import SimpleNamespace
+
     from kdtr.ops import get_op
-    from kdtr.ops.base import Case
+    from kdtr.ops.base import H200, Case
+    from kdtr.runtime.device import stand_in
 
     op = get_op("verify_attn")
     case = Case("c", "verify_attn", "bf16_paged", 5, dict(op._defaults, batch=2, heads=8, prefix=100, budget=8))
     gen = op.generate(case)
-    monkeypatch.setattr(kdtr.device, "multiprocessor_count", lambda *a: 132)
-    monkeypatch.setattr(kdtr.device, "get_kernel", lambda *a, **k: pytest.fail("compiled a refused launch"))
+    h200 = SimpleNamespace(arch=H200.arch, sms=H200.sms, smem_optin=H200.smem_optin,
+                           get_kernel=lambda *a, **k: pytest.fail("compiled a refused launch"))
     tiles = math.ceil((2 * 100 + 9) / 64)
-    with pytest.raises(ValueError, match=f"SPLITS=99: this case takes 1 to {tiles} KV splits"):
+    with stand_in(h200), pytest.raises(ValueError, match=f"SPLITS=99: this case takes 1 to {tiles} KV splits"):
         op.run_cuda("bf16_paged", gen.inputs, gen.params, {}, kernel="bf16_wgmma2", defines={"SPLITS": "99"})
 
 

@@ -20,6 +20,7 @@ from kdtr.dtypes import to_numpy, to_torch, torch_dtype
 from kdtr.errors import DeviceError
 from kdtr.ops import get_op
 from kdtr.ops.base import Case
+from kdtr.ops.tree_build.cuda import REGISTER_BUDGET_MAX
 
 TREE_BUILD, TREE_ACCEPT, VERIFY_ATTN = get_op("tree_build"), get_op("tree_accept"), get_op("verify_attn")
 POISON_I32 = 0x7EADBEEF
@@ -176,19 +177,19 @@ def check_attn(variant, case, got, want, inputs, params):
 def test_import_has_no_side_effects():
     import subprocess
 
-    code = ("import sys, kdtr.device, kdtr.nvrtc; "
+    code = ("import sys, kdtr.runtime.device, kdtr.runtime.nvrtc; "
             "assert 'torch' not in sys.modules and 'cuda.bindings.driver' not in sys.modules, sorted(sys.modules)")
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_gpu_available_never_raises():
-    from kdtr.device import gpu_available
+    from kdtr.runtime.device import gpu_available
 
     assert gpu_available() in (True, False)
 
 
 def test_require_gpu_names_the_reason():
-    from kdtr.device import gpu_available, require_gpu
+    from kdtr.runtime.device import gpu_available, require_gpu
 
     if gpu_available():
         require_gpu()
@@ -296,9 +297,9 @@ TREE_BUILD_CASES = [
 @pytest.mark.parametrize("params", TREE_BUILD_CASES, ids=lambda p: TREE_BUILD.case_name("default", p | {
     k: v for k, v in TREE_BUILD._defaults.items() if k not in p}))
 def test_tree_build_bit_exact(params, seed, kernel):
-    if kernel != "smem" and params["budget"] > TREE_BUILD.REGISTER_BUDGET_MAX:
-        pytest.skip(f"{kernel} holds at most {TREE_BUILD.REGISTER_BUDGET_MAX} candidates")
-    if kernel == "smem" and seed != SEEDS[0] and params["budget"] <= TREE_BUILD.REGISTER_BUDGET_MAX:
+    if kernel != "smem" and params["budget"] > REGISTER_BUDGET_MAX:
+        pytest.skip(f"{kernel} holds at most {REGISTER_BUDGET_MAX} candidates")
+    if kernel == "smem" and seed != SEEDS[0] and params["budget"] <= REGISTER_BUDGET_MAX:
         pytest.skip("the shared-memory heap (the large-budget path) runs the small cases on one seed")
     if kernel in SKIP_KERNELS:
         pytest.skip(f"{kernel} left out by KDTREE_SKIP_KERNELS")
@@ -486,7 +487,7 @@ def test_launches_are_captured_by_a_cuda_graph(variant, kernel):
 def test_kernel_errors_name_the_kernel():
     import torch
 
-    from kdtr.device import get_kernel
+    from kdtr.runtime.device import get_kernel
     from kdtr.errors import LaunchError
 
     kernel = get_kernel("tree_accept_walk.cu", "tree_accept_walk")

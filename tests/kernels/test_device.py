@@ -1,8 +1,10 @@
-"""kdtr/device.py on the CPU: what it hands the driver (its launches are tested on the GPU by
+"""kdtr/runtime/device.py on the CPU: what it hands the driver (its launches are tested on the GPU by
 tests/kernels/test_cuda_kernels.py)."""
 from __future__ import annotations
 
-from kdtr import device
+import pytest
+
+from kdtr.runtime import device
 
 
 def test_a_dependent_launch_allows_programmatic_stream_serialization():
@@ -19,3 +21,22 @@ def test_a_dependent_launch_allows_programmatic_stream_serialization():
     attr = config.attrs[0]
     assert attr.id == driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
     assert attr.value.programmaticStreamSerializationAllowed == 1
+
+
+def test_a_stand_in_answers_for_the_device_and_leaves_it_as_it_was():
+    """device.stand_in: the one hook the CPU emulator uses; nothing of it stays after the block,
+    and a second stand-in inside the first is refused."""
+    from types import SimpleNamespace
+
+    built = []
+    gpu = SimpleNamespace(arch=80, sms=108, smem_optin=166912,
+                          get_kernel=lambda source, name, defines, arch: built.append((source, name, defines, arch)))
+    before = device.gpu_available()
+    with device.stand_in(gpu):
+        assert device.gpu_available() and device.device_arch() == "sm_80"
+        assert (device.multiprocessor_count(), device.max_shared_optin()) == (108, 166912)
+        device.get_kernel("x.cu", "entry", defines={"N": 1}, arch="sm_80")
+        with pytest.raises(RuntimeError, match="already in place"), device.stand_in(gpu):
+            pass
+    assert built == [("x.cu", "entry", {"N": 1}, "sm_80")]
+    assert device.gpu_available() == before and device._stand_in is None

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kdtr import nvrtc
+from kdtr.runtime import nvrtc
 from kdtr.errors import CompileError
 from kdtr.ops import get_op
 from kdtr.ops.base import H200, Gpu

@@ -15,7 +15,7 @@ from kdtr.errors import DeviceError
 from kdtr.gpus import GPU_MODELS, SMEM_99K, RunAs, parse_run_as
 from kdtr.ops import cuda_kernels, get_op
 from kdtr.ops.base import Gpu
-from kdtr.placement import placements
+from kdtr.ops.placement import placements
 
 from ..helpers import kdtree_env, run_kdtree
 
@@ -71,7 +71,7 @@ def paged(batch, heads, prefix, q_len):
                                           ("sm_90:101376", "bf16_mma99")])
 def test_every_launch_chooses_as_on_the_gpu_run_as(run_as, value, expect):
     """Gpu.here() is what every launch's choice reads (no GPU here: without KDTREE_GPU, the H200)."""
-    from kdtr.device import gpu_available
+    from kdtr.runtime.device import gpu_available
 
     if gpu_available():
         pytest.skip("a GPU is present: Gpu.here() reads its SM count")
@@ -126,7 +126,7 @@ def test_a_choice_the_present_gpu_cannot_run_is_refused_in_one_line(run_as, monk
 
 
 def test_the_record_names_the_gpu_it_ran_as(run_as):
-    from kdtr.report import record_meta
+    from kdtr.records.report import record_meta
 
     run_as(None)
     assert "ran_as" not in record_meta("verify")
@@ -198,7 +198,7 @@ def test_records_run_as_another_gpu_say_so_in_bench_and_compare():
 
 
 def test_doctor_names_the_gpu_run_as(run_as):
-    from kdtr.doctor import facts
+    from kdtr.records.doctor import facts
 
     run_as("sm_89")
     assert facts()["run_as"] == "sm_89 (101376 B)"

@@ -12,8 +12,8 @@ from kdtr.errors import DeviceError
 from kdtr.gpus import GPU_MODELS
 from kdtr.ops import cuda_kernels, get_op
 from kdtr.ops.base import H200, Gpu
-from kdtr.ops.tree_build import sorted_shared_bytes
-from kdtr.placement import gpu_for
+from kdtr.ops.tree_build.cuda import sorted_shared_bytes
+from kdtr.ops.placement import gpu_for
 
 from .emulator import EMULATED_KERNELS
 
@@ -134,7 +134,7 @@ def test_no_kernel_for_the_gpu_is_a_device_error(variant, inputs, gpu):
 
 def test_without_a_gpu_the_choice_is_the_h200s(monkeypatch):
     from kdtr.config import config
-    from kdtr.device import gpu_available
+    from kdtr.runtime.device import gpu_available
 
     if gpu_available():
         pytest.skip("a GPU is present")

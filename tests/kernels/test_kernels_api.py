@@ -1,4 +1,4 @@
-"""kdtr.custom_ops: our kernels as torch custom ops. CPU: registration and the fake
+"""kdtr.ops.custom_ops: our kernels as torch custom ops. CPU: registration and the fake
 implementations' shapes (what torch.compile traces with). GPU: each op eager, inside a captured
 CUDA graph and under torch.compile, against the reference."""
 
@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-import kdtr.custom_ops as kk
-from kdtr.backends import upload
+import kdtr.ops.custom_ops as kk
+from kdtr.impl.backends import upload
 from tests.impl_cases import ACCEPT_SMALL, VERIFY_SMALL, small_case
 
 CASES = [  # function, op, variant, generator sizes, the function's scalar argument (a kernel param)

@@ -17,7 +17,7 @@ def run(*args):
 
 @pytest.mark.parametrize("case", ["b*", "nothing_*"])
 def test_a_case_name_must_match_one_case(case):
-    from kdtr.spec import load_suite, select
+    from kdtr.bundle.spec import load_suite, select
 
     matches = len(select(load_suite(REPO_ROOT / "specs/bench/verify_attn.yaml").cases, case))
     assert matches != 1

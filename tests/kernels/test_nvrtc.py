@@ -1,4 +1,4 @@
-"""kdtr.nvrtc on the CPU: every kernel compiles to a real cubin, the cache hits / heals, errors carry
+"""kdtr.runtime.nvrtc on the CPU: every kernel compiles to a real cubin, the cache hits / heals, errors carry
 the log, the ptxas report is parsed. No GPU needed (NVRTC runs on the host)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kdtr import nvrtc
+from kdtr.runtime import nvrtc
 from kdtr.config import config
 from kdtr.errors import CompileError
 
@@ -202,7 +202,7 @@ def test_corrupt_entry_is_a_logged_miss_and_rebuilt(damage, small_source, cache_
     else:
         data = nvrtc.ENTRY_MAGIC + (10**9).to_bytes(8, "little") + b"{" * 64
     entry.write_bytes(data)
-    with caplog.at_level(logging.WARNING, logger="kdtr.nvrtc"):
+    with caplog.at_level(logging.WARNING, logger="kdtr.runtime.nvrtc"):
         again = nvrtc.compile_kernel(small_source, "sm_90")
     assert not again.cache_hit and again.cubin == good.cubin
     assert any("corrupt" in rec.getMessage() for rec in caplog.records), "the miss must be logged"
@@ -214,7 +214,7 @@ def _compile_in_child(args):
     import os
 
     os.environ["KDTREE_CACHE_DIR"] = cache
-    from kdtr import nvrtc as child_nvrtc
+    from kdtr.runtime import nvrtc as child_nvrtc
     from kdtr.config import config as child_config
 
     child_config.cache_clear()
@@ -301,7 +301,7 @@ def test_tree_build_warp_keeps_candidates_in_registers(per_lane, cache_dir):
 def test_the_verify_attn_kernels_each_gpu_serves_fit_it_without_spills(arch, cache_dir):
     """On A100 and the 99 KB GPUs, each bf16_paged kernel the launch picks builds for the arch it is
     picked on with 0 spills and asks for no more shared memory than the GPU has (kdtr/gpus.py)."""
-    from kdtr.placement import gpu_for, placements
+    from kdtr.ops.placement import gpu_for, placements
 
     limit = gpu_for(arch).smem_optin
     serving = [p for p in placements(arch) if "verify_attn/bf16_paged" in p.serves]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kdtr.sanitize import SanitizeResult, parse
+from kdtr.runtime.sanitize import SanitizeResult, parse
 
 CLEAN = """\
 ========= COMPUTE-SANITIZER

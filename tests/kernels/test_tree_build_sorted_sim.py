@@ -25,7 +25,7 @@ import pytest
 
 from kdtr.ops import get_op
 from kdtr.ops.base import Case
-from kdtr.ops.tree_build import build_one
+from kdtr.ops.tree_build.reference import build_one
 
 NEG_INF = -math.inf
 LANES = 32

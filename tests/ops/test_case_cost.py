@@ -8,7 +8,7 @@ import pytest
 from kdtr.ops import get_op
 from kdtr.ops.base import Case
 from kdtr.config import REPO_ROOT
-from kdtr.spec import load_suite
+from kdtr.bundle.spec import load_suite
 
 VERIFY_ATTN = get_op("verify_attn")
 

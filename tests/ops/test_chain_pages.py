@@ -113,7 +113,7 @@ def test_pages64_is_refused_for_the_contiguous_variant():
 
 def test_a_suite_names_the_fault_of_a_bad_tree(tmp_path):
     from kdtr.errors import KdtreeError
-    from kdtr.spec import load_suite
+    from kdtr.bundle.spec import load_suite
 
     path = tmp_path / "s.yaml"
     path.write_text("op: verify_attn\ncases:\n  - {variant: bf16_paged, tree: star}\n")

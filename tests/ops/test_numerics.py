@@ -1,4 +1,4 @@
-"""The derived fp32 bound (kdtr.numerics, kdtr/ops/verify_attn/bound.py, docs/numerics.md): the
+"""The derived fp32 bound (kdtr.ops.numerics, kdtr/ops/verify_attn/bound.py, docs/numerics.md): the
 torch backend passes at the machine's thread count, a wrong implementation still fails, and the
 bound is not vacuous."""
 
@@ -11,9 +11,9 @@ from functools import partial
 import numpy as np
 import pytest
 
-from kdtr.compare import compare_output
+from kdtr.ops.compare import compare_output
 from kdtr.config import REPO_ROOT
-from kdtr.numerics import takes_derived_bound
+from kdtr.ops.numerics import takes_derived_bound
 from kdtr.ops import get_op
 from kdtr.ops.base import Tolerance
 from kdtr.ops.verify_attn.bound import U32, error_bound, gamma

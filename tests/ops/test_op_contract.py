@@ -8,12 +8,12 @@ import inspect
 import numpy as np
 import pytest
 
-from kdtr.compare import compare_output
+from kdtr.ops.compare import compare_output
 from kdtr.dtypes import NUMPY_DTYPES, to_numpy, to_torch
-from kdtr.format import read_bundle, write_bundle
+from kdtr.bundle.format import read_bundle, write_bundle
 from kdtr.ops import get_op, op_names
 from kdtr.ops.base import H200, Case, Tolerance
-from kdtr.refs import make_bundle
+from kdtr.bundle.refs import make_bundle
 
 OPS_VARIANTS = [(name, variant) for name in op_names() for variant in get_op(name).variants]
 
@@ -102,12 +102,13 @@ def test_the_cuda_binding_has_the_base_signature_and_a_choice(generated):
 
 
 def test_the_bench_baselines_are_implementations_of_exactly_this_variant(generated):
-    """Op.baselines: Implementations, each with its bench role, names unique and not "cuda" (ours),
-    serving this op and variant alone, with a non-empty subset of the op's outputs."""
-    from kdtr.impl import BenchRole, Implementation
+    """Op.baselines as kdtr.impl.baselines builds them: Implementations, each with its bench role,
+    names unique and not "cuda" (ours), serving this op and variant alone, with a non-empty subset
+    of the op's outputs."""
+    from kdtr.impl import BenchRole, Implementation, baselines as make_baselines
 
     op, variant, _, g, _ = generated
-    baselines = op.baselines(variant, g.inputs, g.params)
+    baselines = make_baselines(op, variant, g.inputs, g.params)
     names = [b.name for b in baselines]
     assert baselines and len(set(names)) == len(names) and "cuda" not in names
     for b in baselines:

@@ -11,7 +11,7 @@ import pytest
 
 from kdtr.errors import SpecError
 from kdtr.ops.base import Generated, Op, Param
-from kdtr.spec import Suite, load_suite
+from kdtr.bundle.spec import Suite, load_suite
 
 
 # -- fake ops -----------------------------------------------------------------------------------

@@ -104,7 +104,7 @@ def test_the_memory_estimate_bounds_the_measured_peak(op, variant, params):
 
 
 def test_gen_refs_in_worker_processes_writes_the_same_bytes_in_the_same_order(tmp_path):
-    from kdtr import refs, spec
+    from kdtr.bundle import refs, spec
 
     suite_file = tmp_path / "tree_accept.yaml"
     suite_file.write_text("op: tree_accept\nseed: 5\ncases:\n  - {batch: 3, budget: 6}\n  - {batch: 2, budget: 9}\n"
@@ -127,7 +127,7 @@ def test_a_shipped_suite_writes_the_same_bytes_from_any_folder_and_by_any_path(t
     assert relative.returncode == 0 and absolute.returncode == 0, relative.stderr + absolute.stderr
     (a,), (b,) = (tmp_path / "a").rglob("*.kdtr"), (tmp_path / "b").rglob("*.kdtr")
     assert a.read_bytes() == b.read_bytes()
-    from kdtr.format import read_bundle
+    from kdtr.bundle.format import read_bundle
 
     assert read_bundle(b).meta["provenance"]["spec"] == "specs/tree_accept.yaml"
 
@@ -139,8 +139,8 @@ def test_prune_removes_only_what_the_given_suites_left(tmp_path):
     (tmp_path / "s.yaml").write_text(SUITE.format(first="mine"))
     (tmp_path / "other.yaml").write_text("op: tree_accept\ncases:\n  - {name: theirs, budget: 4}\n")
     assert kdtree("gen-refs", "s.yaml", "other.yaml", "-o", "g", "-q", cwd=tmp_path).returncode == 0
-    from kdtr.capture import save_bundle
-    from kdtr.format import read_bundle
+    from kdtr.bundle.capture import save_bundle
+    from kdtr.bundle.format import read_bundle
 
     theirs = read_bundle(tmp_path / "g" / "tree_accept" / "theirs.kdtr")
     save_bundle(tmp_path / "g" / "tree_accept" / "captured.kdtr", "tree_accept", theirs.meta["variant"],
@@ -159,7 +159,7 @@ def test_jobs_beyond_the_cores_are_capped_and_said(tmp_path):
     (tmp_path / "s.yaml").write_text(SUITE.format(first="a"))
     done = kdtree("gen-refs", "s.yaml", "-o", "g", "-q", "--jobs", "10000", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    from kdtr.parallel import cpu_count
+    from kdtr.scaleout.parallel import cpu_count
 
     assert done.stderr.splitlines() == [f"--jobs 10000: capped at the {cpu_count()} cores this process may run on"]
 
@@ -168,7 +168,8 @@ def test_gen_refs_scans_its_folders_once_not_once_per_bundle(tmp_path, monkeypat
     """Issue 30 row 14: each bundle's write rescanned its folder for dead writers' temp files, so
     a 50,000-case suite slowed from 380 to 50 cases/s. gen_refs sweeps each folder once, before
     (and after an interruption); its writes do not."""
-    from kdtr import atomic, refs, spec
+    from kdtr import atomic
+    from kdtr.bundle import refs, spec
 
     scans = []
     sweep = atomic.remove_stale_temps
@@ -211,7 +212,7 @@ def test_inline_logits_beside_root_or_start_that_contradict_the_depth_are_refuse
     """Issue 36: with `root_token:` or `start:` given inline too, the same case was written with
     params.depth 1 and case_params.depth 2 (the declared params were hidden by a loop variable)."""
     from kdtr.errors import SpecError
-    from kdtr.spec import load_suite
+    from kdtr.bundle.spec import load_suite
 
     path = tmp_path / "s.yaml"
     path.write_text("op: tree_build\ncases:\n  - name: two_d\n    depth: 2\n    vocab: 3\n    budget: 3\n"

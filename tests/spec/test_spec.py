@@ -1,4 +1,4 @@
-"""kdtr.spec: YAML suites -> validated cases, with fake ops injected through `lookup`.
+"""kdtr.bundle.spec: YAML suites -> validated cases, with fake ops injected through `lookup`.
 
 Expected line numbers come from the fixture text: the offending line carries a `# <-` marker.
 """
@@ -16,7 +16,7 @@ from hypothesis import given, settings, strategies as st
 
 from kdtr.errors import SpecError
 from kdtr.ops.base import Case, Tolerance
-from kdtr.spec import (MAX_SWEEP_CASES, derive_seed, load_suite, load_suites, select)
+from kdtr.bundle.spec import (MAX_SWEEP_CASES, derive_seed, load_suite, load_suites, select)
 from tests.helpers import run_kdtree
 from tests.spec.fake_ops import LOOKUP, FakeAttn, expect_error, line_of, load, write
 
@@ -356,7 +356,7 @@ def test_a_fifo_given_as_a_suite_is_refused_not_read(tmp_path):
     """Opening a FIFO blocks until a writer comes: gen-refs on one hung forever."""
     import os
 
-    from kdtr import spec
+    from kdtr.bundle import spec
     from kdtr.errors import SpecError
 
     fifo = tmp_path / "suite.yaml"

@@ -1,11 +1,11 @@
-"""kdtr.spec's malformed suites: one per error kind, each refused naming its file, line and field."""
+"""kdtr.bundle.spec's malformed suites: one per error kind, each refused naming its file, line and field."""
 
 from __future__ import annotations
 
 import pytest
 
 from kdtr.errors import SpecError
-from kdtr.spec import load_suite
+from kdtr.bundle.spec import load_suite
 from tests.spec.fake_ops import expect_error, line_of, write
 
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from kdtr import compare
-from kdtr.compare import compare_output
+from kdtr.ops import compare
+from kdtr.ops.compare import compare_output
 from kdtr.ops.base import Tolerance
 
 EXACT = Tolerance(exact=True)

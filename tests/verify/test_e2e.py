@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
-from kdtr.e2e import (ARResult, DDTreeResult, DecodeOptions, E2EResult, ModelConfig, TinyMLA, autoregressive,
+from kdtr.verify.e2e import (ARResult, DDTreeResult, DecodeOptions, E2EResult, ModelConfig, TinyMLA, autoregressive,
                       compare_runs, ddtree, make_prompts, run_e2e)
 
 CFG = ModelConfig()

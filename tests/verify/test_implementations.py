@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from kdtr.capture import save_bundle
+from kdtr.bundle.capture import save_bundle
 from kdtr.verify import DEVICE_REFERENCE, GOLDEN, Options, VerifyRow, verify_bundle
 from tests.impl_cases import ACCEPT_SMALL, VERIFY_SMALL, small_case
 from tests.helpers import invoke, run_kdtree as kdtree

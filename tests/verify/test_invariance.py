@@ -1,4 +1,4 @@
-"""verify --invariance (kdtr.invariance) on the CPU: the numpy and torch backends, a user's file
+"""verify --invariance (kdtr.verify.invariance) on the CPU: the numpy and torch backends, a user's file
 implementation that is deliberately batch-variant, the ulp scale, and the ops' request slicing."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from kdtr.dtypes import NUMPY_DTYPES
-from kdtr.invariance import fixed_permutation, ordered_bits, probe, worst_difference
+from kdtr.verify.invariance import fixed_permutation, ordered_bits, probe, worst_difference
 from kdtr.ops import get_op
 from tests.impl_cases import ACCEPT_SMALL, VERIFY_SMALL, small_case
 from tests.helpers import run_kdtree as kdtree

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from cli.main import app
 from kdtr.errors import UsageError
-from kdtr.parallel import Shard, balance, map_on_devices, parse_devices, shard_items
+from kdtr.scaleout.parallel import Shard, balance, map_on_devices, parse_devices, shard_items
 
 
 
@@ -135,7 +135,7 @@ def _occupancy(task):
 
 
 def test_bounded_map_keeps_the_order_and_the_budget(tmp_path):
-    from kdtr.parallel import bounded_map
+    from kdtr.scaleout.parallel import bounded_map
 
     tasks = [(str(tmp_path), i) for i in range(5)]
     got = list(bounded_map(_occupancy, tasks, jobs=3, cost=lambda task: 1, budget=1))
@@ -146,7 +146,7 @@ def test_bounded_map_keeps_the_order_and_the_budget(tmp_path):
 
 
 def test_bounded_map_raises_a_workers_error_in_its_turn(tmp_path):
-    from kdtr.parallel import bounded_map
+    from kdtr.scaleout.parallel import bounded_map
 
     results = bounded_map(_occupancy, [(str(tmp_path), 0), (str(tmp_path), 99), (str(tmp_path), 1)], jobs=2)
     assert next(results)[0] == 0
@@ -158,7 +158,7 @@ def _thread_settings(_task):
     """A worker's unit: the BLAS/OpenMP thread counts numpy (imported after it) starts with."""
     import os
 
-    from kdtr.parallel import THREAD_VARIABLES
+    from kdtr.scaleout.parallel import THREAD_VARIABLES
 
     return {name: os.environ.get(name) for name in THREAD_VARIABLES}
 
@@ -167,7 +167,7 @@ def test_bounded_map_workers_share_the_cores_among_their_blas_threads(monkeypatc
     """Issue 30 row 13: two gen-refs workers each ran a BLAS pool as wide as the machine, slower
     than one process (174 s against 80 s). Each now gets its share of the cores (at least one),
     so workers x threads <= cores; a lower count the user set is kept."""
-    from kdtr.parallel import THREAD_VARIABLES, bounded_map, cpu_count
+    from kdtr.scaleout.parallel import THREAD_VARIABLES, bounded_map, cpu_count
 
     for name in THREAD_VARIABLES:
         monkeypatch.delenv(name, raising=False)
@@ -209,7 +209,7 @@ class _Result:
 
 
 def test_threaded_map_overlaps_in_order_within_its_window():
-    from kdtr.parallel import threaded_map
+    from kdtr.scaleout.parallel import threaded_map
 
     live = _Live()
     got = []
@@ -222,7 +222,7 @@ def test_threaded_map_overlaps_in_order_within_its_window():
 
 
 def test_threaded_map_of_window_one_runs_each_in_turn_here():
-    from kdtr.parallel import threaded_map
+    from kdtr.scaleout.parallel import threaded_map
 
     live = _Live()
     assert [r.item for r in threaded_map(live.work(None), range(4), window=1)] == list(range(4))
@@ -231,7 +231,7 @@ def test_threaded_map_of_window_one_runs_each_in_turn_here():
 
 @pytest.mark.parametrize("window", [1, 3])
 def test_threaded_map_raises_an_items_error_in_its_turn(window):
-    from kdtr.parallel import threaded_map
+    from kdtr.scaleout.parallel import threaded_map
 
     results = threaded_map(_Live().work(None), [0, 99, 1, 2], window=window)
     assert next(results).item == 0

@@ -119,7 +119,7 @@ def test_a_failure_reports_kdtrees_row(pytester, goldens, monkeypatch):
 
 
 def test_an_implementation_that_cannot_run_here_is_a_skip(pytester, goldens):
-    from kdtr.device import gpu_available
+    from kdtr.runtime.device import gpu_available
 
     if gpu_available():
         pytest.skip("the cuda implementation runs on this machine")

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from kdtr import report
+from kdtr.records import report
 from kdtr.config import REPO_ROOT
-from kdtr.format import read_bundle, write_bundle
-from kdtr.parallel import Shard
-from kdtr.refs import gen_refs
-from kdtr.spec import load_suites
+from kdtr.bundle.format import read_bundle, write_bundle
+from kdtr.scaleout.parallel import Shard
+from kdtr.bundle.refs import gen_refs
+from kdtr.bundle.spec import load_suites
 from kdtr.verify import (Options, VerifyRecord, find_bundles, load_verify, suite_digest, verify_bundle,
                          verify_record)
 from tests.helpers import run_kdtree as kdtree

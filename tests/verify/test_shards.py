@@ -9,8 +9,8 @@ import pytest
 
 from kdtr.config import REPO_ROOT, SCHEDULER_VARIABLES
 from kdtr.errors import ConfigError, UsageError
-from kdtr.parallel import Shard, balanced_owners, shard_items
-from kdtr.shards import resolve_shard, scheduler_shard
+from kdtr.scaleout.parallel import Shard, balanced_owners, shard_items
+from kdtr.scaleout.shards import resolve_shard, scheduler_shard
 from tests.helpers import kdtree_env, run_kdtree
 
 

@@ -14,7 +14,7 @@ from kdtr import testing
 from kdtr.config import REPO_ROOT, config
 from kdtr.errors import SpecError, UsageError
 from kdtr.ops import get_op
-from kdtr.spec import load_suite
+from kdtr.bundle.spec import load_suite
 
 SMALL = {"tree_build": ("default", dict(batch=2, depth=3, vocab=16, budget=6)),
          "tree_accept": ("default", dict(batch=2, budget=6, depth=3)),
@@ -150,7 +150,7 @@ def test_time_gpu_on_the_host_orders_work_and_interleaves():
 def test_time_gpu_on_a_device_uses_bench_s_device_timer(monkeypatch, mode, label):
     import torch
 
-    from kdtr import device
+    from kdtr.runtime import device
     from kdtr.bench import TimingOptions
     from tests.bench.fakes import FakeCuda
 
@@ -169,7 +169,7 @@ def _rounded(line: str) -> str:
 
 
 def test_the_worked_example_of_docs_testing_runs_and_prints_what_the_page_shows(capsys):
-    from kdtr.device import gpu_available
+    from kdtr.runtime.device import gpu_available
 
     text = (REPO_ROOT / "docs" / "testing.md").read_text(encoding="utf-8")
     example = re.search(r"^## A worked example$.*?^```python\n(.*?)^```$", text, flags=re.M | re.S).group(1)

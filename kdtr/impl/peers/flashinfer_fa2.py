@@ -19,8 +19,8 @@ from typing import Any, Mapping
 from . import missing_module, package_version
 from ...errors import reason
 from ..base import Implementation, Serves
+from ...ops.verify_attn.layouts import LATENT, ROW
 
-LATENT, ROW = 512, 576
 WORKSPACE_BYTES = 128 << 20            # FlashInfer's float workspace, as its examples size it
 BACKEND = "fa2"
 

@@ -24,8 +24,8 @@ from typing import Any
 
 from . import missing_module, package_version
 from ..base import Implementation, ImplUnavailable, Serves
+from ...ops.verify_attn.layouts import LATENT, ROW
 
-LATENT, ROW = 512, 576
 PAGE = 64                      # FlashMLA's page_block_size
 MODULE = "flash_mla"
 DISTRIBUTIONS = ("sgl-flash-mla", "flash-mla", "flash_mla")

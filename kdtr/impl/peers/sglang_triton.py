@@ -33,8 +33,8 @@ from typing import Any, Mapping
 from . import package_version
 from ...errors import reason
 from ..base import Implementation, ImplUnavailable, Serves
+from ...ops.verify_attn.layouts import LATENT, ROW
 
-LATENT, ROW = 512, 576
 MODULES = ("sglang.kernels.ops.attention.extend_attention",          # 0.5.23 and later
            "sglang.srt.layers.attention.triton_ops.extend_attention")  # older releases
 KERNEL = "extend_attention_fwd"

@@ -15,7 +15,7 @@ import numpy as np
 
 from ...dtypes import NUMPY_DTYPES
 from .._common import fill_normal, name_from, rng_for
-from ..base import Case, Cost, Generated, Gpu, Op, Param
+from ..base import Baseline, BenchRole, Case, Cost, Generated, Gpu, Op, Param
 from ..tree_build import OP as TREE_BUILD
 from . import bound, cuda, torch_impl
 from .layouts import LATENT, LAYOUTS, ROPE, ROW, check_scale
@@ -245,11 +245,8 @@ class VerifyAttn(Op):
         GEMMs, slower than a user's bf16 code, kept as the exact-math baseline; its torch.compile
         only on request: --baseline torch_compile_fp32); SDPA with the tree mask (refused, as its
         probe, where it would not fit in device memory)."""
-        from ...impl.base import BenchRole, Implementation, Serves
-
         def baseline(name, prepare, doc, outputs=None, **role):
-            return Implementation(name, (Serves(self.name, variant, outputs),), prepare, doc=doc,
-                                  bench=BenchRole(**role))
+            return Baseline(name, doc, BenchRole(**role), prepare, outputs)
         sdpa = replace(baseline("sdpa", torch_impl.sdpa_prepare, "F.scaled_dot_product_attention with a bool tree "
                                 "mask over contiguous KV (layout built once, untimed)", outputs=("out",)),
                        probe=functools.partial(torch_impl.sdpa_skip, variant, inputs))

@@ -8,6 +8,7 @@ import math
 from dataclasses import dataclass, replace
 
 from ...errors import DeviceError
+from ...runtime.device import device_arch, get_kernel, multiprocessor_count
 from ..base import CudaKernel, Gpu
 from .layouts import LATENT, LAYOUTS
 
@@ -273,8 +274,6 @@ def run_cuda(op, variant, inputs, params, outputs, kernel=None, splits=None, def
     balanced kernel and 2 to LPT_MAX_BATCH requests, one block per (row tile, job) of the balanced
     schedule (kernels/attn_schedule.cuh) and its merge, which finishes the requests it split."""
     from ctypes import c_int, c_void_p
-
-    from ...device import device_arch, get_kernel, multiprocessor_count
 
     defines = dict(defines or {})
     k = as_built(op.cuda_kernel(kernel or op.kernel_choice(variant, inputs, params), variant), defines)

@@ -1,4 +1,4 @@
-"""Atheris (libFuzzer for Python) target for kdtr.format.read_bundle.
+"""Atheris (libFuzzer for Python) target for kdtr.bundle.format.read_bundle.
 
     python tests/format/fuzz/fuzz_format.py [libFuzzer flags] CORPUS_DIR [SEED_DIR...]
     python tests/format/fuzz/seeds.py seeds && python tests/format/fuzz/fuzz_format.py -max_total_time=60 \\
@@ -35,8 +35,8 @@ import atheris
 
 with atheris.instrument_imports(include=["kdtr"]):
     from kdtr.errors import BundleError
-    from kdtr.format import read_bundle
-    from kdtr.summary import tensor_stats
+    from kdtr.bundle.format import read_bundle
+    from kdtr.bundle.summary import tensor_stats
     from kdtr.dtypes import NUMPY_DTYPES
 
 # kdtr.dtypes imports ml_dtypes on the first bf16 lookup (megabytes, once per process): done here,

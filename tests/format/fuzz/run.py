@@ -108,7 +108,7 @@ def build_kdtr_h(folder: Path) -> Path:
 
 
 def write_seeds(folder: Path) -> Path:
-    """The seed bundles (written by kdtr.format.write_bundle) in `folder`."""
+    """The seed bundles (written by kdtr.bundle.format.write_bundle) in `folder`."""
     spec = importlib.util.spec_from_file_location("_kdtr_fuzz_seeds", HERE / "seeds.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -1,4 +1,4 @@
-"""Seed corpus for the KDTR fuzzers: a few small, valid bundles written by kdtr.format.write_bundle
+"""Seed corpus for the KDTR fuzzers: a few small, valid bundles written by kdtr.bundle.format.write_bundle
 at run time (no binaries are committed). Shared by fuzz_kdtr_h.c's runs and fuzz_format.py.
 
     python tests/format/fuzz/seeds.py DIR      writes the seeds into DIR and prints their paths
@@ -12,7 +12,7 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 
-from kdtr.format import write_bundle
+from kdtr.bundle.format import write_bundle
 
 
 def _every_dtype(rng: np.random.Generator) -> list[tuple[str, str, np.ndarray]]:

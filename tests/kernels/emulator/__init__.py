@@ -2,8 +2,8 @@
 `__shared__`, below) is compiled with g++ against host_cuda.h, a host model of CUDA's threads,
 barriers, shuffles, async copies and the mma.sync / ldmatrix fragments, into a shared library; the
 library's entries are launched through the very host code that launches them on a GPU (the op's
-`run_cuda`: kernel choice, grid, split count, merge), with kdtr.device's GPU queries answered as the
-emulated GPU would answer them.
+`run_cuda`: kernel choice, grid, split count, merge), with kdtr.runtime.device's GPU queries answered
+as the emulated GPU would answer them (through its one hook for that, `stand_in`).
 
 It is evidence of another kind than a GPU run: it executes every line of the kernel, its index
 arithmetic, masking, splits and merge, barriers (a deadlock fails) and async-copy waits (a copy lands
@@ -99,7 +99,7 @@ def arch_features(arch: str | None) -> dict[str, int]:
 
 
 class EmulatedKernel:
-    """kdtr.device.Kernel's launch, run on the CPU: the same arguments (CPU tensors in place of
+    """kdtr.runtime.device.Kernel's launch, run on the CPU: the same arguments (CPU tensors in place of
     device tensors), refused where the emulated GPU could not launch it."""
 
     def __init__(self, source: str, name: str, defines: dict, gpu: "EmulatedGpu"):
@@ -111,7 +111,7 @@ class EmulatedKernel:
                shared_mem: int = 0, stream: Any = None, *, dependent: bool = False) -> None:
         import torch
 
-        from kdtr.device import _dims
+        from kdtr.runtime.device import _dims
 
         g, b = _dims(grid, "grid", self), _dims(block, "block", self)     # checked as a GPU launch is
         if shared_mem > self.gpu.smem_optin:
@@ -136,37 +136,26 @@ class EmulatedKernel:
 
 
 class EmulatedGpu:
-    """What kdtr.device answers while the emulator stands in for a GPU: its arch, SM count and
-    shared-memory limit; `order` is the thread order of every block (0 ascending, 1 descending,
-    >= 2 a seeded shuffle). `launches` records (entry, grid, block, shared memory) per launch."""
+    """The stand-in for a GPU while the emulator runs (kdtr.runtime.device.stand_in): its arch, SM
+    count and shared-memory limit, and its get_kernel building for the CPU; `order` is the thread
+    order of every block (0 ascending, 1 descending, >= 2 a seeded shuffle). `launches` records
+    (entry, grid, block, shared memory) per launch."""
 
     def __init__(self, arch: int, sms: int, smem_optin: int, order: int = 0, kernels_dir: Path = KERNELS_DIR):
         self.arch, self.sms, self.smem_optin, self.order = arch, sms, smem_optin, order
         self.kernels_dir = kernels_dir
         self.launches: list[tuple[str, tuple, tuple, int]] = []
 
+    def get_kernel(self, source, name: str, defines, arch: str | None) -> EmulatedKernel:
+        return EmulatedKernel(source, name, {**dict(defines), **arch_features(arch)}, self)
+
 
 @contextlib.contextmanager
 def emulated(arch: int, sms: int, smem_optin: int, order: int = 0,
              kernels_dir: Path = KERNELS_DIR) -> Iterator[EmulatedGpu]:
-    """kdtr.device answering as the emulated GPU, and its get_kernel building for the CPU (from
-    kernels_dir: kernels/, or a mutated copy)."""
-    from kdtr import device
+    """kdtr.runtime.device answering as the emulated GPU, and its get_kernel building for the CPU
+    (from kernels_dir: kernels/, or a mutated copy)."""
+    from kdtr.runtime import device
 
-    gpu = EmulatedGpu(arch, sms, smem_optin, order, kernels_dir)
-    patches = {
-        "gpu_available": lambda: True,
-        "device_arch": lambda device=None: f"sm_{arch}",
-        "multiprocessor_count": lambda device=None: sms,
-        "max_shared_optin": lambda device=None, *, own=False: smem_optin,
-        "get_kernel": lambda source, name, *, defines={}, arch=None, **_: EmulatedKernel(
-            source, name, {**dict(defines), **arch_features(arch)}, gpu),
-    }
-    saved = {name: getattr(device, name) for name in patches}
-    try:
-        for name, fn in patches.items():
-            setattr(device, name, fn)
+    with device.stand_in(EmulatedGpu(arch, sms, smem_optin, order, kernels_dir)) as gpu:
         yield gpu
-    finally:
-        for name, fn in saved.items():
-            setattr(device, name, fn)

@@ -1,0 +1,297 @@
+"""Metrics and verdicts: one result against one expected output, under one tolerance."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..dtypes import FLOAT_DTYPES, kdtr_dtype
+from .base import Tolerance
+from ..scaleout.parallel import cpu_count, threaded_map
+from ..records.report import drop_defaults
+
+WORST_ELEMENTS = 5
+
+
+@dataclass(frozen=True)
+class Element:
+    """One element of an output: where, what the backend gave, what the golden holds."""
+
+    index: tuple[int, ...]
+    got: float
+    expected: float
+
+
+@dataclass(frozen=True)
+class DerivedBound:
+    """How an output fared against its derived error bound (kdtr.ops.numerics; docs/numerics.md):
+    the bound's largest element and where, and the share of the bound the worst element used."""
+
+    largest: float                  # max_i b_i
+    at: tuple[int, ...]             # where it is
+    share: float                    # max_i |x_i - r_i| / b_i (<= 1: within the bound)
+    rel_l2: float                   # ||b|| / ||r||: the norm-wise allowance the bound gives
+
+    def to_plain(self) -> dict[str, Any]:
+        return {"largest": _num(self.largest), "at": list(self.at), "share": _num(self.share),
+                "rel_l2": _num(self.rel_l2)}
+
+    @staticmethod
+    def from_plain(data: dict[str, Any]) -> "DerivedBound":
+        return DerivedBound(float(data["largest"]), tuple(int(i) for i in data["at"]),
+                            float(data["share"]), float(data["rel_l2"]))
+
+
+@dataclass(frozen=True)
+class OutputCheck:
+    name: str
+    passed: bool
+    reason: str | None              # why it failed, in words (None when it passed)
+    tolerance: Tolerance
+    count: int = 0                  # elements compared
+    mismatches: int = 0             # elements outside the tolerance (or not bitwise equal)
+    max_abs: float = 0.0
+    max_rel: float = 0.0            # over elements whose expected value is non-zero
+    rel_l2: float = 0.0             # ||x - r|| / ||r||
+    worst: tuple[Element, ...] = field(default_factory=tuple)
+    # how much of the tolerance the worst element uses: max |x-r| / (atol + rtol·|r|) (and
+    # rel_l2 / l2 where an l2 bound is set); <= 1 passes. Exact outputs: 0 equal, inf otherwise;
+    # a NaN/Inf where the bound is finite is inf.
+    tol_share: float = 0.0
+    derived: DerivedBound | None = None   # compared under a derived bound too (see compare_output)
+
+    def to_plain(self) -> dict[str, Any]:
+        """JSON form; a field at its default (no reason, no worst elements, zero metrics) is left
+        out, so a record of a thousand passing rows stays small."""
+        full = {"name": self.name, "passed": self.passed, "reason": self.reason,
+                "tolerance": self.tolerance.to_json(), "count": self.count, "mismatches": self.mismatches,
+                "max_abs": _num(self.max_abs), "max_rel": _num(self.max_rel), "rel_l2": _num(self.rel_l2),
+                "tol_share": _num(self.tol_share),
+                "worst": [[list(e.index), _num(e.got), _num(e.expected)] for e in self.worst],
+                "derived": None if self.derived is None else self.derived.to_plain()}
+        return drop_defaults(full, {"reason": None, "count": 0, "mismatches": 0, "max_abs": 0.0,
+                                    "max_rel": 0.0, "rel_l2": 0.0, "tol_share": 0.0, "worst": [],
+                                    "derived": None})
+
+    @staticmethod
+    def from_plain(data: dict[str, Any]) -> "OutputCheck":
+        """The inverse of to_plain (a record read back); KeyError/TypeError/ValueError if malformed."""
+        worst = tuple(Element(tuple(int(i) for i in index), float(got), float(expected))
+                      for index, got, expected in data.get("worst", ()))
+        return OutputCheck(str(data["name"]), bool(data["passed"]), data.get("reason"),
+                           Tolerance.parse(data["tolerance"]), int(data.get("count", 0)),
+                           int(data.get("mismatches", 0)), float(data.get("max_abs", 0.0)),
+                           float(data.get("max_rel", 0.0)), float(data.get("rel_l2", 0.0)), worst,
+                           float(data.get("tol_share", 0.0)),
+                           None if data.get("derived") is None else DerivedBound.from_plain(data["derived"]))
+
+
+def _num(value: float) -> float | str:
+    """JSON has no NaN or Inf: those are written as the strings float() reads back."""
+    return value if math.isfinite(value) else str(value)
+
+
+CHUNK = 1 << 20                # elements compared at a time: memory stays bounded for any output
+COMPARE_THREADS = 8            # chunks compared at once (numpy frees the GIL): ~80 MB of temporaries each
+
+
+def compare_output(name: str, got: np.ndarray | None, expected: np.ndarray,
+                   tolerance: Tolerance, bound: np.ndarray | None = None) -> OutputCheck:
+    """Exact outputs must match bit for bit in their dtype; toleranced ones elementwise
+    (|x - r| <= atol + rtol·|r|, NaN/Inf never pass) and, if set, in relative L2 norm.
+
+    `bound` (expected's shape): a derived per-element error bound b (kdtr.ops.numerics) for an
+    implementation that sums in its own order; element i then passes within max(atol + rtol·|r_i|,
+    b_i) and the norm within max(l2, ||b|| / ||r||). The tolerance is kept beside it: it is what
+    our kernels meet, and it covers what the fp32 bound does not (a bf16 output's weights)."""
+    if got is None:
+        return OutputCheck(name, False, "the backend produced no such output", tolerance)
+    if tuple(got.shape) != tuple(expected.shape):
+        return OutputCheck(name, False, f"shape {list(got.shape)} != expected {list(expected.shape)}",
+                           tolerance)
+    got_dtype, exp_dtype = kdtr_dtype(got.dtype), kdtr_dtype(expected.dtype)
+    floats = got_dtype in FLOAT_DTYPES and exp_dtype in FLOAT_DTYPES
+    if got_dtype != exp_dtype and (tolerance.exact or not floats):
+        return OutputCheck(name, False, f"dtype {got_dtype} != expected {exp_dtype}", tolerance)
+    flat_got = np.ascontiguousarray(got).reshape(-1)
+    flat_exp = np.ascontiguousarray(expected).reshape(-1)
+    if tolerance.exact:
+        bound = None                              # bitwise equality admits no bound
+    flat_bound = None if bound is None else np.ascontiguousarray(bound, np.float64).reshape(-1)
+
+    def chunk(lo: int) -> _Totals:
+        part = _Totals()
+        part.add(lo, flat_got[lo:lo + CHUNK], flat_exp[lo:lo + CHUNK], tolerance,
+                 None if flat_bound is None else flat_bound[lo:lo + CHUNK])
+        return part
+
+    starts = range(0, flat_exp.size, CHUNK)
+    totals = _Totals()
+    for part in threaded_map(chunk, starts, window=min(COMPARE_THREADS, cpu_count(), len(starts))):
+        totals.merge(part)                    # in chunk order: the sums are the sequential ones
+    count = int(expected.size)
+    rule = ("bitwise equality" if tolerance.exact
+            else f"|x-r| <= {tolerance.atol:g} + {tolerance.rtol:g}·|r|")
+    rel_l2, l2, derived = totals.rel_l2(), tolerance.l2, None
+    if flat_bound is not None and flat_bound.size:
+        bound_l2 = totals.rel_l2(totals.bound_sq)
+        l2 = None if l2 is None else max(l2, bound_l2)
+        at = int(np.argmax(flat_bound))
+        derived = DerivedBound(float(flat_bound[at]), tuple(int(i) for i in np.unravel_index(at, expected.shape)),
+                               totals.bound_share, bound_l2)
+        rule += " or the derived bound b_i"
+    reasons = []
+    if totals.mismatches:
+        reasons.append(f"{totals.mismatches} of {count} elements fail {rule}"
+                       + (f" ({totals.nonfinite} NaN/Inf)" if totals.nonfinite else ""))
+    if l2 is not None and not tolerance.exact and not rel_l2 <= l2:
+        reasons.append(f"||x-r||/||r|| = {rel_l2:.3g} > {l2:g}")
+    worst = tuple(Element(tuple(int(i) for i in np.unravel_index(flat, expected.shape)),
+                          float(flat_got[flat]), float(flat_exp[flat])) for flat in totals.worst())
+    share = totals.share
+    if l2 is not None and not tolerance.exact:
+        share = max(share, _ratio(rel_l2, l2))
+    return OutputCheck(name, not reasons, "; ".join(reasons) or None, tolerance, count, totals.mismatches,
+                       totals.max_abs, totals.max_rel, rel_l2, worst, share, derived)
+
+
+def _ratio(value: float, bound: float) -> float:
+    """value / bound, with 0 / 0 = 0 and anything else over a zero bound (or NaN) = inf."""
+    if not value <= math.inf:                       # NaN
+        return math.inf
+    if bound > 0:
+        return value / bound
+    return 0.0 if value == 0 else math.inf
+
+
+def _largest_share(diff: np.ndarray, bound: np.ndarray) -> float:
+    """max diff / bound (0 / 0 = 0; a difference over a zero bound, or a NaN, is inf)."""
+    if not diff.size:
+        return 0.0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = np.divide(diff, bound, out=np.where(diff == 0, 0.0, np.inf), where=bound > 0)
+    top = float(share.max())
+    return top if top == top else math.inf
+
+
+LARGEST_BLOCK = 1024        # largest(): elements per block maximum
+
+
+def largest(score: np.ndarray, count: int) -> np.ndarray:
+    """Indices of the `count` largest of `score` (no NaN), largest first, ties by the lowest index:
+    `np.argsort(-score, kind="stable")[:count]` without sorting the chunk. The count-th largest
+    of the maxima of LARGEST_BLOCK-element blocks is a floor under the count-th largest element
+    (count blocks reach it), so only the elements at or above it are sorted. Where ties at the
+    floor make those many (a chunk of mostly equal values), the count-th largest is found by
+    stepping down the few distinct values from the top instead. np.partition degrades on a passing
+    chunk's differences, mostly zeros and a few distinct others: 25 ms a million elements, against
+    about 1 this way."""
+    if score.size <= count:
+        return np.argsort(-score, kind="stable")
+    maxima = np.maximum.reduceat(score, np.arange(0, score.size, LARGEST_BLOCK))
+    floor = np.partition(maxima, maxima.size - count)[maxima.size - count] if maxima.size >= count else -np.inf
+    at_or_above = score >= floor
+    if np.count_nonzero(at_or_above) <= 8 * LARGEST_BLOCK:
+        picked = np.flatnonzero(at_or_above)
+        return picked[np.argsort(-score[picked], kind="stable")[:count]]
+    kth = score.max()                         # many ties: step down the distinct values from the top
+    while np.count_nonzero(score >= kth) < count:
+        kth = score.max(where=score < kth, initial=-np.inf)
+    above = np.flatnonzero(score > kth)                                   # fewer than count
+    ties = np.flatnonzero(score == kth)[:count - above.size]
+    picked = np.concatenate([above, ties])
+    return picked[np.argsort(-score[picked], kind="stable")]
+
+
+class _Totals:
+    """Running metrics over chunks: maxima, squared norms, mismatch counts, worst candidates."""
+
+    def __init__(self):
+        self.max_abs = self.max_rel = self.err_sq = self.ref_sq = self.bound_sq = 0.0
+        self.mismatches = self.nonfinite = 0
+        self.share = 0.0                                        # see OutputCheck.tol_share
+        self.bound_share = 0.0                                  # see DerivedBound.share
+        self.candidates: list[tuple[float, int]] = []          # (-score, flat index)
+
+    def add(self, lo: int, got: np.ndarray, expected: np.ndarray, tolerance: Tolerance,
+            derived: np.ndarray | None = None) -> None:
+        if derived is not None:
+            self.bound_sq += float(np.square(derived).sum())
+        if self._add_equal(lo, got, expected):
+            return
+        g64, e64 = got.astype(np.float64), expected.astype(np.float64)
+        with np.errstate(invalid="ignore", over="ignore"):
+            gap = np.abs(g64 - e64)
+            diff = np.where(g64 == e64, 0.0, gap)                 # equal infinities: 0
+            finite = np.isfinite(diff)
+            all_finite = bool(finite.all())
+            if all_finite or finite.any():
+                self.max_abs = max(self.max_abs, float(diff.max(where=finite, initial=0.0)))
+            if not all_finite:
+                self.max_abs = float("inf")
+            nonzero = finite & (e64 != 0)
+            if nonzero.any():
+                rel = np.divide(diff, np.abs(e64), out=np.zeros_like(diff), where=nonzero)
+                self.max_rel = max(self.max_rel, float(rel.max()))
+            self.ref_sq += float(np.square(e64[np.isfinite(e64)]).sum())
+            self.err_sq += float(np.square(diff).sum()) if all_finite else float("inf")
+            if tolerance.exact:
+                width = got.dtype.itemsize
+                bad = got.view(f"V{width}") != expected.view(f"V{width}")
+                share = np.where(bad, np.inf, 0.0)
+            else:
+                bound = tolerance.atol + tolerance.rtol * np.abs(e64)
+                if derived is not None:
+                    self.bound_share = max(self.bound_share, _largest_share(diff, derived))
+                    bound = np.maximum(bound, derived)
+                bad = ~(gap <= bound)
+                bad |= ~np.isfinite(g64)
+                share = np.divide(diff, bound, out=np.where(diff == 0, 0.0, np.inf), where=bound > 0)
+                share = np.where(bad & ~(share > 1), np.inf, share)     # NaN/Inf: never within
+            if share.size:
+                top = float(share.max())                        # NaN (propagated by max): inf
+                self.share = max(self.share, top if top == top else math.inf)
+            self.nonfinite += int((~np.isfinite(g64)).sum()) if g64.dtype.kind == "f" else 0
+            # the ranking of the worst elements: failing, NaN and infinite differences share the
+            # top (the largest finite float, so that ties go to the lowest index), then by size
+            score = np.where(bad | ~finite, np.finfo(np.float64).max, diff)
+        self.mismatches += int(bad.sum())
+        self.candidates += [(-float(score[i]), lo + int(i)) for i in largest(score, WORST_ELEMENTS)]
+
+    def _add_equal(self, lo: int, got: np.ndarray, expected: np.ndarray) -> bool:
+        """A chunk equal bit for bit and free of NaN/Inf (every passing exact output, most chunks of
+        a passing run): what `add` would find (no difference, no mismatch, the lowest indices as the
+        worst elements at 0) in a few passes instead of some twenty. False: not such a chunk."""
+        if got.dtype != expected.dtype or not np.array_equal(got.view(np.uint8), expected.view(np.uint8)):
+            return False
+        e64 = expected.astype(np.float64)
+        if kdtr_dtype(expected.dtype) in FLOAT_DTYPES and not np.isfinite(e64).all():
+            return False
+        self.ref_sq += float(np.square(e64).sum())
+        self.candidates += [(-0.0, lo + i) for i in range(min(WORST_ELEMENTS, expected.size))]
+        return True
+
+    def merge(self, part: "_Totals") -> None:
+        """Fold in the totals of the next chunk: what `add` on it would have left here."""
+        self.max_abs, self.max_rel = max(self.max_abs, part.max_abs), max(self.max_rel, part.max_rel)
+        self.err_sq += part.err_sq
+        self.ref_sq += part.ref_sq
+        self.mismatches += part.mismatches
+        self.nonfinite += part.nonfinite
+        self.share = max(self.share, part.share)
+        self.bound_sq += part.bound_sq
+        self.bound_share = max(self.bound_share, part.bound_share)
+        self.candidates += part.candidates
+
+    def rel_l2(self, err_sq: float | None = None) -> float:
+        """||x - r|| / ||r|| (or, given another sum of squares, its norm over ||r||)."""
+        ref_norm = np.sqrt(self.ref_sq)
+        err_norm = np.sqrt(self.err_sq if err_sq is None else err_sq)
+        return float(err_norm / ref_norm if ref_norm > 0 else err_norm)
+
+    def worst(self) -> list[int]:
+        """The WORST_ELEMENTS largest differences (failing ones first); ties: the lowest index."""
+        return [index for _, index in sorted(self.candidates)[:WORST_ELEMENTS]]
