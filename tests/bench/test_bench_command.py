@@ -216,7 +216,7 @@ def test_bench_items_are_plain_data_a_worker_receives(suites, goldens, tmp_path)
     bundle = sorted((goldens / "tree_accept").glob("*.kdtr"))[0]
     items = bench.cases.collect_items([suites, bundle], "*")
     assert {i.case is not None for i in items} == {True, False}
-    job = bench.runner.WorkerJob(tuple(items), bench.BenchSettings())
+    job = bench.run.WorkerJob(tuple(items), bench.BenchSettings())
     received = pickle.loads(pickle.dumps(job))
     assert received == job and received.names == tuple(f"{i.op}/{i.name}" for i in items)
     for sent, got in zip(items, received.items):

@@ -143,7 +143,7 @@ def test_every_implementation_of_a_case_is_timed_by_one_plan_on_a_fake_clock(mon
     calls a sample and input sets (the plan's), its figure is its own per-call time, and the ratio
     between them is the kernels' (20x), not a method's. A baseline whose extra input sets cannot be
     made is timed on one set, says so, and gets no ratio."""
-    from kdtr.impl.base import BenchRole, Implementation, Serves
+    from kdtr.ops.base import Baseline
 
     fake = FakeCuda()
     op = get_op("tree_accept")
@@ -164,7 +164,7 @@ def test_every_implementation_of_a_case_is_timed_by_one_plan_on_a_fake_clock(mon
             fake.kernel(0.040)()
             return outputs
         return call
-    peer = Implementation("peer", (Serves("tree_accept"),), slow_prepare, device="cuda", bench=BenchRole())
+    peer = Baseline("peer", "a slow peer", prepare=slow_prepare)
     monkeypatch.setattr(op, "baselines", lambda *a: [peer])
     settings = BenchSettings(timing=replace(OPTS, budget_s=0.05, min_samples=3), back_to_back=False)
     for fail_extra in (False, True):
