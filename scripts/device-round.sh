@@ -8,8 +8,8 @@
 #   install  the peers' wheels into /tmp/site (sgl-flash-mla, sglang, nvidia-ml-py)
 #   verifyab the verify_attn goldens (gen-refs of that suite) with our kernels natively (bf16_wgmma2,
 #            fp32_bf16x3/fp32_dmma) and as sm_120 (bf16_mma99, fp32_ffma99), --trials 2
-#   chain    the serving suite's chain cases: our default bf16_wgmma2, the f651642 build of it
-#            ($old_wgmma2: the same SASS) and FlashMLA, one timing plan a case for all (docs/timing.md),
+#   chain    the serving suite's chain cases: our default bf16_wgmma2 (the f651642 kernel), the
+#            session-15 build of it ($new_wgmma2, opt-in) and FlashMLA, one timing plan a case for all,
 #            with the memory the allocator holds after each case
 #   mma99    the serving suite, bf16_mma then bf16_mma99 forced by name (same card, same run: the
 #            99 KB kernel's ratio to bf16_mma is its "vs 1st"), and SGLang's Triton kernel
@@ -23,9 +23,9 @@
 #   oob        an --impl whose kernel writes out of bounds: its rows fail, the rest of the run intact
 #   serving    the whole serving suite, ours against every peer, for the README's table
 #   peers      the chain cases again with the torch baselines and SGLang's kernel (memory evidence)
-#   knobs      bf16_wgmma2's knobs one at a time (PDL, staged epilogue, balanced schedule) on
+#   knobs      bf16_wgmma2's opt-in knobs one at a time (PDL, staged epilogue, balanced schedule) on
 #              specs/ab/wgmma2_vs_flashmla.yaml, FlashMLA beside
-#   ab         specs/ab/wgmma2_vs_flashmla.yaml whole: new, old, FlashMLA
+#   ab         specs/ab/wgmma2_vs_flashmla.yaml whole: default, session-15 build, FlashMLA
 set -uo pipefail
 out=${1:?usage: scripts/device-round.sh OUT [install|verifyab|chain|mma99|refs|verify|verify99|sanitize99|e2e99|pytest99|oob|serving|peers|knobs|ab]...}
 shift
@@ -40,7 +40,7 @@ unset KDTREE_GPU
 export KDTREE_ISOLATE=0
 serving=specs/bench/verify_attn_serving.yaml
 ab_suite=specs/ab/wgmma2_vs_flashmla.yaml
-old_wgmma2=bf16_wgmma2:WG2_LPT=0,WG2_PDL=0,WG2_STAGED_STORE=0
+new_wgmma2=bf16_wgmma2:WG2_LPT=1,WG2_PDL=1,WG2_STAGED_STORE=1
 wgmma2=(--no-baselines --no-sanity --kernel bf16_wgmma2 --impl flashmla -q)
 pack() { tar -czf "$out/records.tgz.tmp" -C "$rec" . && mv "$out/records.tgz.tmp" "$out/records.tgz"; }
 refs_done=
@@ -58,7 +58,7 @@ if want verifyab; then
 fi
 if want chain; then
   # written under OUT itself: the record is rewritten after every case, so a call cut short keeps it
-  step 130 kd bench "$serving" -k chain "${wgmma2[@]}" --define "$old_wgmma2" --time-limit 110 \
+  step 130 kd bench "$serving" -k chain "${wgmma2[@]}" --define "$new_wgmma2" --time-limit 110 \
       --json "$out/bench-chain.json"
   pack
 fi
@@ -68,14 +68,14 @@ if want peers; then
   pack
 fi
 if want knobs; then
-  step 50 kd bench "$ab_suite" -k 'b1_h*_p2*' "${wgmma2[@]}" --define bf16_wgmma2:WG2_PDL=0 \
-      --define bf16_wgmma2:WG2_STAGED_STORE=0 --time-limit 40 --json "$rec/knobs-small.json"
-  step 90 kd bench "$ab_suite" -k '*mixed*' "${wgmma2[@]}" --define bf16_wgmma2:WG2_LPT=0 --time-limit 80 \
+  step 50 kd bench "$ab_suite" -k 'b1_h*_p2*' "${wgmma2[@]}" --define bf16_wgmma2:WG2_PDL=1 \
+      --define bf16_wgmma2:WG2_STAGED_STORE=1 --time-limit 40 --json "$rec/knobs-small.json"
+  step 90 kd bench "$ab_suite" -k '*mixed*' "${wgmma2[@]}" --define bf16_wgmma2:WG2_LPT=1 --time-limit 80 \
       --json "$rec/knobs-mixed.json"
   pack
 fi
 if want ab; then
-  step 540 kd bench "$ab_suite" "${wgmma2[@]}" --define "$old_wgmma2" --time-limit 520 --json "$rec/bench-ab.json"
+  step 540 kd bench "$ab_suite" "${wgmma2[@]}" --define "$new_wgmma2" --time-limit 520 --json "$rec/bench-ab.json"
   pack
 fi
 if want mma99; then

@@ -19,6 +19,8 @@ from ctypes import c_int
 import numpy as np
 import pytest
 
+from kdtr.config import REPO_ROOT
+
 from kdtr.ops.verify_attn.cuda import (CHUNK_KNOB, KERNELS, LPT_MAX_BATCH, SPLITS_KNOB, balanced_chunk,
                                        balanced_jobs, splits_for)
 
@@ -311,8 +313,14 @@ class RecordingGpu:
         return Recorder(name, dict(defines), self.log)
 
 
+# the session-15 paths, opt-in until a GPU has verified them (the kernel's header): on in these tests
+ON = {"WG2_LPT": "1", "WG2_PDL": "1", "WG2_STAGED_STORE": "1"}
+
+
 def launches(batch, defines=None, splits=None, **params):
-    """run_cuda's launches of bf16_wgmma2 on a stand-in H100 for a generated bf16_paged case."""
+    """run_cuda's launches of bf16_wgmma2 on a stand-in H100 for a generated bf16_paged case, with
+    the session-15 knobs on (ON) unless `defines` turns one off."""
+    defines = {**ON, **(defines or {})}
     from kdtr.dtypes import to_torch
     from kdtr.runtime import device
 
@@ -375,13 +383,13 @@ def test_the_uniform_grid_where_the_schedule_is_off(how):
     if how != "too_many_requests":
         assert log[0]["grid"][2] == 2 and log[1]["entry"] == "verify_attn_bf16_wgmma2_merge"
     if how == "lpt_off":                                        # the build without the schedule
-        assert all(entry["defines"] == {"WG2_LPT": "0"} for entry in log)
+        assert all(entry["defines"] == {**ON, "WG2_LPT": "0"} for entry in log)
 
 
 def test_pdl_off_launches_plainly():
     _, log = launches(3, defines={"WG2_PDL": "0"}, heads=8, prefix=300, budget=8, prefix_mode="mixed")
     assert [entry["dependent"] for entry in log] == [False, False]
-    assert all(entry["defines"] == {"WG2_PDL": "0"} for entry in log)
+    assert all(entry["defines"] == {**ON, "WG2_PDL": "0"} for entry in log)
 
 
 def test_a_forced_chunk_is_taken_as_given():
@@ -421,6 +429,20 @@ def test_a_forced_chunk_balances_a_small_batch_too():
 
 # -- on an H100 / H200 (the balanced launch runs only there) -------------------------------------------
 
+def test_the_default_launch_is_the_verified_kernel():
+    """Without defines a mixed batch gets the f651642 launch: the uniform grid, its merge, plain
+    launches, and a build with none of the session-15 knobs."""
+    _, log = launches(3, defines={k: "0" for k in ON}, heads=8, prefix=300, budget=8, prefix_mode="mixed")
+    from kdtr.ops.verify_attn.cuda import knob_on
+
+    assert not any(knob_on({}, k) for k in ON)
+    source = (REPO_ROOT / "kernels" / "verify_attn_bf16_wgmma2.cu").read_text()
+    assert all(f"#ifndef {k}\n#define {k} 0\n" in source for k in ON)         # the build's defaults too
+    assert [entry["dependent"] for entry in log] == [False, False]
+    assert log[0]["grid"][1] == 3 and log[1]["entry"] == "verify_attn_bf16_wgmma2_merge"
+    assert [value(a) for a in log[0]["args"][-3:]] == [0, 0, None]
+
+
 def gpu_run(gen, defines=None, graph_calls=0):
     """bf16_wgmma2's outputs on the GPU; with graph_calls, from that many replays of a graph that
     first overwrites q from a copy (a kernel right before ours, as a server's projection is) and
@@ -433,6 +455,8 @@ def gpu_run(gen, defines=None, graph_calls=0):
 
     inputs = {name: to_torch(a, "cuda") for name, a in gen.inputs.items()}
     outputs = poisoned_outputs(VERIFY_ATTN, "bf16_paged", gen.inputs, gen.params)
+
+    defines = {**ON, **(defines or {})}
 
     def call():
         VERIFY_ATTN.run_cuda("bf16_paged", inputs, gen.params, outputs, kernel="bf16_wgmma2", defines=defines)

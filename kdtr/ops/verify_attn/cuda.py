@@ -66,7 +66,7 @@ class AttnKernel(CudaKernel):
     main and merge kernels are launched as programmatic dependents of the grid before each.
     `wave`: its measured costs, which price the split count of grids under one wave (splits_for).
     `max_split_keys`: the most keys one block may sum, for the variant's accuracy (0: no limit).
-    `balance_knob`: the define (compile-time and read by the launch, default 1) under which the
+    `balance_knob`: the define (compile-time and read by the launch, default 0) under which the
     kernel runs the balanced schedule of kernels/attn_schedule.cuh for batches of 2 to
     LPT_MAX_BATCH requests (its main entry takes (chunk, sms, meta) after the workspace and
     <entry>_merge_lpt merges); "": it has none. `pdl_knob`: the define (likewise) under which its
@@ -234,8 +234,10 @@ def serving(variant, gpu: Gpu) -> tuple[str, ...]:
 
 
 def knob_on(defines, name: str) -> bool:
-    """A 0/1 define that the kernel's build and its launch both read (absent: 1)."""
-    return int(defines.get(name, 1)) != 0
+    """A 0/1 define that the kernel's build and its launch both read (absent: 0). bf16_wgmma2's
+    balanced schedule and dependent launches are opt-in until a GPU has verified and timed them
+    (kernels/NOTES.md, session 15): without them the kernel is the f651642 build, SASS for SASS."""
+    return int(defines.get(name, 0)) != 0
 
 
 def balanced(k: AttnKernel, batch: int, tiles: int, kv_mean: int, splits: int, sms: int) -> bool:
