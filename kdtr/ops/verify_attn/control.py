@@ -1,0 +1,66 @@
+"""verify_attn's same-precision control: the op computed as an honest kernel computes it, in float32,
+in another summation order (docs/numerics.md).
+
+The keys are visited in a random order (the softmax sum and P·V), the 576 terms of every q·k in a
+random order, all in float32; bf16_paged rounds the unnormalised softmax weights to bf16 before P·V
+(what a tensor-core kernel does, and what the variant's tolerance allows) and its output to bf16.
+How far this lands from the float64 golden is what an honest implementation's reordering costs on
+this very case; kdtr.numerics turns it into the gate.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...dtypes import NUMPY_DTYPES
+from .layouts import LATENT, LAYOUTS, ROW
+from .reference import REFERENCE_CHUNK
+
+F32 = np.float32
+
+
+def request_control(q: np.ndarray, keys: np.ndarray, prefix_len: int, visibility: np.ndarray,
+                    sm_scale: float, round_weights: bool, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """One request (attend_reference's shapes) in float32, keys and feature dimensions in the orders
+    `rng` draws: out [Q, H, 512] (float32, before the output's own rounding), lse [Q, H]."""
+    nq, heads, _ = q.shape
+    order = rng.permutation(keys.shape[0])
+    dims = rng.permutation(ROW)
+    keys = keys[order].astype(F32)
+    scored, values = np.ascontiguousarray(keys[:, dims]), keys[:, :LATENT]
+    hidden = np.zeros((nq, keys.shape[0]), bool)
+    hidden[:, prefix_len:] = ~visibility.astype(bool)
+    hidden = hidden[:, order]
+    scale = F32(sm_scale)
+    out = np.empty((nq, heads, LATENT), F32)
+    lse = np.empty((nq, heads), F32)
+    rows_per_chunk = max(1, REFERENCE_CHUNK // max(1, keys.shape[0] * heads))
+    for lo in range(0, nq, rows_per_chunk):
+        hi = min(nq, lo + rows_per_chunk)
+        rows = q[lo:hi].astype(F32).reshape((hi - lo) * heads, ROW)[:, dims]
+        scores = (rows @ scored.T).reshape(hi - lo, heads, -1)
+        scores *= scale
+        np.copyto(scores, -np.inf, where=hidden[lo:hi, None, :])
+        peak = scores.max(axis=-1, keepdims=True)
+        weights = np.exp(np.subtract(scores, peak, out=scores), out=scores)
+        total = weights.sum(axis=-1, keepdims=True, dtype=F32)
+        if round_weights:
+            weights = weights.astype(NUMPY_DTYPES["bf16"]).astype(F32)
+        product = (weights.reshape((hi - lo) * heads, -1) @ values).reshape(hi - lo, heads, LATENT)
+        out[lo:hi] = product / total
+        lse[lo:hi] = (peak + np.log(total))[..., 0]
+    return out, lse
+
+
+def control(variant, inputs, params, order: int) -> dict[str, np.ndarray]:
+    """The control in order `order` (a seed), in the outputs' stored shapes and dtypes."""
+    layout = LAYOUTS[variant]
+    paged = layout.out_dtype == "bf16"
+    rng = np.random.default_rng([0x6b647472, int(order)])
+    outs, lses = [], []
+    for q, keys, prefix_len, visibility in layout.requests(inputs):
+        out, lse = request_control(q, keys, prefix_len, visibility, float(params["sm_scale"]), paged, rng)
+        outs.append(out)
+        lses.append(lse)
+    out = layout.flat(np.stack(outs))
+    return {"out": out.astype(NUMPY_DTYPES[layout.out_dtype]), "lse": layout.flat(np.stack(lses))}
