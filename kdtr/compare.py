@@ -29,7 +29,8 @@ class Element:
 class Gate:
     """The gate for one output of an implementation that sums in its own order (kdtr.numerics;
     docs/numerics.md): `honest` is the largest |c_i - r_i| of the op's same-precision controls,
-    `honest_l2` their largest ||c - r|| / ||r||, `unit` the output dtype's unit roundoff. Element i
+    `honest_l2` their largest ||c - r|| / ||r||, `unit` the unit roundoffs of the output's dtype and
+    of the stored golden's, added (the two roundings every honest result carries). Element i
     passes within a_i = min(atol + rtol·|r_i|, max(factor·honest, 2·unit·|r_i|)), the norm within
     min(l2, max(factor·honest_l2, unit)). Where two controls differ from each other by more than
     the tolerance allows elementwise (`ceiling` False) or in norm (`l2_ceiling` False), that min
@@ -179,7 +180,7 @@ def compare_output(name: str, got: np.ndarray | None, expected: np.ndarray,
         l2 = gate.l2(l2)
         checked = GateCheck(gate.honest, gate.honest_l2, _largest_allowance(gate, tolerance, flat_exp), l2,
                             not (gate.ceiling and gate.l2_ceiling))
-        rule = (f"min({rule}, the gate {gate.factor:g}·{gate.honest:.3g} or 1 ulp)" if gate.ceiling else
+        rule = (f"min({rule}, the gate {gate.factor:g}·{gate.honest:.3g} or 2·{gate.unit:.3g}·|r|)" if gate.ceiling else
                 f"the gate {gate.factor:g}·{gate.honest:.3g} (beyond the tolerance: honest orders differ by more)")
     reasons = []
     if totals.mismatches:

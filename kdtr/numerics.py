@@ -6,7 +6,7 @@ but `numpy` and `cuda`; captured outputs) is held to a gate measured on the case
 same-precision control (Op.control) is computed in CONTROL_ORDERS other orders, and how far the
 controls land from the expected output is the honest error of reordering this case (per output: the
 largest |c_i - r_i|, and the largest ||c - r|| / ||r||). Twice that (FACTOR, flash-attention's rule),
-floored at one ulp of the output, capped by the tolerance unless the controls differ from each other
+floored at twice the roundings of the output and of the stored golden, capped by the tolerance unless the controls differ from each other
 by more than the tolerance (kdtr.compare.Gate).
 """
 
@@ -18,6 +18,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from .compare import Gate
+from .dtypes import kdtr_dtype
 from .ops.base import Op, Tolerance
 
 FIXED_ORDER = ("numpy", "cuda")     # the reference itself, and our kernels (the tolerances' order)
@@ -57,6 +58,6 @@ def gates(op: Op, variant: str, inputs: Mapping[str, np.ndarray], params: Mappin
         apart = any(not bool(np.all(gap <= bound)) for gap in pairs)
         apart_l2 = tolerance.l2 is not None and any(float(np.linalg.norm(gap.reshape(-1))) / norm > tolerance.l2
                                                     for gap in pairs)
-        found[name] = Gate(honest, honest_l2, FACTOR, UNIT_ROUNDOFF[specs[name][0]], ceiling=not apart,
-                           l2_ceiling=not apart_l2)
+        unit = UNIT_ROUNDOFF[specs[name][0]] + UNIT_ROUNDOFF[kdtr_dtype(np.asarray(expected[name]).dtype)]
+        found[name] = Gate(honest, honest_l2, FACTOR, unit, ceiling=not apart, l2_ceiling=not apart_l2)
     return found

@@ -6,8 +6,8 @@ The honest error of an output is the largest |x - r| any honest variant made on 
 mutant *should be killed* on a golden where it moves some output beyond 4x that (an exact output:
 any difference; a mutant that gives no outputs, or breaks the output contract, too), and is
 *killed* where verify fails it. The table: per op/variant and mutant, killed / should be killed;
-per honest variant, the goldens it passed; and the gate's allowance over the honest error (median
-and largest over the goldens' toleranced outputs).
+per honest variant, the goldens it passed; and the gate's largest allowance over the honest error
+(median, smallest and largest over the goldens' toleranced outputs).
 """
 
 from __future__ import annotations
@@ -127,11 +127,12 @@ def table(groups: dict[str, Group]) -> str:
         for name in group.should:
             lines.append(f"| {key} | {name} | mutant | {group.killed[name]} / {group.should[name]} "
                          f"| {group.extra[name] or ''} |")
-    lines += ["", "| op/variant | goldens | mutants killed / should be | honest passes | gate / honest error, median (largest) |",
+    lines += ["", "| op/variant | goldens | mutants killed / should be | honest passes "
+                  "| gate / honest error: median (smallest to largest) |",
               "|---|---|---|---|---|"]
     for key, group in groups.items():
         honest = sum(group.honest_passed.values())
-        ratios = ", ".join(f"{name} {statistics.median(values):.2f} ({max(values):.2f})"
+        ratios = ", ".join(f"{name} {statistics.median(values):.2f} ({min(values):.2f} to {max(values):.2f})"
                            for name, values in group.ratios.items()) or "exact: bit for bit"
         lines.append(f"| {key} | {group.goldens} | {sum(group.killed.values())} / {sum(group.should.values())} "
                      f"| {honest} / {group.goldens * len(group.honest_passed)} | {ratios} |")
