@@ -45,27 +45,32 @@ def request_control(q: np.ndarray, keys: np.ndarray, prefix_len: int, visibility
         scores = (rows @ scored.T).reshape(hi - lo, heads, -1)
         scores *= scale
         np.copyto(scores, -np.inf, where=hidden[lo:hi, None, :])
-        parts = [_softmax_part(scores[..., a:b], values[a:b], round_weights) for a, b in zip(bounds, bounds[1:])]
-        peak = np.max([part_peak for _, part_peak, _ in parts], axis=0)
-        acc, total = np.zeros((hi - lo, heads, LATENT), F32), np.zeros((hi - lo, heads, 1), F32)
-        for part_acc, part_peak, part_total in parts:
-            rescale = np.exp(np.where(np.isfinite(part_peak), part_peak - peak, -np.inf)).astype(F32)
-            acc += part_acc * rescale
-            total += part_total * rescale
-        out[lo:hi] = acc / total
+        peak, total = _split_softmax(scores, bounds, round_weights)          # scores become weights
+        product = (scores.reshape((hi - lo) * heads, -1) @ values).reshape(hi - lo, heads, LATENT)
+        out[lo:hi] = product / total
         lse[lo:hi] = (peak + np.log(total))[..., 0]
     return out, lse
 
 
-def _softmax_part(scores: np.ndarray, values: np.ndarray, round_weights: bool):
-    """One split's unnormalised P·V [r, H, 512], its max [r, H, 1] (-inf: every key hidden) and sum."""
-    peak = scores.max(axis=-1, keepdims=True)
-    weights = np.exp(scores - np.where(np.isfinite(peak), peak, F32(0)))
-    total = weights.sum(axis=-1, keepdims=True, dtype=F32)
-    if round_weights:
-        weights = weights.astype(NUMPY_DTYPES["bf16"]).astype(F32)
-    rows, heads, count = weights.shape
-    return (weights.reshape(rows * heads, count) @ values).reshape(rows, heads, LATENT), peak, total
+def _split_softmax(scores: np.ndarray, bounds: np.ndarray, round_weights: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Each split's softmax of `scores` [r, H, n] (its own max and sum, its weights rounded to bf16
+    where asked), rescaled to the common max in place: the merged max [r, H, 1] and sum. One P·V
+    over the rescaled weights then gives what the split-K merge of the splits' P·V would."""
+    parts = []
+    for a, b in zip(bounds, bounds[1:]):
+        part = scores[..., a:b]
+        part_peak = part.max(axis=-1, keepdims=True)
+        np.exp(np.subtract(part, np.where(np.isfinite(part_peak), part_peak, F32(0)), out=part), out=part)
+        parts.append((part, part_peak, part.sum(axis=-1, keepdims=True, dtype=F32)))
+    peak = np.max([part_peak for _, part_peak, _ in parts], axis=0)
+    total = np.zeros(peak.shape, F32)
+    for part, part_peak, part_total in parts:
+        rescale = np.exp(np.where(np.isfinite(part_peak), part_peak - peak, -np.inf)).astype(F32)
+        total += part_total * rescale
+        if round_weights:
+            part[...] = part.astype(NUMPY_DTYPES["bf16"]).astype(F32)
+        part *= rescale
+    return peak, total
 
 
 def control(variant, inputs, params, order: int) -> dict[str, np.ndarray]:
