@@ -127,7 +127,8 @@ def verify_row(outcome, base: Mapping[str, Any], op: Op, variant: str, tols: Map
         checks = outcome.checks if options.keep_worst else tuple(
             c if not c.passed else replace(c, worst=()) for c in outcome.checks)
         return VerifyRow(passed=outcome.passed, outputs=checks, deterministic=outcome.deterministic,
-                         seconds=outcome.seconds, loosened=loosened(op, variant, tols, options),
+                         seconds=outcome.seconds,
+                         loosened=loosened(op, variant, tols, options, ours=base["impl"] is None or base["captured"]),
                          not_compared=outcome.not_compared, **base)
     skipped = outcome.reason if outcome.status is Status.SKIPPED else None
     error = None if skipped else f"{who}: {outcome.reason}"
@@ -178,7 +179,7 @@ def verify_bundle(path: str | Path, options: Options,
     if loaded.source != GOLDEN:
         expected, on_device = reference_outputs(op, variant, inputs, params)
         how = DEVICE_REFERENCE if on_device else REFERENCE
-    tols = tolerances(op, variant, bundle.meta.get("tolerance"), options, file=path)
+    tols = tolerances(op, variant, bundle.meta.get("tolerance"), options, file=path, ours=not given)
     file = report.portable(path)
     against = options.against.load() if options.against else None
 
