@@ -8,7 +8,6 @@ that takes and returns numpy arrays (HOST)."""
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import replace
 from typing import Callable
 
@@ -16,25 +15,11 @@ import numpy as np
 
 from kdtr.impl.base import HOST, Implementation, Serves
 from kdtr.ops import get_op
+from tests.mutation import torch_at_thread_counts
 from tests.mutation.attn_model import Knobs, bf16, run
 
 OP = get_op("verify_attn")
-VARIANTS = ("fp32", "bf16_paged")
 LSE_ATOL = 1e-5                      # the lse tolerance's atol (both variants)
-
-
-def _torch_threads(threads: int, op, variant, inputs, params):
-    """The torch backend with `threads` intra-op threads (restored after the call)."""
-    import torch
-
-    def call():
-        before = torch.get_num_threads()
-        torch.set_num_threads(threads)
-        try:
-            return OP.run_torch(variant, inputs, params)
-        finally:
-            torch.set_num_threads(before)
-    return call
 
 
 def _host(name: str, variant: str, compute: Callable, doc: str) -> Implementation:
@@ -58,10 +43,7 @@ HONEST_KNOBS = {
 
 
 def honest(variant: str) -> list[Implementation]:
-    torch_counts = {"torch_threads1": 1, "torch_threads2": 2, "torch_threads_all": os.cpu_count() or 1}
-    found = [Implementation(name, (Serves(OP.name, variant),), functools.partial(_torch_threads, count),
-                            device="cpu", doc=f"the torch backend at {count} thread(s)")
-             for name, count in torch_counts.items()]
+    found = torch_at_thread_counts(Serves(OP.name, variant))
     found += [_host(name, variant, _model(knobs), f"the kernel model, {name}") for name, knobs in HONEST_KNOBS.items()]
     return found
 

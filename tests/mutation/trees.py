@@ -9,33 +9,18 @@ from __future__ import annotations
 
 import functools
 import heapq
-import os
 
 import numpy as np
 
 from kdtr.impl.base import HOST, Implementation, Serves
 from kdtr.ops import get_op
+from tests.mutation import torch_at_thread_counts
 
 TREE_BUILD, TREE_ACCEPT = get_op("tree_build"), get_op("tree_accept")
 
 
-def _torch_threads(op, threads: int, _op, variant, inputs, params):
-    import torch
-
-    def call():
-        before = torch.get_num_threads()
-        torch.set_num_threads(threads)
-        try:
-            return op.run_torch(variant, inputs, params)
-        finally:
-            torch.set_num_threads(before)
-    return call
-
-
 def honest(op) -> list[Implementation]:
-    counts = {"torch_threads1": 1, "torch_threads2": 2, "torch_threads_all": os.cpu_count() or 1}
-    return [Implementation(name, (Serves(op.name),), functools.partial(_torch_threads, op, count), device="cpu",
-                           doc=f"the torch backend at {count} thread(s)") for name, count in counts.items()]
+    return torch_at_thread_counts(Serves(op.name))
 
 
 def _host(op, name: str, compute, bug: str, doc: str) -> Implementation:
