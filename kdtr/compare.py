@@ -61,8 +61,8 @@ class Gate:
 class GateCheck:
     """How tight the gate was for one output (the record keeps it beside the figures): the honest
     error (`honest`, `honest_l2`), the largest allowance any element had (`allowance`), its ratio to
-    the honest error (`ratio`), the norm-wise bound applied (`l2`), and `beyond_tolerance` where a
-    control missed the tolerance and the gate was allowed past it."""
+    the honest error (`ratio`), the norm-wise bound applied (`l2`), and `beyond_tolerance` where two
+    controls differed by more than the tolerance and the gate was allowed past it."""
 
     honest: float
     honest_l2: float
