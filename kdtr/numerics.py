@@ -49,15 +49,19 @@ def gates(op: Op, variant: str, inputs: Mapping[str, np.ndarray], params: Mappin
         reference = np.asarray(expected[name]).astype(np.float64)
         if tolerance.exact or not np.isfinite(reference).all():
             continue
-        values = [np.asarray(control[name]).astype(np.float64) for control in controls]
+        values = [np.asarray(control[name]) for control in controls]       # as computed: f32 or bf16
         norm = float(np.linalg.norm(reference.reshape(-1))) or 1.0
         bound = tolerance.atol + tolerance.rtol * np.abs(reference)
-        honest = max(float(np.abs(value - reference).max(initial=0.0)) for value in values)
-        honest_l2 = max(float(np.linalg.norm((value - reference).reshape(-1))) / norm for value in values)
-        pairs = [np.abs(a - b) for a, b in itertools.combinations(values, 2)]
-        apart = any(not bool(np.all(gap <= bound)) for gap in pairs)
-        apart_l2 = tolerance.l2 is not None and any(float(np.linalg.norm(gap.reshape(-1))) / norm > tolerance.l2
-                                                    for gap in pairs)
+        honest = honest_l2 = 0.0
+        for value in values:
+            gap = np.abs(value.astype(np.float64) - reference)
+            honest = max(honest, float(gap.max(initial=0.0)))
+            honest_l2 = max(honest_l2, float(np.linalg.norm(gap.reshape(-1))) / norm)
+        apart = apart_l2 = False
+        for a, b in itertools.combinations(values, 2):
+            gap = np.abs(a.astype(np.float64) - b.astype(np.float64))
+            apart |= not bool(np.all(gap <= bound))
+            apart_l2 |= tolerance.l2 is not None and float(np.linalg.norm(gap.reshape(-1))) / norm > tolerance.l2
         unit = UNIT_ROUNDOFF[specs[name][0]] + UNIT_ROUNDOFF[kdtr_dtype(np.asarray(expected[name]).dtype)]
         found[name] = Gate(honest, honest_l2, FACTOR, unit, ceiling=not apart, l2_ceiling=not apart_l2)
     return found
