@@ -184,7 +184,7 @@ def verify_table(rows, *, quiet: bool, verbose: bool, not_run=()) -> None:
     impls = list(dict.fromkeys(r.impl for r in rows if r.impl and not r.captured))
     title = f"implementation{'s' if len(impls) > 1 else ''} {', '.join(impls)}" if impls \
         else f"backend {rows[0].backend if rows else '?'}"
-    caption = ("tol share = max |x−r| / (atol + rtol·|r|), at most 1 passes; "
+    caption = ("tol share = max |x−r| / (atol + rtol·|r|, or the gate: docs/numerics.md), at most 1 passes; "
                "* = the bundle's tolerance is looser than the op's default")
     if any(map(_no_golden, rows)):
         caption += "; † = compared with the reference computed here (the bundle stores no golden)"

@@ -69,8 +69,9 @@ def verify_cmd(
 ):
     """Run each bundle's case on a backend and compare every output with the golden.
 
-    The table's "tol share" is the worst element's share of its tolerance, |x−r| / (atol + rtol·|r|):
-    at most 1 passes."""
+    The table's "tol share" is the worst element's share of its tolerance, |x−r| / (atol + rtol·|r|),
+    or of the gate every implementation but numpy and cuda is held to (docs/numerics.md): at most 1
+    passes."""
     from kdtr.impl import backends
     from kdtr.verify import NothingRan, Options, Selection, check_kernels, run_verify
 

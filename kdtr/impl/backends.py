@@ -3,6 +3,7 @@ implementation named NAME): the backend names, the device, poisoned output buffe
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Mapping
 
 import numpy as np
@@ -46,5 +47,28 @@ def poisoned(kind: str, shape: tuple[int, ...], device: str):
     return torch.full(shape, fill, dtype=dtype, device=device)
 
 
+# The elementwise functions torch computes with MKL's VML on the CPU (ATen/cpu/vml.h, torch 2.11-2.13).
+MKL_VML_FUNCTIONS = ("acos", "asin", "atan", "cos", "erf", "erfc", "erfinv", "exp", "log", "log10", "sin",
+                     "sqrt", "tan", "tanh", "trunc")
+
+
+@functools.cache
+def settle_cpu_math() -> None:
+    """Call each of torch's MKL VML functions once, on one element in this thread, before any
+    implementation runs on the CPU. The first call from two OpenMP threads at once races MKL's
+    initialisation: in about one fresh process in ten on a loaded 2-core machine, one thread's half
+    of the first parallel `torch.exp` came out up to 1.5e-4 off (relative), which put the torch
+    backend's lse 4e-5 off for half the rows of the first verify_attn case (issue 30's flake;
+    docs/numerics.md). Called once in one thread first, every later call is right."""
+    import torch
+
+    one = torch.full((1,), 0.5)
+    for name in MKL_VML_FUNCTIONS:
+        getattr(torch, name)(one)
+
+
 def upload(inputs: Mapping[str, np.ndarray], device: str) -> dict[str, Any]:
+    """The inputs as torch tensors on `device` (on the CPU, after settle_cpu_math)."""
+    if device == "cpu":
+        settle_cpu_math()
     return {name: to_torch(array, device) for name, array in inputs.items()}

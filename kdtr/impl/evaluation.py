@@ -30,13 +30,16 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
 import numpy as np
 
 from ..errors import KdtreeError, LaunchError, reason
 from ..ops.base import Op, Tolerance
 from .base import HOST, CaseData, Implementation, ImplUnavailable, Produced, check_outputs, device_for
+
+if TYPE_CHECKING:
+    from ..ops.compare import Gate
 
 
 class Status(str, enum.Enum):
@@ -217,14 +220,14 @@ def produce(impl: Implementation, case: CaseData, expected: Mapping[str, np.ndar
 def evaluate(impl: Implementation, case: CaseData, expected: Mapping[str, np.ndarray] | None = None,
              tolerances: Mapping[str, Tolerance] | None = None, *, determinism: bool = False,
              timeout_s: float | None = None, device_inputs: Mapping[str, Any] | None = None,
-             bounds: Mapping[str, np.ndarray] | None = None) -> Outcome:
+             gates: Mapping[str, Gate] | None = None) -> Outcome:
     """Run `impl` on `case` and judge it (see the module docstring and Status). `expected` (numpy,
     the op's names) also catches a NaN where it has none; with `tolerances` too, every output the
     implementation provides is compared (kdtr.ops.compare.compare_output). `determinism` runs it a
     second time and says whether the outputs are bitwise equal. `device_inputs`: torch inputs the
     caller uploaded (bench keeps them for the timed calls); default: uploaded here (an isolated
-    implementation's worker uploads its own). `bounds`: per output, a derived per-element error
-    bound that widens its tolerance (docs/numerics.md)."""
+    implementation's worker uploads its own). `gates`: per output, the gate it is held to within its
+    tolerance (kdtr.ops.numerics; docs/numerics.md)."""
     from ..ops.compare import compare_output
 
     op, variant = case.op, case.variant
@@ -252,8 +255,8 @@ def evaluate(impl: Implementation, case: CaseData, expected: Mapping[str, np.nda
     provides = impl.provides(op, variant)
     checks: tuple = ()
     if expected is not None and tolerances is not None:
-        bounds = bounds or {}
-        checks = tuple(compare_output(name, got.outputs[name], expected[name], tolerances[name], bounds.get(name))
+        gates = gates or {}
+        checks = tuple(compare_output(name, got.outputs[name], expected[name], tolerances[name], gates.get(name))
                        for name in provides)
     missed = "; ".join(f"{c.name}: {c.reason}" for c in checks if not c.passed)
     return Outcome(Status.FAILED if missed else Status.PASSED, impl.name, missed or None, checks,

@@ -290,12 +290,13 @@ class Op:
         """Default tolerance per output (each with its reason written beside it)."""
         raise NotImplementedError
 
-    def error_bound(self, variant: str, inputs: Mapping[str, np.ndarray],
-                    params: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        """Per output, a derived bound on |x - exact| for every element (float64, the output's
-        shape) that holds for any implementation in the op's arithmetic whatever order it sums in
-        (docs/numerics.md); verify holds implementations other than the reference and our kernels
-        to it beside the tolerance. By default none (the tolerances alone)."""
+    def control(self, variant: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any],
+                order: int) -> dict[str, np.ndarray]:
+        """The outputs computed as an honest implementation in the op's working precision computes
+        them, in another summation order (`order`, a seed: each a different one): the same-precision
+        control whose distance from the golden kdtr.ops.numerics turns into the gate for implementations
+        other than the reference and our kernels (docs/numerics.md). By default none (the
+        tolerances alone: exact outputs need no control)."""
         return {}
 
     def estimate_bytes(self, variant: str, params: Mapping[str, Any]) -> int | None:

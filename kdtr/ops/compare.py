@@ -26,23 +26,65 @@ class Element:
 
 
 @dataclass(frozen=True)
-class DerivedBound:
-    """How an output fared against its derived error bound (kdtr.ops.numerics; docs/numerics.md):
-    the bound's largest element and where, and the share of the bound the worst element used."""
+class Gate:
+    """The gate for one output of an implementation that sums in its own order (kdtr.ops.numerics;
+    docs/numerics.md): `honest` is the largest |c_i - r_i| of the op's same-precision controls,
+    `honest_l2` their largest ||c - r|| / ||r||, `unit` the unit roundoffs of the output's dtype and
+    of the stored golden's, added (the two roundings every honest result carries). Element i
+    passes within a_i = min(atol + rtol·|r_i|, max(factor·honest, 2·unit·|r_i|)), the norm within
+    min(l2, max(factor·honest_l2, unit)). Where two controls differ from each other by more than
+    the tolerance allows elementwise (`ceiling` False) or in norm (`l2_ceiling` False), that min
+    becomes a max: no honest reordering of this case is bound to meet the tolerance, and the record
+    says the gate went beyond it."""
 
-    largest: float                  # max_i b_i
-    at: tuple[int, ...]             # where it is
-    share: float                    # max_i |x_i - r_i| / b_i (<= 1: within the bound)
-    rel_l2: float                   # ||b|| / ||r||: the norm-wise allowance the bound gives
+    honest: float
+    honest_l2: float
+    factor: float
+    unit: float
+    ceiling: bool = True
+    l2_ceiling: bool = True
+
+    def l2(self, tolerance_l2: float | None) -> float | None:
+        """The norm-wise bound under this gate (None: none)."""
+        gate = max(self.factor * self.honest_l2, self.unit)
+        if tolerance_l2 is None:
+            return gate
+        return min(tolerance_l2, gate) if self.l2_ceiling else max(tolerance_l2, gate)
+
+    def allowance(self, tolerance_bound: np.ndarray, expected: np.ndarray) -> np.ndarray:
+        """a_i from the tolerance's atol + rtol·|r_i| and the expected values (float64)."""
+        gate = np.maximum(self.factor * self.honest, 2 * self.unit * np.abs(expected))
+        return np.minimum(tolerance_bound, gate) if self.ceiling else np.maximum(tolerance_bound, gate)
+
+
+@dataclass(frozen=True)
+class GateCheck:
+    """How tight the gate was for one output (the record keeps it beside the figures): the honest
+    error (`honest`, `honest_l2`), the largest allowance any element had (`allowance`), its ratio to
+    the honest error (`ratio`), the norm-wise bound applied (`l2`), and `beyond_tolerance` where two
+    controls differed by more than the tolerance and the gate was allowed past it."""
+
+    honest: float
+    honest_l2: float
+    allowance: float
+    l2: float | None
+    beyond_tolerance: bool = False
+
+    @property
+    def ratio(self) -> float:
+        return _ratio(self.allowance, self.honest)
 
     def to_plain(self) -> dict[str, Any]:
-        return {"largest": _num(self.largest), "at": list(self.at), "share": _num(self.share),
-                "rel_l2": _num(self.rel_l2)}
+        return drop_defaults({"honest": _num(self.honest), "honest_l2": _num(self.honest_l2),
+                              "allowance": _num(self.allowance), "ratio": _num(self.ratio),
+                              "l2": None if self.l2 is None else _num(self.l2),
+                              "beyond_tolerance": self.beyond_tolerance}, {"l2": None, "beyond_tolerance": False})
 
     @staticmethod
-    def from_plain(data: dict[str, Any]) -> "DerivedBound":
-        return DerivedBound(float(data["largest"]), tuple(int(i) for i in data["at"]),
-                            float(data["share"]), float(data["rel_l2"]))
+    def from_plain(data: dict[str, Any]) -> "GateCheck":
+        return GateCheck(float(data["honest"]), float(data["honest_l2"]), float(data["allowance"]),
+                         None if data.get("l2") is None else float(data["l2"]),
+                         bool(data.get("beyond_tolerance", False)))
 
 
 @dataclass(frozen=True)
@@ -61,7 +103,7 @@ class OutputCheck:
     # rel_l2 / l2 where an l2 bound is set); <= 1 passes. Exact outputs: 0 equal, inf otherwise;
     # a NaN/Inf where the bound is finite is inf.
     tol_share: float = 0.0
-    derived: DerivedBound | None = None   # compared under a derived bound too (see compare_output)
+    gate: GateCheck | None = None   # compared under a gate (see compare_output)
 
     def to_plain(self) -> dict[str, Any]:
         """JSON form; a field at its default (no reason, no worst elements, zero metrics) is left
@@ -71,14 +113,15 @@ class OutputCheck:
                 "max_abs": _num(self.max_abs), "max_rel": _num(self.max_rel), "rel_l2": _num(self.rel_l2),
                 "tol_share": _num(self.tol_share),
                 "worst": [[list(e.index), _num(e.got), _num(e.expected)] for e in self.worst],
-                "derived": None if self.derived is None else self.derived.to_plain()}
+                "gate": None if self.gate is None else self.gate.to_plain()}
         return drop_defaults(full, {"reason": None, "count": 0, "mismatches": 0, "max_abs": 0.0,
                                     "max_rel": 0.0, "rel_l2": 0.0, "tol_share": 0.0, "worst": [],
-                                    "derived": None})
+                                    "gate": None})
 
     @staticmethod
     def from_plain(data: dict[str, Any]) -> "OutputCheck":
-        """The inverse of to_plain (a record read back); KeyError/TypeError/ValueError if malformed."""
+        """The inverse of to_plain (a record read back); KeyError/TypeError/ValueError if malformed.
+        A record of the derived-bound rule (its `derived` figures) reads back without them."""
         worst = tuple(Element(tuple(int(i) for i in index), float(got), float(expected))
                       for index, got, expected in data.get("worst", ()))
         return OutputCheck(str(data["name"]), bool(data["passed"]), data.get("reason"),
@@ -86,7 +129,7 @@ class OutputCheck:
                            int(data.get("mismatches", 0)), float(data.get("max_abs", 0.0)),
                            float(data.get("max_rel", 0.0)), float(data.get("rel_l2", 0.0)), worst,
                            float(data.get("tol_share", 0.0)),
-                           None if data.get("derived") is None else DerivedBound.from_plain(data["derived"]))
+                           None if data.get("gate") is None else GateCheck.from_plain(data["gate"]))
 
 
 def _num(value: float) -> float | str:
@@ -99,14 +142,13 @@ COMPARE_THREADS = 8            # chunks compared at once (numpy frees the GIL): 
 
 
 def compare_output(name: str, got: np.ndarray | None, expected: np.ndarray,
-                   tolerance: Tolerance, bound: np.ndarray | None = None) -> OutputCheck:
+                   tolerance: Tolerance, gate: Gate | None = None) -> OutputCheck:
     """Exact outputs must match bit for bit in their dtype; toleranced ones elementwise
     (|x - r| <= atol + rtol·|r|, NaN/Inf never pass) and, if set, in relative L2 norm.
 
-    `bound` (expected's shape): a derived per-element error bound b (kdtr.ops.numerics) for an
-    implementation that sums in its own order; element i then passes within max(atol + rtol·|r_i|,
-    b_i) and the norm within max(l2, ||b|| / ||r||). The tolerance is kept beside it: it is what
-    our kernels meet, and it covers what the fp32 bound does not (a bf16 output's weights)."""
+    `gate`: the gate for an implementation that sums in its own order (kdtr.ops.numerics): element i
+    then passes within the allowance Gate.allowance gives, the norm within Gate.l2 (the tolerance
+    their ceiling unless the gate says it cannot be)."""
     if got is None:
         return OutputCheck(name, False, "the backend produced no such output", tolerance)
     if tuple(got.shape) != tuple(expected.shape):
@@ -119,13 +161,11 @@ def compare_output(name: str, got: np.ndarray | None, expected: np.ndarray,
     flat_got = np.ascontiguousarray(got).reshape(-1)
     flat_exp = np.ascontiguousarray(expected).reshape(-1)
     if tolerance.exact:
-        bound = None                              # bitwise equality admits no bound
-    flat_bound = None if bound is None else np.ascontiguousarray(bound, np.float64).reshape(-1)
+        gate = None                               # bitwise equality admits no gate
 
     def chunk(lo: int) -> _Totals:
         part = _Totals()
-        part.add(lo, flat_got[lo:lo + CHUNK], flat_exp[lo:lo + CHUNK], tolerance,
-                 None if flat_bound is None else flat_bound[lo:lo + CHUNK])
+        part.add(lo, flat_got[lo:lo + CHUNK], flat_exp[lo:lo + CHUNK], tolerance, gate)
         return part
 
     starts = range(0, flat_exp.size, CHUNK)
@@ -135,27 +175,33 @@ def compare_output(name: str, got: np.ndarray | None, expected: np.ndarray,
     count = int(expected.size)
     rule = ("bitwise equality" if tolerance.exact
             else f"|x-r| <= {tolerance.atol:g} + {tolerance.rtol:g}·|r|")
-    rel_l2, l2, derived = totals.rel_l2(), tolerance.l2, None
-    if flat_bound is not None and flat_bound.size:
-        bound_l2 = totals.rel_l2(totals.bound_sq)
-        l2 = None if l2 is None else max(l2, bound_l2)
-        at = int(np.argmax(flat_bound))
-        derived = DerivedBound(float(flat_bound[at]), tuple(int(i) for i in np.unravel_index(at, expected.shape)),
-                               totals.bound_share, bound_l2)
-        rule += " or the derived bound b_i"
+    rel_l2, l2, checked = totals.rel_l2(), tolerance.l2, None
+    if gate is not None:
+        l2 = gate.l2(l2)
+        checked = GateCheck(gate.honest, gate.honest_l2, _largest_allowance(gate, tolerance, flat_exp), l2,
+                            not (gate.ceiling and gate.l2_ceiling))
+        rule = (f"min({rule}, the gate {gate.factor:g}·{gate.honest:.3g} or 2·{gate.unit:.3g}·|r|)" if gate.ceiling else
+                f"the gate {gate.factor:g}·{gate.honest:.3g} (beyond the tolerance: honest orders differ by more)")
     reasons = []
     if totals.mismatches:
         reasons.append(f"{totals.mismatches} of {count} elements fail {rule}"
                        + (f" ({totals.nonfinite} NaN/Inf)" if totals.nonfinite else ""))
     if l2 is not None and not tolerance.exact and not rel_l2 <= l2:
-        reasons.append(f"||x-r||/||r|| = {rel_l2:.3g} > {l2:g}")
+        reasons.append(f"||x-r||/||r|| = {rel_l2:.3g} > {l2:.3g}")
     worst = tuple(Element(tuple(int(i) for i in np.unravel_index(flat, expected.shape)),
                           float(flat_got[flat]), float(flat_exp[flat])) for flat in totals.worst())
     share = totals.share
     if l2 is not None and not tolerance.exact:
         share = max(share, _ratio(rel_l2, l2))
     return OutputCheck(name, not reasons, "; ".join(reasons) or None, tolerance, count, totals.mismatches,
-                       totals.max_abs, totals.max_rel, rel_l2, worst, share, derived)
+                       totals.max_abs, totals.max_rel, rel_l2, worst, share, checked)
+
+
+def _largest_allowance(gate: Gate, tolerance: Tolerance, expected: np.ndarray) -> float:
+    """The largest a_i: Gate.allowance grows with |r_i|, so it is the allowance at the largest finite |r|."""
+    magnitude = np.abs(expected.astype(np.float64, copy=False))
+    top = np.array([float(magnitude.max(where=np.isfinite(magnitude), initial=0.0))])
+    return float(gate.allowance(tolerance.atol + tolerance.rtol * top, top)[0])
 
 
 def _ratio(value: float, bound: float) -> float:
@@ -165,16 +211,6 @@ def _ratio(value: float, bound: float) -> float:
     if bound > 0:
         return value / bound
     return 0.0 if value == 0 else math.inf
-
-
-def _largest_share(diff: np.ndarray, bound: np.ndarray) -> float:
-    """max diff / bound (0 / 0 = 0; a difference over a zero bound, or a NaN, is inf)."""
-    if not diff.size:
-        return 0.0
-    with np.errstate(invalid="ignore", divide="ignore"):
-        share = np.divide(diff, bound, out=np.where(diff == 0, 0.0, np.inf), where=bound > 0)
-    top = float(share.max())
-    return top if top == top else math.inf
 
 
 LARGEST_BLOCK = 1024        # largest(): elements per block maximum
@@ -210,16 +246,13 @@ class _Totals:
     """Running metrics over chunks: maxima, squared norms, mismatch counts, worst candidates."""
 
     def __init__(self):
-        self.max_abs = self.max_rel = self.err_sq = self.ref_sq = self.bound_sq = 0.0
+        self.max_abs = self.max_rel = self.err_sq = self.ref_sq = 0.0
         self.mismatches = self.nonfinite = 0
         self.share = 0.0                                        # see OutputCheck.tol_share
-        self.bound_share = 0.0                                  # see DerivedBound.share
         self.candidates: list[tuple[float, int]] = []          # (-score, flat index)
 
     def add(self, lo: int, got: np.ndarray, expected: np.ndarray, tolerance: Tolerance,
-            derived: np.ndarray | None = None) -> None:
-        if derived is not None:
-            self.bound_sq += float(np.square(derived).sum())
+            gate: Gate | None = None) -> None:
         if self._add_equal(lo, got, expected):
             return
         g64, e64 = got.astype(np.float64), expected.astype(np.float64)
@@ -244,9 +277,8 @@ class _Totals:
                 share = np.where(bad, np.inf, 0.0)
             else:
                 bound = tolerance.atol + tolerance.rtol * np.abs(e64)
-                if derived is not None:
-                    self.bound_share = max(self.bound_share, _largest_share(diff, derived))
-                    bound = np.maximum(bound, derived)
+                if gate is not None:
+                    bound = gate.allowance(bound, e64)
                 bad = ~(gap <= bound)
                 bad |= ~np.isfinite(g64)
                 share = np.divide(diff, bound, out=np.where(diff == 0, 0.0, np.inf), where=bound > 0)
@@ -282,8 +314,6 @@ class _Totals:
         self.mismatches += part.mismatches
         self.nonfinite += part.nonfinite
         self.share = max(self.share, part.share)
-        self.bound_sq += part.bound_sq
-        self.bound_share = max(self.bound_share, part.bound_share)
         self.candidates += part.candidates
 
     def rel_l2(self, err_sq: float | None = None) -> float:

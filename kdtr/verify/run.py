@@ -17,7 +17,7 @@ from ..records import report
 from ..bundle.case import GOLDEN, load_case, reference_outputs
 from ..errors import DeviceError, KdtreeError, UsageError
 from .invariance import with_invariance
-from ..ops.numerics import derived_bounds
+from ..ops.numerics import gates, takes_gate
 from ..bundle.walk import files_below
 from ..ops.base import Case, Op, Tolerance
 from .options import Options
@@ -26,6 +26,7 @@ from .record import (DEVICE_REFERENCE, REFERENCE, VerifyRecord, VerifyRow, bundl
 from .tolerance import loosened, tolerances
 
 if TYPE_CHECKING:
+    from ..ops.compare import Gate
     from ..impl import ImplRef, Implementation
 
 
@@ -85,11 +86,14 @@ def _op_names() -> tuple[str, ...]:
 def check_case(op: Op, variant: str, inputs: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray],
                params: Mapping[str, Any], tols: Mapping[str, Tolerance], options: Options,
                impl: Implementation | None = None, stored: Mapping[str, np.ndarray] | None = None,
-               stored_by: str | None = None, **row: Any) -> tuple[VerifyRow, dict[str, np.ndarray] | None]:
+               stored_by: str | None = None, case_gates: Callable[[], Mapping[str, Gate]] | None = None,
+               **row: Any) -> tuple[VerifyRow, dict[str, np.ndarray] | None]:
     """Evaluate the backend (or `impl`) on one case (kdtr.impl.evaluate: twice for the determinism
     probe) and compare every output it gives with `expected`; `stored` compares those captured
-    outputs (of `stored_by`) instead of running anything. The row and the outputs that were
-    compared (None: nothing came back). Our backend unable to run here stops the run (DeviceError)."""
+    outputs (of `stored_by`) instead of running anything. An implementation other than the
+    reference and our kernels is held to the case's gate (kdtr.ops.numerics; `case_gates` gives it, so
+    that several implementations of one case share one computation). The row and the outputs that
+    were compared (None: nothing came back). Our backend unable to run here stops the run (DeviceError)."""
     from ..impl import CaseData, Status, evaluate
 
     config = op.describe(variant, inputs, params)
@@ -105,8 +109,10 @@ def check_case(op: Op, variant: str, inputs: Mapping[str, np.ndarray], expected:
     base = dict(op=op.name, variant=variant, backend=name, config=config, impl=None if ours else name,
                 captured=stored is not None, **row)
     overridden = options.atol is not None or options.rtol is not None    # the user's bound, alone
-    bounds = {} if overridden else derived_bounds(op, variant, inputs, params, name)    # docs/numerics.md
-    outcome = evaluate(impl, CaseData(op, variant, inputs, params), expected, tols, bounds=bounds,
+    gated = {}
+    if takes_gate(name) and not overridden:                                  # docs/numerics.md
+        gated = case_gates() if case_gates else gates(op, variant, inputs, params, expected, tols)
+    outcome = evaluate(impl, CaseData(op, variant, inputs, params), expected, tols, gates=gated,
                        determinism=options.determinism and stored is None, timeout_s=options.case_timeout)
     if ours and outcome.status is Status.SKIPPED:
         raise DeviceError(outcome.reason)          # no GPU for the cuda backend: the run cannot go on
@@ -125,7 +131,8 @@ def verify_row(outcome, base: Mapping[str, Any], op: Op, variant: str, tols: Map
         checks = outcome.checks if options.keep_worst else tuple(
             c if not c.passed else replace(c, worst=()) for c in outcome.checks)
         return VerifyRow(passed=outcome.passed, outputs=checks, deterministic=outcome.deterministic,
-                         seconds=outcome.seconds, loosened=loosened(op, variant, tols, options),
+                         seconds=outcome.seconds,
+                         loosened=loosened(op, variant, tols, options, ours=base["impl"] is None or base["captured"]),
                          not_compared=outcome.not_compared, **base)
     skipped = outcome.reason if outcome.status is Status.SKIPPED else None
     error = None if skipped else f"{who}: {outcome.reason}"
@@ -176,15 +183,17 @@ def verify_bundle(path: str | Path, options: Options,
     if loaded.source != GOLDEN:
         expected, on_device = reference_outputs(op, variant, inputs, params)
         how = DEVICE_REFERENCE if on_device else REFERENCE
-    tols = tolerances(op, variant, bundle.meta.get("tolerance"), options, file=path)
+    tols = tolerances(op, variant, bundle.meta.get("tolerance"), options, file=path, ours=not given)
     file = report.portable(path)
     against = options.against.load() if options.against else None
 
     def rows_for(inputs, expected, params, **row) -> list[VerifyRow]:
+        case_gates = functools.cache(functools.partial(gates, op, variant, inputs, params, expected, tols))
         if impls:
-            return [with_invariance(*check_case(op, variant, inputs, expected, params, tols, options, impl, **row),
+            return [with_invariance(*check_case(op, variant, inputs, expected, params, tols, options, impl,
+                                                case_gates=case_gates, **row),
                                     op, variant, inputs, params, options, impl) for impl in impls]
-        got, ours = check_case(op, variant, inputs, expected, params, tols, options, **row)
+        got, ours = check_case(op, variant, inputs, expected, params, tols, options, case_gates=case_gates, **row)
         got = with_invariance(got, ours, op, variant, inputs, params, options)
         if against is not None:
             got = with_parity(got, ours, against, op, variant, inputs, params, expected, options)

@@ -9,20 +9,22 @@ from ..ops.base import Op, Tolerance
 from .options import Options
 
 
-def default_tolerances(op: Op, variant: str, options: Options) -> dict[str, Tolerance]:
-    """The op's contract for our kernels, the reference and other implementations; for the torch
+def default_tolerances(op: Op, variant: str, options: Options, ours: bool = True) -> dict[str, Tolerance]:
+    """The op's contract for our kernels, the reference and other implementations (`ours` False:
+    rows of implementations given to verify, by --impl or verify_item); for the torch
     backend the bound bench holds it to (`baseline_tolerances`): it is a second, independent fp32
     implementation whose summation order is its BLAS's (on a 2-core CPU with two threads, about one
     run in five put half of one case's rows up to 4.4e-5 off in lse, none with one thread: over the
     kernels' 1e-5, inside the baseline's 1e-4, whose reason is beside it in the op)."""
-    if options.backend == "torch" and not options.impls:
+    if options.backend == "torch" and ours and not options.impls:
         return dict(op.baseline_tolerances(variant))
     return dict(op.tolerances(variant))
 
 
-def tolerances(op: Op, variant: str, meta_tolerance: Any, options: Options, file=None) -> dict[str, Tolerance]:
+def tolerances(op: Op, variant: str, meta_tolerance: Any, options: Options, file=None,
+               ours: bool = True) -> dict[str, Tolerance]:
     """default_tolerances < the bundle's meta.tolerance < command-line overrides."""
-    merged = default_tolerances(op, variant, options)
+    merged = default_tolerances(op, variant, options, ours)
     if meta_tolerance is not None:
         if not isinstance(meta_tolerance, dict):
             raise BundleError("meta.tolerance must be an object", file=file)
@@ -51,7 +53,7 @@ def looser(tol: Tolerance, default: Tolerance) -> bool:
     return tol.atol > default.atol or tol.rtol > default.rtol or l2
 
 
-def loosened(op: Op, variant: str, tols: Mapping[str, Tolerance], options: Options) -> bool:
+def loosened(op: Op, variant: str, tols: Mapping[str, Tolerance], options: Options, ours: bool = True) -> bool:
     """A bundle's or the command line's tolerance is looser than the default for some output."""
-    defaults = default_tolerances(op, variant, options)
+    defaults = default_tolerances(op, variant, options, ours)
     return any(looser(tol, defaults[name]) for name, tol in tols.items() if name in defaults)

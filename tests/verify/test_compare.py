@@ -145,6 +145,31 @@ def test_the_torch_backend_is_held_to_the_baseline_bound_and_kernels_to_the_cont
     assert op.baseline_tolerances("bf16_paged")["lse"].atol > op.tolerances("bf16_paged")["lse"].atol
 
 
+def test_an_implementation_given_to_verify_item_is_held_as_impl_holds_it(tmp_path):
+    """verify_item with an implementation compares as `kdtree verify --impl` does: where the bundle
+    names no tolerance, the op's own, not the torch backend's baseline ones (it used to take those:
+    Options' backend is torch by default, and verify_item's implementation is not in Options.impls)."""
+    from kdtr.bundle.format import read_bundle, write_bundle
+    from kdtr.impl import resolve_refs
+    from kdtr.ops import get_op
+    from kdtr.verify import Options, verify_item
+    from tests.helpers import make_goldens
+
+    goldens = make_goldens(tmp_path)
+    (torch,) = resolve_refs(["torch"])
+    op = get_op("verify_attn")
+    for path in sorted((goldens / "verify_attn").glob("*.kdtr")):
+        bundle = read_bundle(path)
+        bare = tmp_path / path.name                       # the same case, no meta.tolerance
+        write_bundle(bare, {k: v for k, v in bundle.meta.items() if k != "tolerance"},
+                     [(e.name, e.role, bundle.array(e.name)) for e in bundle.entries])
+        (given,) = verify_item(bare, torch, Options())
+        (backend,) = verify_item(bare, None, Options())
+        assert {o.name: o.tolerance for o in given.outputs} == op.tolerances(given.variant)
+        assert {o.name: o.tolerance for o in backend.outputs} == op.baseline_tolerances(backend.variant)
+        assert not given.loosened and not backend.loosened
+
+
 @given(st.lists(st.sampled_from([0.0, -0.0, 1.0, 2.5, 3.0, np.inf]) | st.floats(0, 10), max_size=60),
        st.integers(1, 8))
 def test_largest_is_the_head_of_a_stable_sort(values, count):

@@ -101,9 +101,10 @@ BATCH_VARIANT = """
         return get_op("verify_attn").run_torch("fp32", inputs, params)
 
     def batch_variant(inputs, params):
-        '''Adds 1e-6 relative per request in the batch: within every tolerance, not batch-invariant.'''
+        '''Adds 2e-7 relative per request in the batch: within the gate (docs/numerics.md), not
+        batch-invariant.'''
         got = honest(inputs, params)
-        return {"out": got["out"] * (1 + 1e-6 * inputs["q"].shape[0]), "lse": got["lse"]}
+        return {"out": got["out"] * (1 + 2e-7 * inputs["q"].shape[0]), "lse": got["lse"]}
 """
 
 

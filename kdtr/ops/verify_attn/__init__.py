@@ -17,7 +17,8 @@ from ...dtypes import NUMPY_DTYPES
 from .._common import fill_normal, name_from, rng_for
 from ..base import Baseline, BenchRole, Case, Cost, Generated, Gpu, Op, Param
 from ..tree_build import OP as TREE_BUILD
-from . import bound, cuda, torch_impl
+from . import cuda, torch_impl
+from .control import control as reordered_control
 from .layouts import LATENT, LAYOUTS, ROPE, ROW, check_scale
 from .paging import SLOT_LAYOUTS, TREE_SHAPES, chain_visibility
 from .reference import REFERENCE_CHUNK, attend_reference, dense_reference, reference
@@ -175,9 +176,10 @@ class VerifyAttn(Op):
     def tolerances(self, variant):
         return dict(LAYOUTS[variant].tolerances)
 
-    def error_bound(self, variant, inputs, params):
-        """fp32 scores, softmax and P·V in any summation order (bound.py; docs/numerics.md)."""
-        return bound.error_bound(variant, inputs, params)
+    def control(self, variant, inputs, params, order):
+        """float32 in a random key and feature order; bf16_paged with its weights rounded to bf16
+        for P·V (control.py; docs/numerics.md)."""
+        return reordered_control(variant, inputs, params, order)
 
     def output_specs(self, variant, inputs, params):
         return LAYOUTS[variant].output_specs(inputs)
