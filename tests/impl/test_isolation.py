@@ -203,7 +203,7 @@ def test_a_sticky_cuda_error_fails_one_case_and_the_next_gets_a_fresh_context(tw
     crash = ("import torch; x = torch.zeros(4, device='cuda'); "
              "x[torch.tensor([1 << 20], device='cuda')] = 1.0; torch.cuda.synchronize()")
     done = _kdtree("verify", two_cases, "--impl", _crashing_once(tmp_path, crash), "--json", "-", cwd=tmp_path)
-    assert done.returncode == 1, done.stderr
+    assert done.returncode == 1 and done.stdout.strip(), done.stderr
     rows = json.loads(done.stdout)["rows"]
     failed = [r for r in rows if not r["passed"]]
     assert len(rows) == 2 and len(failed) == 1, rows

@@ -47,6 +47,15 @@ def sorted_shared_bytes(budget: int, depth: int, k: int) -> int:
             + _up16(q * (-(-q // 32)) * 4))
 
 
+def least_shared_bytes(name: str, budget: int, depth: int, k: int) -> int:
+    """The shared memory the kernel `name` needs at least for this shape (with its static part),
+    which a GPU must allow per block to run it: sorted's log-prob table, or warp's and smem's
+    nodes without the staged log-probs."""
+    if name == "sorted":
+        return sorted_shared_bytes(budget, depth, k) + 64
+    return kernel_shared_bytes(budget, depth) + 64
+
+
 def check_kernel_limits(budget: int, depth: int) -> None:
     """Refuse up front what the kernels cannot hold, naming the limit."""
     need = kernel_shared_bytes(budget, depth)
@@ -88,7 +97,7 @@ def run_cuda(op, variant, inputs, params, outputs, kernel=None, defines=None) ->
     limit = max_shared_optin()
     if name == "sorted":         # 32 x per_lane >= budget slots; the log-prob table must fit
         smem = sorted_shared_bytes(budget, depth, k)
-        if smem + 64 > limit:                 # + the static s_num_nodes
+        if least_shared_bytes(name, budget, depth, k) > limit:    # + the static s_num_nodes
             raise ValueError(f"sorted needs {smem} B of shared memory at budget {budget}, depth "
                              f"{depth}, K {k}; the device has {limit} B")
         get_kernel(entry.source, entry.entry, defines={"TB_NPL": slots, **defines}).launch(
