@@ -58,11 +58,12 @@
 //      immediate offsets from 4 row pointers (~50 SASS instructions per thread).
 //
 // Knobs (compile-time; the op's launch sets none but the two it reads):
-//   WG2_LPT 1 / WG2_PDL 1 (also read by the launch): the balanced schedule / programmatic
-//     dependent launches. WG2_STAGED_STORE 1: the epilogue stores whole rows through shared memory
-//     (the same bytes). All three default to 0, the kernel of f651642 SASS for SASS, the one verified
-//     on the H100 and H200: the three are opt-in (`--define bf16_wgmma2:WG2_LPT=1,WG2_PDL=1,
-//     WG2_STAGED_STORE=1`) until a GPU has run the goldens and the A/B (kernels/NOTES.md, session 15).
+//   WG2_LPT (default 1; also read by the launch, from this file): the balanced schedule for mixed
+//     batches, 1.01-1.17x on the H100's mixed chain cases (results/h100/knobs-mixed.json); 0 gives
+//     the f651642 kernel, SASS for SASS with the other two 0. WG2_PDL 1 (also read by the launch):
+//     programmatic dependent launches; WG2_STAGED_STORE 1: the epilogue stores whole rows through
+//     shared memory (the same bytes). These two stay opt-in (kernels/NOTES.md, session 16: each
+//     gains at B=1 and the pair loses 3-10% at larger shapes on the H100).
 //   WG2_PV_FIRST 0: WG1 publishes tile j + 1 before it issues its P·V_j (design 3's A/B).
 //   WG2_SKIP_RESCALE 1: a warp skips O's rescale when all its alphas are 1; not through the GPU tests
 //     or racecheck. Off by default.
@@ -120,9 +121,9 @@
 #endif
 // 1: the kernel can run the balanced schedule (attn_schedule.cuh), which the launch uses for batches
 // of 2 to LPT_MAX_BATCH requests; 0: the uniform grid only (the kernel as before it, SASS for SASS
-// with WG2_PDL 0). Also read by the launch.
+// with WG2_PDL 0). Also read by the launch (source_default: the value here is its default too).
 #ifndef WG2_LPT
-#define WG2_LPT 0
+#define WG2_LPT 1
 #endif
 // 1: main and merge wait for the grid before them (griddepcontrol) and the launch makes them
 // programmatic dependents, so a launch overlaps the previous grid's tail; 0: plain launches.

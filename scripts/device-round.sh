@@ -26,12 +26,14 @@
 #   knobs      bf16_wgmma2's opt-in knobs one at a time (PDL, staged epilogue, balanced schedule) on
 #              specs/ab/wgmma2_vs_flashmla.yaml, FlashMLA beside
 #   ab         specs/ab/wgmma2_vs_flashmla.yaml whole: default, session-15 build, FlashMLA
-#   split      the serving suite's chain cases: the default, the balanced schedule alone, and with PDL
-#              or the staged epilogue beside it, FlashMLA beside (which knob costs what, where)
-#   mma99big   the serving suite's H=128 cases, bf16_mma then bf16_mma99 forced, SGLang's kernel
-#   tests99    the GPU tests of tree_build and of isolation, as sm_120 and natively
+#   split      the serving suite's chain cases: the default (balanced schedule on), it off (f651642),
+#              PDL on, the staged epilogue on, FlashMLA beside (which knob costs what, where)
+#   m99rows    the serving suite, bf16_mma then bf16_mma99 forced, and bf16_mma99 at 32-row tiles
+#              (its row tile's A/B: 48 rows waste a third of a 64-row request)
+#   tests99    the GPU tests of tree_build and of isolation as sm_120; of isolation and the balanced
+#              schedule natively
 set -uo pipefail
-out=${1:?usage: scripts/device-round.sh OUT [install|verifyab|chain|mma99|refs|verify|verify99|sanitize99|e2e99|pytest99|oob|serving|peers|knobs|ab|split|mma99big|tests99]...}
+out=${1:?usage: scripts/device-round.sh OUT [install|verifyab|chain|mma99|refs|verify|verify99|sanitize99|e2e99|pytest99|oob|serving|peers|knobs|ab|split|m99rows|tests99]...}
 shift
 parts=${*:-install verifyab chain mma99}
 rec=/tmp/device-round-records
@@ -83,8 +85,8 @@ if want ab; then
   pack
 fi
 if want split; then
-  step 260 kd bench "$serving" -k chain "${wgmma2[@]}" --define bf16_wgmma2:WG2_LPT=1 \
-      --define bf16_wgmma2:WG2_LPT=1,WG2_PDL=1 --define bf16_wgmma2:WG2_LPT=1,WG2_STAGED_STORE=1 \
+  step 260 kd bench "$serving" -k chain "${wgmma2[@]}" --define bf16_wgmma2:WG2_LPT=0 \
+      --define bf16_wgmma2:WG2_PDL=1 --define bf16_wgmma2:WG2_STAGED_STORE=1 \
       --time-limit 240 --json "$out/bench-split.json"
   pack
 fi
@@ -92,13 +94,13 @@ if want tests99; then
   refs
   KDTREE_GPU=sm_120 step 120 python3 -m pytest -q -m gpu -p no:cacheprovider -k "tree_build or isolation" \
       tests/kernels/test_cuda_kernels.py tests/impl/test_isolation.py --junitxml "$rec/pytest-tests99-as-sm120.xml"
-  step 60 python3 -m pytest -q -m gpu -p no:cacheprovider tests/impl/test_isolation.py \
-      --junitxml "$rec/pytest-isolation-native.xml"
+  step 90 python3 -m pytest -q -m gpu -p no:cacheprovider tests/impl/test_isolation.py \
+      tests/kernels/test_attn_schedule.py --junitxml "$rec/pytest-isolation-schedule-native.xml"
   pack
 fi
-if want mma99big; then
-  step 150 kd bench "$serving" -k '*h128*' --no-baselines --no-sanity --no-back-to-back --kernel bf16_mma \
-      --kernel bf16_mma99 --impl sglang_triton --time-limit 135 --json "$rec/bench-mma99-h128.json" -q
+if want m99rows; then
+  step 150 kd bench "$serving" --no-baselines --no-sanity --no-back-to-back --kernel bf16_mma --kernel bf16_mma99 \
+      --define bf16_mma99:M99_ROWS=32 --time-limit 135 --json "$rec/bench-mma99-rows.json" -q
   pack
 fi
 if want mma99; then

@@ -133,6 +133,16 @@ def kernel_files() -> list[Path]:
     return sorted(config().kernels_dir.glob("*.cu"))
 
 
+@lru_cache(maxsize=None)
+def source_default(source: str, name: str) -> str | None:
+    """The value kernel `source` gives `name` when the build passes no define for it (its
+    `#ifndef NAME` / `#define NAME VALUE`), None without one: a launch that must agree with the
+    build reads it here, so the kernel's header is the one place a default is set."""
+    text = _resolve_source(source).read_text()
+    found = re.search(rf"^#ifndef {re.escape(name)}\n#define {re.escape(name)} (\S+)", text, re.MULTILINE)
+    return None if found is None else found.group(1)
+
+
 def _resolve_source(source: str | Path) -> Path:
     path = Path(source)
     if not path.is_absolute() and not path.exists():

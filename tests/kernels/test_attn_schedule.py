@@ -313,14 +313,15 @@ class RecordingGpu:
         return Recorder(name, dict(defines), self.log)
 
 
-# the session-15 paths, opt-in until a GPU has verified them (the kernel's header): on in these tests
+# the session-15 paths (the balanced schedule on by default, PDL and the staged epilogue opt-in: the
+# kernel's header): all on in these tests
 ON = {"WG2_LPT": "1", "WG2_PDL": "1", "WG2_STAGED_STORE": "1"}
 
 
 def launches(batch, defines=None, splits=None, **params):
     """run_cuda's launches of bf16_wgmma2 on a stand-in H100 for a generated bf16_paged case, with
-    the session-15 knobs on (ON) unless `defines` turns one off."""
-    defines = {**ON, **(defines or {})}
+    the session-15 knobs on (ON) unless `defines` turns one off (a value None: not passed at all)."""
+    defines = {k: v for k, v in {**ON, **(defines or {})}.items() if v is not None}
     from kdtr.dtypes import to_torch
     from kdtr.runtime import device
 
@@ -429,15 +430,26 @@ def test_a_forced_chunk_balances_a_small_batch_too():
 
 # -- on an H100 / H200 (the balanced launch runs only there) -------------------------------------------
 
-def test_the_default_launch_is_the_verified_kernel():
-    """Without defines a mixed batch gets the f651642 launch: the uniform grid, its merge, plain
-    launches, and a build with none of the session-15 knobs."""
-    _, log = launches(3, defines={k: "0" for k in ON}, heads=8, prefix=300, budget=8, prefix_mode="mixed")
+def test_the_default_launch_is_the_balanced_schedule_with_plain_launches():
+    """Without defines a mixed batch gets the balanced schedule (its default since the H100 A/B,
+    session 16) with plain launches, and a build with PDL and the staged epilogue off: the launch
+    reads the build's defaults from the kernel's source, so the two agree."""
+    _, log = launches(3, defines={k: None for k in ON}, heads=8, prefix=300, budget=8, prefix_mode="mixed")
     from kdtr.ops.verify_attn.cuda import knob_on
 
-    assert not any(knob_on({}, k) for k in ON)
+    assert [knob_on(WGMMA2, {}, k) for k in ON] == [True, False, False]
     source = (REPO_ROOT / "kernels" / "verify_attn_bf16_wgmma2.cu").read_text()
-    assert all(f"#ifndef {k}\n#define {k} 0\n" in source for k in ON)         # the build's defaults too
+    defaults = {"WG2_LPT": 1, "WG2_PDL": 0, "WG2_STAGED_STORE": 0}
+    assert all(f"#ifndef {k}\n#define {k} {v}\n" in source for k, v in defaults.items())
+    assert all(entry["defines"] == {} for entry in log)
+    assert [entry["dependent"] for entry in log] == [False, False]
+    assert log[0]["grid"][2] == 1 and log[1]["entry"] == "verify_attn_bf16_wgmma2_merge_lpt"
+    assert value(log[0]["args"][11]) == 0                              # n_splits 0: the schedule
+
+
+def test_lpt_off_is_the_f651642_launch():
+    """WG2_LPT=0 with the other two off is the f651642 kernel's launch: the uniform grid, its merge."""
+    _, log = launches(3, defines={k: "0" for k in ON}, heads=8, prefix=300, budget=8, prefix_mode="mixed")
     assert [entry["dependent"] for entry in log] == [False, False]
     assert log[0]["grid"][1] == 3 and log[1]["entry"] == "verify_attn_bf16_wgmma2_merge"
     assert [value(a) for a in log[0]["args"][-3:]] == [0, 0, None]

@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 
 from ...errors import DeviceError
 from ...runtime.device import device_arch, get_kernel, multiprocessor_count
+from ...runtime.nvrtc import source_default
 from ..base import CudaKernel, Gpu
 from .layouts import LATENT, LAYOUTS
 
@@ -233,11 +234,13 @@ def serving(variant, gpu: Gpu) -> tuple[str, ...]:
     return tuple(out)
 
 
-def knob_on(defines, name: str) -> bool:
-    """A 0/1 define that the kernel's build and its launch both read (absent: 0). bf16_wgmma2's
-    balanced schedule and dependent launches are opt-in until a GPU has verified and timed them
-    (kernels/NOTES.md, session 15): without them the kernel is the f651642 build, SASS for SASS."""
-    return int(defines.get(name, 0)) != 0
+def knob_on(k: AttnKernel, defines, name: str) -> bool:
+    """A 0/1 define that the kernel's build and its launch both read: the build's value, or the
+    default the kernel's source gives it (so the two cannot disagree). bf16_wgmma2's balanced
+    schedule is on by default since the H100 A/B (kernels/NOTES.md); its dependent launches and
+    staged epilogue stay opt-in."""
+    value = defines.get(name, source_default(k.source, name))
+    return value is not None and int(value) != 0
 
 
 def balanced(k: AttnKernel, batch: int, tiles: int, kv_mean: int, splits: int, sms: int) -> bool:
@@ -293,7 +296,7 @@ def run_cuda(op, variant, inputs, params, outputs, kernel=None, splits=None, def
         raise ValueError(f"{SPLITS_KNOB}={forced}: this case takes 1 to {kv_tiles} KV splits "
                          f"(its key tiles of {k.keys})")
     kv_mean = layout.request_keys(inputs)
-    lpt = (bool(k.balance_knob) and knob_on(defines, k.balance_knob) and not uniform
+    lpt = (bool(k.balance_knob) and knob_on(k, defines, k.balance_knob) and not uniform
            and (balanced(k, batch, tiles, kv_mean, splits, sms)
                 or (forced_chunk is not None and 2 <= batch <= LPT_MAX_BATCH)))
     if forced_chunk is not None:
@@ -303,7 +306,7 @@ def run_cuda(op, variant, inputs, params, outputs, kernel=None, splits=None, def
                              f"{LPT_MAX_BATCH} requests, without {SPLITS_KNOB})")
         if int(forced_chunk) < k.keys or int(forced_chunk) % k.keys:
             raise ValueError(f"{CHUNK_KNOB}={forced_chunk}: a chunk is a positive multiple of {k.keys} keys")
-    dependent = k.dependent or (bool(k.pdl_knob) and knob_on(defines, k.pdl_knob))
+    dependent = k.dependent or (bool(k.pdl_knob) and knob_on(k, defines, k.pdl_knob))
     k.require_present()                               # KDTREE_GPU may pick what this GPU cannot run
     arch = device_arch() + k.arch_feature if k.arch_feature else None
     main = get_kernel(k.source, k.entry, arch=arch, defines=defines)
