@@ -30,10 +30,11 @@
 #              PDL on, the staged epilogue on, FlashMLA beside (which knob costs what, where)
 #   m99rows    the serving suite, bf16_mma then bf16_mma99 forced, and bf16_mma99 at 32-row tiles
 #              (its row tile's A/B: 48 rows waste a third of a 64-row request)
+#   ncu        ncu sections of ours and FlashMLA on two chain cases FlashMLA wins (mixed B=32, H=128)
 #   tests99    the GPU tests of tree_build and of isolation as sm_120; of isolation and the balanced
 #              schedule natively
 set -uo pipefail
-out=${1:?usage: scripts/device-round.sh OUT [install|verifyab|chain|mma99|refs|verify|verify99|sanitize99|e2e99|pytest99|oob|serving|peers|knobs|ab|split|m99rows|tests99]...}
+out=${1:?usage: scripts/device-round.sh OUT [install|verifyab|chain|mma99|refs|verify|verify99|sanitize99|e2e99|pytest99|oob|serving|peers|knobs|ab|split|m99rows|tests99|ncu]...}
 shift
 parts=${*:-install verifyab chain mma99}
 rec=/tmp/device-round-records
@@ -98,9 +99,22 @@ if want tests99; then
       tests/kernels/test_attn_schedule.py --junitxml "$rec/pytest-isolation-schedule-native.xml"
   pack
 fi
+if want ncu; then
+  # ours and FlashMLA on the chain cases FlashMLA wins most (a mixed batch, H=128): the sections
+  # that say what bounds each (speed of light, occupancy, warp states), two calls each
+  mkdir -p "$rec/ncu"
+  for c in b32_h8_q4_p4096_mixed_chain b32_h128_q4_p4096_chain; do
+    for impl in cuda flashmla; do
+      step 60 ncu --kernel-name regex:'verify_attn|flash|mla' --launch-count 6 --section SpeedOfLight \
+          --section Occupancy --section WarpStateStats --section LaunchStats --csv --page details \
+          python3 scripts/launch-case.py --times 2 --impl "$impl" "$serving" "$c" > "$rec/ncu/$c-$impl.csv" 2>&1
+    done
+  done
+  pack
+fi
 if want m99rows; then
-  step 150 kd bench "$serving" --no-baselines --no-sanity --no-back-to-back --kernel bf16_mma --kernel bf16_mma99 \
-      --define bf16_mma99:M99_ROWS=32 --time-limit 135 --json "$rec/bench-mma99-rows.json" -q
+  step 115 kd bench "$serving" --no-baselines --no-sanity --no-back-to-back --kernel bf16_mma --kernel bf16_mma99 \
+      --define bf16_mma99:M99_ROWS=32 --time-limit 100 --json "$out/bench-mma99-rows.json" -q
   pack
 fi
 if want mma99; then

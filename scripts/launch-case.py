@@ -4,6 +4,8 @@ results/profiles.json):
 
     ncu --kernel-name regex:verify_attn --launch-count 3 --metrics ... \\
         python3 scripts/launch-case.py specs/bench/verify_attn.yaml b64_h16_q65_p32768
+    ncu --kernel-name regex:flash --launch-count 3 --metrics ... \\
+        python3 scripts/launch-case.py --impl flashmla specs/bench/verify_attn.yaml b64_h16_q65_p32768
 
 Run from the repo root with PYTHONPATH=. on a GPU machine. Prints the kernel and grid the launch
 picked. Exit 2 on bad usage, a case name that matches no case or several, or no GPU."""
@@ -18,6 +20,8 @@ def main() -> int:
     parser.add_argument("suite", help="a YAML suite")
     parser.add_argument("case", help="the name of one of its cases (or a glob matching one)")
     parser.add_argument("--times", type=int, default=4, help="launches (default 4)")
+    parser.add_argument("--impl", default="cuda", help="the implementation launched, as `kdtree bench --impl` "
+                        "names it (default: cuda, our kernel; e.g. flashmla, sglang_triton)")
     args = parser.parse_args()
 
     from kdtr.errors import KdtreeError
@@ -38,17 +42,25 @@ def main() -> int:
         print("launch-case: no CUDA GPU (torch.cuda.is_available() is False)", file=sys.stderr)
         return 2
     from kdtr.impl.backends import upload
-    from kdtr.impl.builtin import CUDA
+    from kdtr.impl.resolve import resolve
 
     [case] = cases
     op = get_op(case.op)
     gen = op.generate(case)
-    kernel = op.kernel_choice(case.variant, gen.inputs, gen.params)
+    try:
+        impl = resolve(args.impl)
+    except KdtreeError as err:
+        print(f"launch-case: --impl {args.impl}: {err}", file=sys.stderr)
+        return 2
     with torch.no_grad():
-        call = CUDA.prepare(op, case.variant, upload(gen.inputs, "cuda"), gen.params)
+        call = impl.prepare(op, case.variant, upload(gen.inputs, "cuda"), gen.params)
         for _ in range(args.times):
             call()
         torch.cuda.synchronize()
+    if args.impl != "cuda":
+        print("ran", case.name, args.impl)
+        return 0
+    kernel = op.kernel_choice(case.variant, gen.inputs, gen.params)
     print("ran", case.name, kernel, op.launch_grid(case.variant, gen.inputs, gen.params, kernel))
     return 0
 
