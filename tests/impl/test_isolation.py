@@ -54,6 +54,13 @@ def two_cases(tmp_path):
     return tmp_path / "goldens"
 
 
+@pytest.fixture(autouse=True)
+def _isolation_as_by_default(monkeypatch):
+    """These tests hold the default (isolation on) whatever the caller's environment says: a device
+    round that exported KDTREE_ISOLATE=0 for its benches ran their crashes in-process."""
+    monkeypatch.delenv("KDTREE_ISOLATE", raising=False)
+
+
 def _kdtree(*args, cwd, **env):
     return run_kdtree(*args, cwd=cwd, env=kdtree_env(OMP_NUM_THREADS="1", **env))
 
