@@ -58,12 +58,13 @@
 //      immediate offsets from 4 row pointers (~50 SASS instructions per thread).
 //
 // Knobs (compile-time; the op's launch sets none but the two it reads):
-//   WG2_LPT (default 1; also read by the launch, from this file): the balanced schedule for mixed
-//     batches, 1.01-1.17x on the H100's mixed chain cases (results/h100/knobs-mixed.json); 0 gives
-//     the f651642 kernel, SASS for SASS with the other two 0. WG2_PDL 1 (also read by the launch):
-//     programmatic dependent launches; WG2_STAGED_STORE 1: the epilogue stores whole rows through
-//     shared memory (the same bytes). These two stay opt-in (kernels/NOTES.md, session 16: each
-//     gains at B=1 and the pair loses 3-10% at larger shapes on the H100).
+//   WG2_LPT 1 / WG2_PDL 1 (also read by the launch, their defaults from this file): the balanced
+//     schedule / programmatic dependent launches. WG2_STAGED_STORE 1: the epilogue stores whole rows
+//     through shared memory (the same bytes). All three default to 0, the kernel of f651642 SASS for
+//     SASS. Measured on the H100 (kernels/NOTES.md, session 16; results/h100/s16/): the schedule
+//     gains 1-17% on mixed batches and costs 1-10% on batches of equal requests (which the host
+//     cannot tell apart); PDL gains 4-9% at B=1 and is within 3% elsewhere; the staged epilogue
+//     gains 3-4% at H=128 and costs 6-8% at B=1. Opt-in: `--define bf16_wgmma2:WG2_LPT=1`, etc.
 //   WG2_PV_FIRST 0: WG1 publishes tile j + 1 before it issues its P·V_j (design 3's A/B).
 //   WG2_SKIP_RESCALE 1: a warp skips O's rescale when all its alphas are 1; not through the GPU tests
 //     or racecheck. Off by default.
@@ -123,7 +124,7 @@
 // of 2 to LPT_MAX_BATCH requests; 0: the uniform grid only (the kernel as before it, SASS for SASS
 // with WG2_PDL 0). Also read by the launch (source_default: the value here is its default too).
 #ifndef WG2_LPT
-#define WG2_LPT 1
+#define WG2_LPT 0
 #endif
 // 1: main and merge wait for the grid before them (griddepcontrol) and the launch makes them
 // programmatic dependents, so a launch overlaps the previous grid's tail; 0: plain launches.

@@ -155,3 +155,37 @@ def test_the_rings_hand_each_step_its_own_tile(stages, ntiles):
             assert (held in copied or held >= ntiles) and last_read_slot.get(b, -2) < it   # read before this step
             slot_buf[b] = (ahead, g)
         last_read_stage[it % stages] = it
+
+
+@pytest.mark.parametrize("rows, tile", [(32, 32), (64, 32), (8, 32), (72, 48), (136, 48), (144, 48),
+                                        (272, 48), (520, 48), (96, 48)])
+def test_the_row_tile_pads_a_request_least(rows, tile):
+    """32-row tiles where they leave fewer padded rows than 48-row ones (64 rows: 64 against 96),
+    48 on a tie (72 rows: 96 either way) or where 48 pads less (136 rows: 160 against 144)."""
+    assert cuda.mma99_rows(rows) == tile
+
+
+@pytest.mark.parametrize("heads, budget, threads", [(16, 3, 256), (8, 3, 256), (8, 16, 384)])
+def test_the_launch_builds_and_launches_the_chosen_tile(heads, budget, threads):
+    """On a stand-in 99 KB GPU the launch compiles M99_ROWS=32 and launches 256 threads for Q·H = 64
+    or 32; for Q·H = 136 the plain build (no define) at 384 threads; a given M99_ROWS stays."""
+    from kdtr.dtypes import to_torch
+    from kdtr.runtime import device
+
+    from .test_attn_schedule import RecordingGpu
+    from .test_cuda_kernels import FRESH_SEED, generated, poisoned_outputs
+
+    def launch(defines=None):
+        gen = generated(OP, "bf16_paged", FRESH_SEED, batch=2, heads=heads, prefix=300, budget=budget,
+                        tree="chain")
+        inputs = {name: to_torch(a, "cpu") for name, a in gen.inputs.items()}
+        outputs = poisoned_outputs(OP, "bf16_paged", gen.inputs, gen.params, device="cpu")
+        log = []
+        with device.stand_in(RecordingGpu(120, 188, 101376, log)):
+            OP.run_cuda("bf16_paged", inputs, gen.params, outputs, kernel="bf16_mma99", defines=defines)
+        return log[0]
+
+    main = launch()
+    assert main["block"] == threads
+    assert main["defines"] == ({} if threads == 384 else {cuda.M99_ROWS: "32"})
+    assert launch({cuda.M99_ROWS: "48"})["block"] == 384

@@ -209,7 +209,8 @@ class VerifyAttn(Op):
 
     def launch_grid(self, variant, inputs, params, kernel):
         """(row tiles, B, KV splits): the split count is the launch's shape-dependent choice."""
-        batch, _, _, tiles, splits = cuda.grid(self.cuda_kernel(kernel, variant), inputs, Gpu.here().sms)
+        built = cuda.as_built(self.cuda_kernel(kernel, variant), cuda.with_chosen_tiling(kernel, variant, inputs, None))
+        batch, _, _, tiles, splits = cuda.grid(built, inputs, Gpu.here().sms)
         return tiles, batch, splits
 
     def run_cuda(self, variant, inputs, params, outputs, *, kernel=None, defines=None, splits=None):

@@ -141,6 +141,26 @@ KERNELS = (
 )
 
 
+def mma99_rows(rows_per_request: int) -> int:
+    """bf16_mma99's row tile where no M99_ROWS is given: 32 where 32-row tiles pad a request's
+    (token, head) rows less than 48-row ones (Q·H = 32 or 64 in the serving suite), else 48. On the
+    H100 run as sm_120 (results/h100/s16/bench-mma99-rows.json) 32 rows took 0.77-0.89x the 48-row
+    time on all 8 cases where they pad less, and up to 1.91x where they do not (Q·H = 520)."""
+    return 32 if -(-rows_per_request // 32) * 32 < -(-rows_per_request // 48) * 48 else 48
+
+
+def with_chosen_tiling(name: str, variant: str, inputs, defines) -> dict:
+    """`defines` with the launch's shape-dependent build choices added where the caller gave none:
+    bf16_mma99's M99_ROWS (mma99_rows; left out at the default 48, so that build is the plain one)."""
+    defines = dict(defines or {})
+    if name == "bf16_mma99" and M99_ROWS not in defines:
+        _, q_len, heads, _ = LAYOUTS[variant].dims(inputs)
+        rows = mma99_rows(q_len * heads)
+        if rows != M99_DEFAULTS[M99_ROWS]:
+            defines[M99_ROWS] = str(rows)
+    return defines
+
+
 def as_built(k: AttnKernel, defines) -> AttnKernel:
     """k as a build with these `--define` knobs launches it: bf16_mma99's M99_ROWS and M99_STAGES
     set its rows, block and shared memory; ValueError for a value it has no tiling for. Other
@@ -236,9 +256,8 @@ def serving(variant, gpu: Gpu) -> tuple[str, ...]:
 
 def knob_on(k: AttnKernel, defines, name: str) -> bool:
     """A 0/1 define that the kernel's build and its launch both read: the build's value, or the
-    default the kernel's source gives it (so the two cannot disagree). bf16_wgmma2's balanced
-    schedule is on by default since the H100 A/B (kernels/NOTES.md); its dependent launches and
-    staged epilogue stay opt-in."""
+    default the kernel's source gives it (so the two cannot disagree; bf16_wgmma2's are 0, the
+    measured trade-offs of each in kernels/NOTES.md, session 16)."""
     value = defines.get(name, source_default(k.source, name))
     return value is not None and int(value) != 0
 
@@ -280,8 +299,9 @@ def run_cuda(op, variant, inputs, params, outputs, kernel=None, splits=None, def
     schedule (kernels/attn_schedule.cuh) and its merge, which finishes the requests it split."""
     from ctypes import c_int, c_void_p
 
-    defines = dict(defines or {})
-    k = as_built(op.cuda_kernel(kernel or op.kernel_choice(variant, inputs, params), variant), defines)
+    name = kernel or op.kernel_choice(variant, inputs, params)
+    defines = with_chosen_tiling(name, variant, inputs, defines)
+    k = as_built(op.cuda_kernel(name, variant), defines)
     layout = LAYOUTS[variant]
     sms = multiprocessor_count()
     batch, q_len, heads, tiles, auto_splits = grid(k, inputs, sms)
