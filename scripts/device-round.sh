@@ -42,9 +42,6 @@ mkdir -p "$out" "$rec"
 source scripts/device-lib.sh
 want() { [[ " $parts " == *" $1 "* ]]; }
 unset KDTREE_GPU
-# the peers in this process: an implementation in its own worker is timed on one input set, not by
-# the case's plan of rotated sets (docs/timing.md), so the chain ratios need them here
-export KDTREE_ISOLATE=0
 serving=specs/bench/verify_attn_serving.yaml
 ab_suite=specs/ab/wgmma2_vs_flashmla.yaml
 new_wgmma2=bf16_wgmma2:WG2_LPT=1,WG2_PDL=1,WG2_STAGED_STORE=1
@@ -70,8 +67,10 @@ if want chain; then
   pack
 fi
 if want peers; then
-  step 230 kd bench "$serving" -k chain --impl flashmla --impl sglang_triton --no-sanity --time-limit 200 \
-      --json "$rec/bench-chain-peers.json" -q
+  # the peers in this process, as in the rounds before isolation: the memory the allocator holds
+  # after each case (the record's device_memory_gib) is then theirs too, not left in their workers
+  KDTREE_ISOLATE=0 step 230 kd bench "$serving" -k chain --impl flashmla --impl sglang_triton --no-sanity \
+      --time-limit 200 --json "$rec/bench-chain-peers.json" -q
   pack
 fi
 if want knobs; then

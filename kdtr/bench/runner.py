@@ -14,6 +14,7 @@ from ..errors import reason
 from ..runtime.gpu_identity import with_ceilings
 from ..impl import CaseData, Implementation, Status, baselines
 from ..impl.isolation import WorkerDied
+from ..impl.rotation import prepare_sets
 from .cases import BenchItem
 from .plan import TimingPlan
 from .ceilings import Ceilings, gpu_clocks, measure_ceilings
@@ -314,45 +315,36 @@ class _CaseRunner:
         set_bytes = sum(t.nbytes for t in self.device_inputs.values()) + sum(t.nbytes for t in written.values())
         return rotation_sets(set_bytes, self.env.timer.flush_bytes)
 
-    def _input_sets(self, impl: Implementation, call, mode: str) -> tuple[list, str]:
-        """`call` and, where the case rotates input sets, one more call per other set: the
-        implementation's own prepare over copies of the inputs. Returns the calls and why they
-        fall short of the plan ("" where they do not)."""
-        count = self._rotation_count(mode, getattr(call, "outputs", None))
-        calls = [call]
-        if count > 1 and getattr(call, "time_in_worker", None) is not None:
-            return calls, "timed in its own worker on one input set: not by the case's method"
-        try:
-            for _ in range(count - 1):
-                calls.append(impl.prepare(self.op, self.item.variant,
-                                          {n: t.clone() for n, t in self.device_inputs.items()}, dict(self.params)))
-        except Exception as err:  # noqa: BLE001 - timed on one set, labelled, no ratio
-            del calls[1:]
-            self.env.cleanup()
-            return calls, f"its {count} input sets could not be made ({reason(err)}): not timed by the case's method"
-        return calls, ""
-
-    def _prepare(self, calls, mode: str, graph: bool, timer=None, name: str = "") -> Sampler:
-        """A sampler of `calls` by the case's plan for `mode` (the first implementation timed on the
-        device sets it: kdtr/bench/plan.py); on the host clock, the host's own way."""
-        timer = timer or self.env.timer
+    def _prepare(self, impl: Implementation, call, mode: str, timer, name: str) -> tuple[list, Sampler, str]:
+        """`impl`'s checked `call` made ready to time by the case's plan for `mode` (the first
+        implementation timed on the device sets it: kdtr/bench/plan.py): its own prepare makes the
+        plan's other input sets and the timer takes the plan's calls a sample
+        (kdtr.impl.rotation.prepare_sets), here or, for an isolated implementation, in its worker
+        (`WorkerCall.time_in_worker`, the same function there); on the host clock, one set, the
+        host's own way. Returns the calls made here (an isolated one's: its call alone), the sampler
+        and why its sets fall short of the plan ("" where they do not)."""
+        env = self.env
         plan = self.plans.get(mode)
-        device = timer is self.env.timer and self.env.gpu
-        fixed = plan.calls_per_sample if device and plan is not None and plan.sets == len(calls) else None
-        prepare = dict(options=self.settings.timing, mode="cold" if mode == "cold" else "hot",
-                       **({"calls_per_sample": fixed} if device else {}))
-        in_worker = getattr(calls[0], "time_in_worker", None)   # an isolated implementation's call:
-        if in_worker is not None:                                # timed in its worker (kdtr.impl.isolation)
-            return in_worker(timer, graph=graph, **prepare)
-        known = device and name in self.env.uncapturable
-        sampler = timer.prepare(calls, graph=graph and not known, **prepare)
+        device = timer is env.timer and env.gpu
+        known = device and name in env.uncapturable
+        prepare = dict(sets=self._rotation_count(mode, getattr(call, "outputs", None)) if device else 1,
+                       calls_per_sample=plan.calls_per_sample if device and plan is not None else None,
+                       options=self.settings.timing, mode="cold" if mode == "cold" else "hot", graph=not known)
+        in_worker = getattr(call, "time_in_worker", None)     # an isolated implementation's call:
+        if in_worker is not None:                              # timed in its worker (kdtr.impl.isolation)
+            sampler, made, short = in_worker(timer, **prepare)
+            calls = [call]
+        else:
+            calls, sampler, short = prepare_sets(timer, impl, self.op, self.item.variant, self.device_inputs,
+                                                 self.params, call, cleanup=env.cleanup, **prepare)
+            made = len(calls)
         if known:
             sampler = replace(sampler, note="; ".join(n for n in (sampler.note, UNCAPTURABLE) if n))
-        elif device and graph and sampler.method != "graph":
-            self.env.uncapturable.add(name)
+        elif device and sampler.method != "graph":
+            env.uncapturable.add(name)
         if device and plan is None:
-            self.plans[mode] = TimingPlan(sampler.mode, len(calls), sampler.calls_per_sample, sampler.method, name)
-        return sampler
+            self.plans[mode] = TimingPlan(sampler.mode, made, sampler.calls_per_sample, sampler.method, name)
+        return calls, sampler, short
 
     def _ours_impl(self, build: KernelBuild | None) -> Implementation:
         """The implementation under test as this run holds it: the backend (or `build`: a kernel
@@ -398,14 +390,12 @@ class _CaseRunner:
         if not passed:
             return untimed(check_passed=False, check=note)
         outputs = getattr(outcome.call, "outputs", None)         # the buffers our kernels write (cuda)
-        calls, short = self._input_sets(impl, outcome.call, mode) if env.gpu else ([outcome.call], "")
-        sets = [c.outputs for c in calls if getattr(c, "outputs", None) is not None]
         try:
-            sampler = self._prepare(calls, mode, graph=True, timer=env.timer if env.gpu else env.host_timer,
-                                    name=name)
+            calls, sampler, short = self._prepare(impl, outcome.call, mode, env.timer, name)
         except Exception as err:  # noqa: BLE001
             env.cleanup()
             return untimed(check_passed=True, check=f"{note}; timing failed: {reason(err)}")
+        sets = [c.outputs for c in calls if getattr(c, "outputs", None) is not None]
         if short:
             note = f"{note}; {short}"
         row = self._row(name, mode, True, timing=None, check_passed=True, check=note,
@@ -477,14 +467,13 @@ class _CaseRunner:
         if not outcome.passed:
             return self._row(name, row_mode, False, timing=None, check_passed=False, check=note), None
         timer = env.host_timer if clock == "host" else env.timer
-        calls, short = self._input_sets(impl, outcome.call, mode) if timer is env.timer else ([outcome.call], "")
-        if short:
-            note = f"{note}; {short}"
         try:
-            sampler = self._prepare(calls, mode, graph=True, timer=timer, name=name)     # eager where capture fails
+            _, sampler, short = self._prepare(impl, outcome.call, mode, timer, name)     # eager where capture fails
         except Exception as err:  # noqa: BLE001
             env.cleanup()
             return self._timed(self._row(name, row_mode, False, timing=None, check_passed=True, check=note), err), None
+        if short:
+            note = f"{note}; {short}"
         return (self._row(name, row_mode, False, timing=None, check_passed=True, check=note,
                           setup_s=round(time.perf_counter() - started, 3)), sampler)
 

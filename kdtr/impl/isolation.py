@@ -10,8 +10,10 @@ its own GPU context and its own copy of the inputs (it uploads them); it runs th
 and reads its outputs back (kdtr.impl.evaluation.produce), and the comparison runs here.
 
 Bench times an isolated implementation inside its worker (`WorkerCall.time_in_worker`): the same
-timer class on the call the worker prepared, so no pipe is inside a timed region; only the samples
-come back. KDTREE_ISOLATE=0 runs every implementation in the calling process (for a debugger).
+timer class on the call the worker prepared and, where the case rotates input sets, on the other
+sets its prepare makes there, by the case's plan (kdtr.impl.rotation, as in bench's own process),
+so no pipe is inside a timed region; only the samples come back. KDTREE_ISOLATE=0 runs every
+implementation in the calling process (for a debugger).
 """
 
 from __future__ import annotations
@@ -248,13 +250,16 @@ class WorkerCall:
             raise WorkerFailure(payload)
         return payload
 
-    def time_in_worker(self, timer: Any, **prepare: Any):
-        """`timer.prepare([call], **prepare)` done in the worker, by a timer of the same class (CUDA
-        events: with the same L2 size; a host clock), on the call it prepared: the Sampler that
-        comes back takes its samples there, with the collector off meanwhile (as `interleave` has it
-        here)."""
-        sampler = self._ask(("time", self.token, type(timer), getattr(timer, "l2_bytes", None), prepare))
-        return replace(sampler, take=self._take, keepalive=(self,))
+    def time_in_worker(self, timer: Any, **prepare: Any) -> tuple[Any, int, str]:
+        """`kdtr.impl.rotation.prepare_sets(timer, ..., **prepare)` done in the worker, by a timer of
+        the same class (CUDA events: with the same L2 size; a host clock), on the call it prepared
+        and the input sets its prepare makes there: the Sampler that comes back takes its samples
+        there, with the collector off meanwhile (as `interleave` has it here). Returns the Sampler,
+        how many input sets it rotates through and why they fall short of `sets` ("" where they
+        do not)."""
+        request = ("time", self.token, type(timer), getattr(timer, "l2_bytes", None), prepare)
+        sampler, made, short = self._ask(request)
+        return replace(sampler, take=self._take, keepalive=(self,)), made, short
 
     def _take(self, n: int) -> list[float]:
         return self._ask(("take", self.token, n))

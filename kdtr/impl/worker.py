@@ -14,19 +14,23 @@ from typing import Any, Callable
 from ..errors import KdtreeError, reason
 from .base import HOST, CaseData, Implementation, ImplUnavailable, Produced, device_for
 from .evaluation import produce
+from .rotation import prepare_sets
 
 
 class _Kept:
-    """The last case's prepared call (and the tensors it returned), and the sampler timing it."""
+    """The last case's prepared call (and the tensors it returned), the case it was prepared on (its
+    op, variant, inputs as the call got them, and params: the other input sets are made from them),
+    and the sampler timing it."""
 
     def __init__(self) -> None:
         self.token = 0
         self.call: Callable[[], Any] | None = None
         self.raw: Any = None
+        self.case: tuple | None = None
         self.sampler: Any = None
 
     def drop(self) -> None:
-        self.call = self.raw = self.sampler = None
+        self.call = self.raw = self.case = self.sampler = None
 
     def call_for(self, token: int) -> Callable[[], Any]:
         if token != self.token or self.call is None:
@@ -79,11 +83,15 @@ def _produce(impl: Implementation, kept: _Kept, op_name: str, variant: str, inpu
     """("produced", Produced without call and raw, its token or None, broken) or ("unavailable" |
     "raise", the message, None, broken); `broken`: its CUDA context is unusable now."""
     from ..ops import get_op
+    from .backends import upload
 
     kept.drop()
     try:
-        got = produce(impl, CaseData(get_op(op_name), variant, inputs, params), expected,
-                      determinism=determinism, timeout_s=timeout_s)
+        op = get_op(op_name)
+        device = device_for(impl)
+        device_inputs = None if device == HOST else upload(inputs, device)   # kept: bench's other sets
+        got = produce(impl, CaseData(op, variant, inputs, params), expected,
+                      determinism=determinism, timeout_s=timeout_s, device_inputs=device_inputs)
     except ImplUnavailable as err:
         return "unavailable", str(err), None, False
     except KdtreeError as err:
@@ -94,6 +102,7 @@ def _produce(impl: Implementation, kept: _Kept, op_name: str, variant: str, inpu
     if got.call is not None:
         kept.token += 1
         token, kept.call, kept.raw = kept.token, got.call, got.raw
+        kept.case = (op, variant, device_inputs, params)
     broken = (got.error is not None or got.fault is not None) and _cuda_broken(impl)
     return "produced", replace(got, call=None, raw=None), token, broken
 
@@ -112,13 +121,17 @@ def _cuda_broken(impl: Implementation) -> bool:
     return False
 
 
-def _time(impl: Implementation, kept: _Kept, token: int, timer_class, l2_bytes: int | None, prepare: dict):
+def _time(impl: Implementation, kept: _Kept, token: int, timer_class, l2_bytes: int | None,
+          prepare: dict) -> tuple[Any, int, str]:
     """A timer of `timer_class` (CUDA events with `l2_bytes`, else a host clock) prepares the kept
-    call; the sampler stays here, its description goes back."""
+    call and the other input sets the case's plan asks for, made here by the implementation's own
+    prepare (kdtr.impl.rotation.prepare_sets, as bench does in its own process); the sampler stays
+    here, its description goes back with how many sets it rotates through and why they fall short."""
     call = kept.call_for(token)
     timer = timer_class(l2_bytes) if l2_bytes is not None else timer_class()
-    kept.sampler = timer.prepare([call], **prepare)
-    return replace(kept.sampler, take=None, keepalive=())
+    op, variant, device_inputs, params = kept.case
+    calls, kept.sampler, short = prepare_sets(timer, impl, op, variant, device_inputs, params, call, **prepare)
+    return replace(kept.sampler, take=None, keepalive=()), len(calls), short
 
 
 def _take(kept: _Kept, token: int, n: int) -> list[float]:

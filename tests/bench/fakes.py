@@ -7,7 +7,9 @@ results/. Here they are exercised through synthetic records and the degraded hos
 from __future__ import annotations
 
 import copy
+import functools
 import json
+import os
 
 import numpy as np
 
@@ -16,6 +18,7 @@ from kdtr.config import REPO_ROOT
 from kdtr.bench import runner as bench_runner
 from kdtr.bench import BenchRecord, BenchRow, Ceilings, TimingOptions
 from kdtr.bench.stats import summarize
+from kdtr.impl import Implementation, Serves
 
 
 # -- synthetic records ------------------------------------------------------------------------------
@@ -142,6 +145,50 @@ class FakeCuda:
             fake.flushes += 1
         monkeypatch.setattr(bench.timers.DeviceTimer, "flush", flush)
         return self
+
+
+def cuda_inputs_on_the_cpu(monkeypatch) -> None:
+    """Inputs uploaded "to the GPU" stay on the CPU, where the fake CUDA's kernels read them: an
+    implementation on "cuda" runs against the fake device (run, check and time), not the host clock."""
+    from kdtr.impl import backends
+
+    upload = backends.upload
+    monkeypatch.setattr(backends, "upload",
+                        lambda inputs, device: upload(inputs, "cpu" if device == "cuda" else device))
+
+
+def _peer_in_worker(ms: float, crash_at: int | None) -> Implementation:
+    """The recipe `isolated_peer` sends its worker process: a fake CUDA installed there (the worker
+    times on its own device clock) and a tree_accept implementation whose call takes `ms` of it; with
+    `crash_at`, its `crash_at`-th prepare ends the process (os._exit: the first prepare is the checked
+    call's, the later ones make the case's other input sets)."""
+    import pytest
+
+    patch = pytest.MonkeyPatch()
+    fake = FakeCuda().install(patch)
+    cuda_inputs_on_the_cpu(patch)
+    prepared = []
+
+    def prepare(op, variant, inputs, params):
+        prepared.append(1)
+        if crash_at is not None and len(prepared) >= crash_at:
+            os._exit(0)
+        outputs = op.run_torch(variant, inputs, params)
+
+        def call():
+            fake.kernel(ms)()
+            return outputs
+        return call
+    return Implementation("isolated_peer", (Serves("tree_accept"),), prepare, device="cuda")
+
+
+def isolated_peer(ms: float, crash_at: int | None = None) -> Implementation:
+    """An implementation under test in a worker process of its own (`_peer_in_worker` there), as an
+    `--impl` runs by default: this process never prepares it."""
+    def here(*_):
+        raise AssertionError("an isolated implementation is prepared in its worker process")
+    return Implementation("isolated_peer", (Serves("tree_accept"),), here, device="cuda",
+                          worker=functools.partial(_peer_in_worker, ms, crash_at))
 
 
 OPTS = TimingOptions(budget_s=5, target=0.01, min_samples=10, max_samples=100, warmup_s=0, sample_ms=0.5)

@@ -11,7 +11,7 @@ from kdtr.bench import runner as bench_runner
 from kdtr.bench import BenchSettings
 from kdtr.ops import get_op
 from kdtr.ops.base import Case
-from tests.bench.fakes import OPTS, FakeCuda, _fake_gpu_env
+from tests.bench.fakes import OPTS, FakeCuda, _fake_gpu_env, cuda_inputs_on_the_cpu, isolated_peer
 
 
 # -- the device timer's logic against a fake CUDA (the real one runs on the H200) --------------------
@@ -182,6 +182,50 @@ def test_every_implementation_of_a_case_is_timed_by_one_plan_on_a_fake_clock(mon
         else:
             assert other.timing.mode == "cold-flush" and other.timing.calls_per_sample == 1
             assert "not timed by the case's method" in other.check and "peer" not in ours.speedups
+
+
+def test_an_isolated_impl_is_timed_by_the_case_s_plan_in_its_worker(monkeypatch):
+    """An --impl in a worker process of its own makes the case's input sets there with its own
+    prepare and is timed by the case's plan (mode, sets, calls a sample), on its worker's fake clock:
+    its row gets its ratio (20x) as an in-process baseline's does. Before, it was timed on one input
+    set (cold-flush, one call a sample) and got none. A crash in its worker while it makes its sets
+    still fails its row only."""
+    from types import SimpleNamespace
+
+    from kdtr.impl import isolation
+
+    fake = FakeCuda()
+    op = get_op("tree_accept")
+    env = _fake_gpu_env(monkeypatch, 1 << 16, fake=fake)
+    env.device = "cuda"                # the peer's device is the run's (else a host-clocked row)
+    cuda_inputs_on_the_cpu(monkeypatch)
+    monkeypatch.setattr(op, "run_cuda", lambda variant, inputs, params, outputs: (
+        _fake_run_cuda(op)(variant, inputs, params, outputs), fake.kernel(0.002)()))
+    case = Case("c", "tree_accept", "default", 9, dict(op._defaults, batch=4, budget=8, depth=4))
+    item = bench.cases.BenchItem("c", "tree_accept", "default", case.params, "test", case=case)
+    try:
+        for crash_at in (None, 2):
+            peer = isolated_peer(0.040, crash_at)
+            settings = BenchSettings(timing=replace(OPTS, budget_s=0.05, min_samples=3), baselines=(),
+                                     back_to_back=False, impls=(SimpleNamespace(load=lambda peer=peer: peer),))
+            runner = bench_runner._CaseRunner(env, settings, item, lambda s: None, None)
+            ours, mine = runner.run()
+            plan = runner.plans["cold"]
+            assert (plan.mode, plan.sized_by) == ("cold-rotate", "cuda") and plan.sets > 1
+            assert ours.timing is not None and ours.timing.median == pytest.approx(0.002)
+            if crash_at is None:
+                assert mine.check_passed and "the case's method" not in mine.check, mine.check
+                assert (mine.timing.mode, mine.timing.method, mine.timing.calls_per_sample) == \
+                    (plan.mode, plan.method, plan.calls_per_sample), mine.timing
+                assert f"{plan.sets} input sets rotated" in mine.timing.note
+                assert mine.timing.median == pytest.approx(0.040)
+                assert ours.speedups["isolated_peer"] == pytest.approx(20, rel=1e-3)
+            else:
+                assert mine.check_passed is False and mine.timing is None
+                assert "crashed while timed: its worker process died" in mine.check, mine.check
+                assert "isolated_peer" not in ours.speedups
+    finally:
+        isolation.stop_workers()
 
 
 def test_the_sdpa_guard_counts_what_pytorch_holds_cached_as_free(monkeypatch):
