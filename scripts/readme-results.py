@@ -16,7 +16,7 @@ from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"
 CHAIN = "h100/bench-chain.json"       # the serving suite's chain cases: ours, FlashMLA, SGLang, one plan a case
-SMALL = "h100/bench-mma99.json"       # the serving suite: the 99 KB kernel beside bf16_mma, SGLang
+SMALL = "h100/s16/bench-mma99.json"   # the serving suite: the 99 KB kernel beside bf16_mma, SGLang
 PEERS = ("flashmla", "sglang_triton")
 
 
@@ -91,9 +91,9 @@ def small_table() -> list[str]:
     sglang = sorted(r["speedups"]["sglang_triton"] for r in m99.values() if "sglang_triton" in r["speedups"])
     within = sum(x <= 1.25 for x in ratios)
     eight = sum(x >= 8 for x in sglang)
-    return ["", f"`results/{SMALL}` (same card and code; the 99 KB block before session 15's redesign): "
+    return ["", f"`results/{SMALL}` (H100, {code_of(bench['meta'])}; 48-row tiles): "
             f"bf16_mma99 takes {ratios[0]:.2f}-{ratios[-1]:.2f}× bf16_mma's time (median "
-            f"{ratios[len(ratios) // 2]:.2f}×; ≤ 1.25× in {within} of {len(ratios)} serving cases) and beats SGLang "
+            f"{ratios[len(ratios) // 2]:.2f}×; ≤ 1.25× in {within} of {len(ratios)} cases) and beats SGLang "
             f"{sglang[0]:.1f}-{sglang[-1]:.1f}× (≥ 8× in {eight} of {len(sglang)})."]
 
 
