@@ -115,9 +115,9 @@ KERNELS = (
                rows=34, keys=16, threads=384, smem=228592, min_sm=90,    # mma m16n8k4 f64: sm_90
                max_split_keys=1024),             # rel L2 7.2e-7 at 2k keys in one split (1.4e-6 at 8k)
     AttnKernel(op="verify_attn", variant="fp32", name="fp32_ffma99", role="fallback",
-               serves="GPUs where neither fp32 kernel above runs: A100 (sm_80) and 101,376 B of shared "
-                      "memory a block (sm_86, sm_89, sm_120, sm_121); exact fp32 on FFMA at 16-row x 8-key "
-                      "tiles, run on the CPU emulator, not yet on a GPU",
+               serves="GPUs where neither fp32 kernel above runs: A100 (sm_80) and 101,376 B of shared memory a "
+                      "block (sm_86, sm_89, sm_120, sm_121); exact fp32 on FFMA at 16-row x 8-key tiles; run on the "
+                      "CPU emulator and on an H100 as sm_120 (every fp32 golden, results/h100/s16/)",
                rows=16, keys=8, threads=256, smem=79104, min_sm=80, split_min_tiles=8),
     AttnKernel(op="verify_attn", variant="bf16_paged", name="bf16_wgmma2", role="default",
                serves="sm_90 (H100, H200: wgmma is sm_90a code), every shape",
@@ -129,9 +129,11 @@ KERNELS = (
                serves="GPUs other than sm_90 with 166,208 B of shared memory a block (sm_80, sm_100)",
                rows=64, keys=32, threads=256, smem=166144, min_sm=80),
     AttnKernel(op="verify_attn", variant="bf16_paged", name="bf16_mma99", role="fallback",
-               serves="GPUs where bf16_mma does not fit: 101,376 B of shared memory a block (sm_86, sm_89, "
-                      "sm_120, sm_121); 48-row x 16-key tiles, Q in registers, 4 warps a row group, a 4-stage K/V "
-                      "ring; run on the CPU emulator, not yet on a GPU (its 48 x 16 predecessor ran on an H100)",
+               serves="GPUs where bf16_mma does not fit: 101,376 B of shared memory a block (sm_86, sm_89, sm_120, "
+                      "sm_121); 48-row (32 where they pad a request's Q·H rows less) x 16-key tiles, Q in "
+                      "registers, 4 warps a row group, a 4-stage K/V ring; run on the CPU emulator and on an H100 "
+                      "as sm_120 (results/h100/s16/bench-mma99-rows.json: with the row choice 0.62-1.20x bf16_mma's "
+                      "time on 29 serving cases)",
                rows=48, keys=16, threads=384, smem=mma99_smem(48, 4), min_sm=80, split_min_tiles=8,
                launch_knobs=(SPLITS_KNOB, M99_ROWS),
                # modeled, not fitted (kernels/NOTES.md, "bf16_mma99"): a 16-key step 0.65 us (shared
