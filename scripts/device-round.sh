@@ -26,8 +26,8 @@
 #   knobs      bf16_wgmma2's opt-in knobs one at a time (PDL, staged epilogue, balanced schedule) on
 #              specs/ab/wgmma2_vs_flashmla.yaml, FlashMLA beside
 #   ab         specs/ab/wgmma2_vs_flashmla.yaml whole: default, session-15 build, FlashMLA
-#   split      the serving suite's chain cases: the default (balanced schedule on), it off (f651642),
-#              PDL on, the staged epilogue on, FlashMLA beside (which knob costs what, where)
+#   split      the serving suite's chain cases: the default (f651642's kernel), each session-15 knob
+#              alone (balanced schedule, PDL, staged epilogue), FlashMLA beside (which costs what, where)
 #   m99rows    the serving suite, bf16_mma then bf16_mma99 forced, and bf16_mma99 at 32-row tiles
 #              (its row tile's A/B: 48 rows waste a third of a 64-row request)
 #   ncu        ncu sections of ours and FlashMLA on two chain cases FlashMLA wins (mixed B=32, H=128)
@@ -85,7 +85,7 @@ if want ab; then
   pack
 fi
 if want split; then
-  step 260 kd bench "$serving" -k chain "${wgmma2[@]}" --define bf16_wgmma2:WG2_LPT=0 \
+  step 260 kd bench "$serving" -k chain "${wgmma2[@]}" --define bf16_wgmma2:WG2_LPT=1 \
       --define bf16_wgmma2:WG2_PDL=1 --define bf16_wgmma2:WG2_STAGED_STORE=1 \
       --time-limit 240 --json "$out/bench-split.json"
   pack

@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable, Iterable
 
 from ..errors import UsageError
+from ..runtime.nvrtc import source_default
 
 if TYPE_CHECKING:
     from ..impl import ImplRef
@@ -73,6 +74,14 @@ _KNOB = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _VALUE = re.compile(r"[A-Za-z0-9_.+-]+")
 
 
+def _launch_value_ok(kernel, knob: str, value: str) -> bool:
+    """A launch knob's value: 0 or 1 for a switch (its source's default is 0 or 1: bf16_wgmma2's
+    WG2_LPT, WG2_PDL), else a positive integer (SPLITS, CHUNK, M99_ROWS)."""
+    if source_default(kernel.source, knob) in ("0", "1"):
+        return value in ("0", "1")
+    return value.isdigit() and int(value) >= 1
+
+
 def kernel_builds(kernels: Iterable[str] = (), defines: Iterable[str] = ()) -> tuple[KernelBuild, ...]:
     """The builds of `--kernel NAME` (each plain) then `--define NAME:KNOB=VALUE[,KNOB=VALUE...]`
     (each one build), in that order; every name one our ops can force, each build given once.
@@ -94,9 +103,11 @@ def kernel_builds(kernels: Iterable[str] = (), defines: Iterable[str] = ()) -> t
                          + ", ".join(f"{k.name} ({k.op})" for k in registry.values()))
     for i, build in enumerate(builds):
         launch = tuple(k for k, _ in build.defines if k in registry[build.name].launch_knobs)
-        bad = [f"{k}={v}" for k, v in build.defines if k in launch and not (v.isdigit() and int(v) >= 1)]
+        kernel = registry[build.name]
+        bad = [f"{k}={v}" for k, v in build.defines if k in launch and not _launch_value_ok(kernel, k, v)]
         if bad:
-            raise UsageError(f"--define {build.label}: {', '.join(bad)}: a launch knob takes a positive integer")
+            raise UsageError(f"--define {build.label}: {', '.join(bad)}: a launch knob takes a positive integer "
+                             "(a switch, one whose source default is 0 or 1, takes 0 or 1)")
         builds[i] = replace(build, launch=launch)
     twice = [label for label, n in Counter(b.label for b in builds).items() if n > 1]
     if twice:
