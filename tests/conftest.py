@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import secrets
+
 import pytest
 
 from kdtr.config import config
@@ -20,6 +23,15 @@ def gpu_skip_reason() -> str | None:
     except Exception as exc:  # noqa: BLE001 - any import failure is the reason itself
         detail = f"torch cannot be imported ({exc})"
     return f"no CUDA GPU: {detail}"
+
+
+def pytest_configure(config):
+    """Draw the session's fresh test seed once, here in the main process, so that pytest-xdist's
+    workers (which inherit this environment) all see the same one: it is in test ids
+    (tests/kernels/test_cuda_kernels.py's FRESH_SEED), and workers that collect different ids
+    stop the run. Set KDTREE_TEST_SEED yourself to replay a seed."""
+    if not hasattr(config, "workerinput") and not os.environ.get("KDTREE_TEST_SEED"):
+        os.environ["KDTREE_TEST_SEED"] = str(secrets.randbelow(1 << 31))
 
 
 def pytest_collection_modifyitems(config, items):

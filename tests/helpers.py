@@ -51,12 +51,15 @@ def perturbed_copy(src: Path, dst: Path) -> None:
 
 
 def make_goldens(folder: Path) -> Path:
-    """Goldens of the small suites (two tree_build, one tree_accept, two verify_attn cases) under folder."""
+    """Goldens of the small suites (two tree_build, one tree_accept, two verify_attn cases) under folder.
+    In this process (--jobs 1): five small cases take milliseconds, while the default's worker
+    processes take most of a second to start, for each of the 150-odd tests that need goldens (the
+    workers' path is tested by tests/spec/test_refs.py, and gives the same bytes)."""
     specs = folder / "specs"
     specs.mkdir()
     for op, cases in SMALL_CASES.items():
         (specs / f"{op}.yaml").write_text(SMALL_SUITE.format(op=op, cases=cases))
-    result = invoke("gen-refs", specs, "-o", folder / "goldens")
+    result = invoke("gen-refs", specs, "-o", folder / "goldens", "--jobs", "1")
     assert result.exit_code == 0, result.output
     return folder / "goldens"
 

@@ -25,7 +25,8 @@ from kdtr.ops.tree_build.cuda import REGISTER_BUDGET_MAX
 TREE_BUILD, TREE_ACCEPT, VERIFY_ATTN = get_op("tree_build"), get_op("tree_accept"), get_op("verify_attn")
 POISON_I32 = 0x7EADBEEF
 POISON_U8 = 0xCD
-# Two fixed seeds and one fresh per session (in the test ids; KDTREE_TEST_SEED replays one).
+# Two fixed seeds and one fresh per session (in the test ids; KDTREE_TEST_SEED replays one). The
+# session's is drawn by tests/conftest.py's pytest_configure, once for all of pytest-xdist's workers.
 FRESH_SEED = int(os.environ.get("KDTREE_TEST_SEED") or secrets.randbelow(1 << 31))
 SEEDS = (11, 2024, FRESH_SEED)
 ATTN_SEEDS = (11, FRESH_SEED)
