@@ -132,6 +132,15 @@ WRONG = """
         out = torch.bmm(weights, keys[..., :LATENT]).view(batch, q_len, heads, LATENT)
         return {"out": out, "lse": lse}
 
+    def one_element_off(inputs, params):
+        '''The largest |out| element 1e-3 too large, relatively; everything else as honest.'''
+        got = honest(inputs, params)
+        out = got["out"].clone()
+        flat = out.view(-1)
+        at = int(torch.argmax(flat.abs()))
+        flat[at] = flat[at] * (1 + 1e-3)
+        return {"out": out, "lse": got["lse"]}
+
     def paged_lse_off(inputs, params):
         '''bf16_paged: the torch backend's outputs, lse 2e-4 off.'''
         got = get_op("verify_attn").run_torch("bf16_paged", inputs, params)
@@ -160,6 +169,20 @@ def test_issue_35s_wrong_implementations_fail_on_every_golden(default_goldens, w
                  "verify_attn/bf16_paged={}:paged_lse_off"):
         verdicts = _verdicts(goldens, impl.format(wrong_file), tmp_path)
         assert verdicts and not any(verdicts), (impl, verdicts)
+
+
+def test_one_element_off_by_1e_3_relative_still_fails(default_goldens, wrong_file, tmp_path):
+    """One element of `out` 1e-3 off, relatively (kept from the derived bound's tests): the gate fails
+    that element alone, and the honest twin passes the same golden."""
+    bundle = default_goldens / "verify_attn" / "fp32_b2_h8_p0_n8.kdtr"
+    assert _verdicts(bundle, f"verify_attn/fp32={wrong_file}:honest", tmp_path) == [True]
+    record = tmp_path / "wrong.json"
+    wrong = kdtree("verify", bundle, "--impl", f"verify_attn/fp32={wrong_file}:one_element_off",
+                   "--json", record, cwd=tmp_path)
+    assert wrong.returncode == 1, wrong.stdout + wrong.stderr
+    (row,) = json.loads(record.read_text())["rows"]
+    out = next(o for o in row["outputs"] if o["name"] == "out")
+    assert not out["passed"] and out["mismatches"] == 1 and "gate" in out["reason"], out
 
 
 def test_a_golden_with_one_lse_moved_fails_on_torch(default_goldens, tmp_path):
