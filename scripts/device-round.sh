@@ -7,10 +7,13 @@
 # default order:
 #   install  the peers' wheels into /tmp/site (sgl-flash-mla, sglang, nvidia-ml-py)
 #   verifyab the verify_attn goldens (gen-refs of that suite) with our kernels natively (bf16_wgmma2,
-#            fp32_bf16x3/fp32_dmma) and as sm_120 (bf16_mma99, fp32_ffma99), --trials 2
-#   chain    the serving suite's chain cases: our default bf16_wgmma2 (the f651642 kernel), the
-#            session-15 build of it ($new_wgmma2, opt-in) and FlashMLA, one timing plan a case for all,
-#            with the memory the allocator holds after each case
+#            fp32_bf16x3/fp32_dmma) and as sm_120 (bf16_mma99, fp32_ffma99), --trials 2; the GPU tests
+#            of bf16_wgmma2's opt-in paths (balanced schedule, PDL, staged epilogue: fresh inputs,
+#            poisoned outputs, graph replays)
+#   chain    the serving suite's chain cases: our default bf16_wgmma2 (the f651642 kernel), its
+#            PDL build (the next default candidate: kernels/NOTES.md, session 16), its balanced
+#            schedule, and FlashMLA in its worker process, one timing plan a case for all, with the
+#            memory the allocator holds after each case
 #   mma99    the serving suite, bf16_mma then bf16_mma99 forced by name (same card, same run: the
 #            99 KB kernel's ratio to bf16_mma is its "vs 1st"), and SGLang's Triton kernel
 # more parts (name them):
@@ -58,12 +61,14 @@ if want verifyab; then
   step 45 kd verify goldens/verify_attn --backend cuda --trials 2 -q --json "$rec/verify-attn-native.json"
   KDTREE_GPU=sm_120 step 45 kd verify goldens/verify_attn --backend cuda --trials 2 -q \
       --json "$rec/verify-attn-as-sm120.json"
+  step 90 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_attn_schedule.py \
+      --junitxml "$rec/pytest-schedule-native.xml"
   pack
 fi
 if want chain; then
   # written under OUT itself: the record is rewritten after every case, so a call cut short keeps it
-  step 130 kd bench "$serving" -k chain "${wgmma2[@]}" --define "$new_wgmma2" --time-limit 110 \
-      --json "$out/bench-chain.json"
+  step 170 kd bench "$serving" -k chain "${wgmma2[@]}" --define bf16_wgmma2:WG2_PDL=1 \
+      --define bf16_wgmma2:WG2_LPT=1 --time-limit 150 --json "$out/bench-chain.json"
   pack
 fi
 if want peers; then
