@@ -3,17 +3,19 @@ through shared memory: the one packing both sides use.
 
 A message is pickled onto the pipe as multiprocessing's Connection.send would, except that a numpy
 array of SHARED_MIN_BYTES or more is written to a file of its own in the worker's carry folder, on
-/dev/shm (tmpfs: memory) where there is one, and only its path, dtype and shape go through the pipe;
-the receiver reads it into an array of its own and unlinks it. Pickling 2.4 GB through a pipe took
-11.3 s on an H100 host (about 0.2 GB/s); this is two copies in memory. Where the folder is full
-(ENOSPC) the array is pickled through the pipe as before. The folder is the caller's
-(`CarryFolder`): it empties it after every exchange and removes it when the worker ends, however it
-ends (a crash, a kill at the timeout, Ctrl-C), and at its own exit, so nothing is left in /dev/shm
-(but where the caller itself is SIGKILLed); the worker only writes files into it.
+/dev/shm (tmpfs: memory) where there is a roomy one, else in the temporary folder, and only its
+path, dtype and shape go through the pipe; the receiver reads it into an array of its own and
+unlinks it. Pickling 2.4 GB through a pipe took 11.3 s on an H100 host (about 0.2 GB/s); this is
+two copies in memory. Where the folder has no room for an array it is pickled through the pipe as
+before (`Carrier.inlined` counts it). The folder is the caller's (`CarryFolder`): it empties it
+after every exchange and removes it when the worker ends, however it ends (a crash, a kill at the
+timeout, Ctrl-C), and at its own exit, so nothing is left in /dev/shm (but where the caller itself
+is SIGKILLed); the worker only writes files into it.
 """
 
 from __future__ import annotations
 
+import errno
 import io
 import itertools
 import os
@@ -29,6 +31,7 @@ import numpy as np
 
 SHARED_MIN_BYTES = 1 << 20      # smaller arrays are pickled through the pipe
 SHM = "/dev/shm"
+SHM_MIN_BYTES = 1 << 30         # a smaller /dev/shm (a container's 64 MB) is passed over for the temporary folder
 
 
 class CarryError(Exception):
@@ -37,12 +40,16 @@ class CarryError(Exception):
 
 
 class CarryFolder:
-    """The caller's side: a fresh folder for one worker's arrays (on /dev/shm where there is one,
-    else the temporary folder), emptied after each exchange (`clear`) and removed at the worker's
-    end (`remove`)."""
+    """The caller's side: a fresh folder for one worker's arrays (on /dev/shm where there is one of
+    SHM_MIN_BYTES or more, else the temporary folder: its page cache), emptied after each exchange
+    (`clear`) and removed at the worker's end (`remove`)."""
 
     def __init__(self) -> None:
-        where = SHM if os.path.isdir(SHM) and os.access(SHM, os.W_OK) else None
+        try:
+            roomy = os.access(SHM, os.W_OK) and shutil.disk_usage(SHM).total >= SHM_MIN_BYTES
+        except OSError:
+            roomy = False
+        where = SHM if roomy else None
         self.path = tempfile.mkdtemp(prefix="kdtr-carry-", dir=where)
         # removed at the latest when this is collected or the caller exits (not when it is SIGKILLed)
         self._removal = weakref.finalize(self, shutil.rmtree, self.path, ignore_errors=True)
@@ -96,6 +103,9 @@ class Carrier:
         flat = np.ascontiguousarray(array.T if transposed else array).reshape(-1).view(np.uint8)
         path = os.path.join(self.folder, f"{os.getpid()}-{next(self._names)}")
         try:
+            room = os.statvfs(self.folder)
+            if room.f_bavail * room.f_frsize < flat.nbytes:
+                raise OSError(errno.ENOSPC, "no room for it", self.folder)
             with open(path, "xb", buffering=0) as file:
                 view = memoryview(flat)
                 while view:

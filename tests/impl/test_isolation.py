@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 import textwrap
 from multiprocessing import Pipe
 
@@ -232,6 +234,20 @@ def test_a_large_array_goes_through_a_shared_file_and_only_its_name_through_the_
     finally:
         folder.remove()
     assert not os.path.exists(folder.path)
+
+
+def test_the_carry_folder_is_on_dev_shm_unless_that_is_small(monkeypatch):
+    from kdtr.impl import carry
+
+    folders = [CarryFolder()]
+    roomy = os.path.isdir("/dev/shm") and shutil.disk_usage("/dev/shm").total >= carry.SHM_MIN_BYTES
+    monkeypatch.setattr(carry, "SHM_MIN_BYTES", 1 << 60)        # a container's 64 MB /dev/shm
+    folders.append(CarryFolder())
+    for folder in folders:
+        folder.remove()
+    assert os.path.dirname(folders[0].path) == ("/dev/shm" if roomy else tempfile.gettempdir())
+    assert os.path.dirname(folders[1].path) == tempfile.gettempdir()
+    assert not any(os.path.exists(folder.path) for folder in folders)
 
 
 def test_no_carry_file_is_left_when_the_worker_dies_after_writing_its_arrays(tmp_path, monkeypatch):
