@@ -33,10 +33,13 @@ import numpy as np
 
 from ..errors import ConfigError, KdtreeError
 from .base import CaseData, Implementation, ImplUnavailable, Produced
+from .carry import Carrier, CarryFolder
 
 ISOLATE_VARIABLE = "KDTREE_ISOLATE"
 GRACE_S = 10.0              # past the case timeout(s), before a worker that has not answered is killed
-BYTES_PER_S = 1e8           # ... and a second per 100 MB of the case's arrays, to carry them both ways
+BYTES_PER_S = 2.5e8         # ... and a second per 250 MB of the case's arrays, to carry them both ways
+                            # (kdtr.impl.carry, shared memory: 0.35-1.3 GB/s one way on the 2-core box)
+PIPE_BYTES_PER_S = 1e8      # ... and per 100 MB pickled through the pipe where the carry folder was full
 JOIN_S = 5.0
 
 
@@ -92,37 +95,46 @@ class _Worker:
     A plain child process (`python -c`), not multiprocessing's spawn: that runs the caller's main
     module again in the child, which breaks a script without a `__main__` guard. The child gets
     this process's sys.path, environment and working directory, and the recipe as its first
-    message."""
+    message. Large arrays travel both ways through its carry folder (kdtr.impl.carry), which this
+    side empties after every exchange and removes when the worker ends."""
 
     def __init__(self, recipe: Callable[[], Implementation], label: str):
+        self.folder = CarryFolder()
         theirs_in, ours_out = os.pipe()          # requests: we write, it reads
         ours_in, theirs_out = os.pipe()          # replies: it writes, we read
         code = ("import sys, json; sys.path[:] = json.loads(sys.argv[1]); "
-                "from kdtr.impl.worker import main; main(*map(int, sys.argv[2:]))")
+                "from kdtr.impl.worker import main; main(*map(int, sys.argv[2:5]), sys.argv[5])")
         try:
             self.process = subprocess.Popen(
                 [sys.executable, "-c", code, json.dumps(sys.path), str(theirs_in), str(theirs_out),
-                 str(os.getpid())], pass_fds=(theirs_in, theirs_out), stdin=subprocess.DEVNULL)
+                 str(os.getpid()), self.folder.path], pass_fds=(theirs_in, theirs_out), stdin=subprocess.DEVNULL)
+        except BaseException:
+            self.folder.remove()
+            raise
         finally:
             os.close(theirs_in)
             os.close(theirs_out)
         self.label = label
         self.requests = Connection(ours_out, readable=False)
         self.replies = Connection(ours_in, writable=False)
+        self.carrier = Carrier(self.folder.path)
         self.token = 0                       # the call it keeps (WorkerCall): the last case's
-        self.requests.send(recipe)
+        self.carrier.send(self.requests, recipe)
 
     def ask(self, request: Any, limit_s: float | None = None) -> Any:
         """Send `request`, return the reply. _Died when the worker ends meanwhile, _NoAnswer (it is
-        killed) when `limit_s` passes first; on any other way out (Ctrl-C) it is stopped."""
+        killed) when `limit_s` passes first; on any other way out (Ctrl-C) it is stopped. Either
+        way no array file of the exchange is left in its carry folder."""
         try:
             try:
-                self.requests.send(request)
+                self.carrier.send(self.requests, request)
             except (OSError, EOFError):
                 raise _Died(self._ended()) from None
+            if limit_s is not None and self.carrier.inlined:    # the folder was full: both ways by pipe
+                limit_s += 2 * self.carrier.inlined / PIPE_BYTES_PER_S
             if wait([self.replies], timeout=limit_s):
                 try:
-                    return self.replies.recv()
+                    return self.carrier.recv(self.replies)
                 except (OSError, EOFError):       # its end of the pipe closed: it is gone
                     raise _Died(self._ended()) from None
             self.stop()
@@ -132,6 +144,8 @@ class _Worker:
         except BaseException:
             self.stop()                    # a reply may still come: this pipe is not to be read again
             raise
+        finally:
+            self.folder.clear()
 
     def _ended(self) -> str:
         try:
@@ -156,6 +170,7 @@ class _Worker:
         for conn in (self.requests, self.replies):
             if not conn.closed:
                 conn.close()
+        self.folder.remove()                 # it has ended: nothing writes there any more
 
 
 _WORKERS: dict[bytes, _Worker] = {}        # recipe (pickled) -> its worker

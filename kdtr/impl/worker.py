@@ -1,5 +1,6 @@
 """The worker process side of kdtr.impl.isolation: build the implementation, then answer requests
-(produce a case's outputs, time the call it kept) until the pipe closes."""
+(produce a case's outputs, time the call it kept) until the pipe closes; large arrays come and go
+through the caller's carry folder (kdtr.impl.carry)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any, Callable
 
 from ..errors import KdtreeError, reason
 from .base import HOST, CaseData, Implementation, ImplUnavailable, Produced, device_for
+from .carry import Carrier
 from .evaluation import produce
 from .rotation import prepare_sets
 
@@ -38,7 +40,7 @@ class _Kept:
         return self.call
 
 
-def main(requests_fd: int, replies_fd: int, parent: int) -> None:
+def main(requests_fd: int, replies_fd: int, parent: int, folder: str) -> None:
     """The worker's main: it dies with its parent, writes nothing to stdout (file descriptor 1 is
     stderr here, so the parent's stdout stays its own), prints a Python stack on a fatal signal
     (faulthandler), builds the implementation from the recipe it is sent first, then answers
@@ -50,8 +52,9 @@ def main(requests_fd: int, replies_fd: int, parent: int) -> None:
     faulthandler.enable()
     requests = Connection(requests_fd, writable=False)
     conn = Connection(replies_fd, readable=False)
+    carrier = Carrier(folder)                # its arrays of SHARED_MIN_BYTES or more go through `folder`
     try:
-        impl, why = requests.recv()(), None
+        impl, why = carrier.recv(requests)(), None
         if impl.device != HOST:
             import torch  # noqa: F401 - imported now, not inside its first case's timeout
     except BaseException as err:  # noqa: BLE001 - a recipe that fails here is every case's reason
@@ -59,12 +62,12 @@ def main(requests_fd: int, replies_fd: int, parent: int) -> None:
     kept = _Kept()
     while True:
         try:
-            request = requests.recv()
+            request = carrier.recv(requests)
         except (EOFError, OSError):
             return
         kind, *args = request
         if kind == "ready":
-            conn.send(why)
+            carrier.send(conn, why)
             continue
         if kind == "produce":
             reply = _produce(impl, kept, *args)
@@ -73,7 +76,7 @@ def main(requests_fd: int, replies_fd: int, parent: int) -> None:
                 reply = ("done", _time(impl, kept, *args) if kind == "time" else _take(kept, *args))
             except BaseException as err:  # noqa: BLE001 - timing failed: bench's row says why
                 reply = ("error", reason(err))
-        conn.send(reply)
+        carrier.send(conn, reply)
         if kind == "produce" and reply[3]:
             return
 

@@ -5,12 +5,18 @@ the record written; in real subprocesses where the exit code or the stream is th
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
 import textwrap
+from multiprocessing import Pipe
 
+import numpy as np
 import pytest
 
 from kdtr.impl import CaseData, ImplRef, Status, evaluate, resolve
 from kdtr.impl import isolation
+from kdtr.impl.carry import SHARED_MIN_BYTES, Carrier, CarryFolder
 from kdtr.ops import get_op
 from kdtr.ops.base import Case
 from tests.helpers import SMALL_SUITE, invoke, kdtree_env, run_kdtree
@@ -200,6 +206,77 @@ def _small(op_name="tree_accept", variant="default", **params):
     params = params or dict(batch=2, budget=6, depth=3)
     generated = op.generate(Case("t", op_name, variant, 3, dict(op._defaults, **params)))
     return CaseData(op, variant, generated.inputs, generated.params)
+
+
+def test_a_large_array_goes_through_a_shared_file_and_only_its_name_through_the_pipe():
+    """Arrays of SHARED_MIN_BYTES or more (contiguous, Fortran-ordered or strided) are written to the
+    carry folder and come back equal, each file unlinked as it is read; a smaller one is pickled;
+    where the folder cannot take a file the array is pickled through the pipe instead."""
+    folder = CarryFolder()
+    try:
+        big = np.arange(SHARED_MIN_BYTES // 2, dtype=np.float32)            # 2 MiB
+        arrays = {"big": big, "fortran": np.asfortranarray(big.reshape(512, -1)), "strided": big[::2],
+                  "small": np.arange(10)}
+        carrier = Carrier(folder.path)
+        packed = bytes(carrier.pack(("produce", arrays)))
+        assert len(packed) < 4096 and folder.path.encode() in packed and carrier.inlined == 0
+        assert len(os.listdir(folder.path)) == 3
+        folder.clear()
+        ours, theirs = Pipe(duplex=False)
+        carrier.send(theirs, ("produce", arrays))
+        kind, got = Carrier.recv(ours)
+        assert kind == "produce" and os.listdir(folder.path) == []
+        for name, array in arrays.items():
+            assert got[name].dtype == array.dtype and (got[name] == array).all()
+        assert got["fortran"].flags.f_contiguous and not np.shares_memory(got["big"], big)
+        full = Carrier(os.path.join(folder.path, "gone"))
+        assert len(full.pack(big)) > big.nbytes and full.inlined == big.nbytes
+    finally:
+        folder.remove()
+    assert not os.path.exists(folder.path)
+
+
+def test_the_carry_folder_is_on_dev_shm_unless_that_is_small(monkeypatch):
+    from kdtr.impl import carry
+
+    folders = [CarryFolder()]
+    roomy = os.path.isdir("/dev/shm") and shutil.disk_usage("/dev/shm").total >= carry.SHM_MIN_BYTES
+    monkeypatch.setattr(carry, "SHM_MIN_BYTES", 1 << 60)        # a container's 64 MB /dev/shm
+    folders.append(CarryFolder())
+    for folder in folders:
+        folder.remove()
+    assert os.path.dirname(folders[0].path) == ("/dev/shm" if roomy else tempfile.gettempdir())
+    assert os.path.dirname(folders[1].path) == tempfile.gettempdir()
+    assert not any(os.path.exists(folder.path) for folder in folders)
+
+
+def test_no_carry_file_is_left_when_the_worker_dies_after_writing_its_arrays(tmp_path, monkeypatch):
+    """A case with a large input; the worker writes a large array to the carry folder and dies
+    before its reply goes: the case fails with the cause as before, and the folder is gone."""
+    folders = []
+    monkeypatch.setattr(isolation, "CarryFolder", lambda: folders.append(CarryFolder()) or folders[-1])
+    path = tmp_path / "dies.py"
+    path.write_text(textwrap.dedent("""
+        import os
+        import numpy as np
+        from pathlib import Path
+        from kdtr.impl import carry
+        def fn(inputs, params):
+            def pack_then_die(self, message):
+                real(self, np.zeros(2 << 20, np.uint8))        # an array written to the folder ...
+                Path(__file__).with_suffix(".log").write_text(" ".join(os.listdir(self.folder)))
+                os._exit(0)                                     # ... and the worker dies before it goes
+            real, carry.Carrier.pack = carry.Carrier.pack, pack_then_die
+            return {}
+    """))
+    spec = f"tree_accept={path}:fn"
+    data = _small()
+    data = CaseData(data.op, data.variant, {**data.inputs, "pad": np.ones(4 << 20, np.uint8)}, data.params)
+    outcome = evaluate(ImplRef(spec, spec).load(), data)
+    assert outcome.status is Status.ERROR and outcome.error_type == "WorkerDied", outcome
+    assert "its worker process died running this case: it exited with status 0" in outcome.reason
+    assert len(path.with_suffix(".log").read_text().split()) == 1 and len(folders) == 1
+    assert not os.path.exists(folders[0].path)
 
 
 @pytest.mark.gpu
