@@ -14,14 +14,11 @@ import pytest
 
 from kdtr.ops.verify_attn import OP
 from kdtr.ops.verify_attn import cuda
+from kdtr.runtime.nvrtc import source_default
 
 SOURCE = Path(__file__).resolve().parents[2] / "kernels" / "verify_attn_bf16_mma99.cu"
 D, DV, STR, KEYS = 576, 512, 584, 16
 TILINGS = [(rows, stages) for rows in cuda.M99_CHOICES[cuda.M99_ROWS] for stages in cuda.M99_CHOICES[cuda.M99_STAGES]]
-
-
-def source_default(knob: str) -> int:
-    return int(re.search(rf"#ifndef {knob}\n#define {knob} (\d+)\n", SOURCE.read_text()).group(1))
 
 
 def test_the_source_the_registry_and_the_launch_agree():
@@ -31,7 +28,7 @@ def test_the_source_the_registry_and_the_launch_agree():
         formula = eval(macro.replace("M99_KEYS", str(KEYS)).replace("M99_STR", str(STR)),
                        {"rows": rows, "stages": stages})
         assert formula == cuda.mma99_smem(rows, stages) <= 101376 - 64
-    defaults = {knob: source_default(knob) for knob in cuda.M99_DEFAULTS}
+    defaults = {knob: int(source_default(SOURCE.name, knob)) for knob in cuda.M99_DEFAULTS}
     assert defaults == cuda.M99_DEFAULTS
     k = OP.cuda_kernel("bf16_mma99", "bf16_paged")
     rows = defaults[cuda.M99_ROWS]

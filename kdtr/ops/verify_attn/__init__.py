@@ -209,7 +209,7 @@ class VerifyAttn(Op):
 
     def launch_grid(self, variant, inputs, params, kernel):
         """(row tiles, B, KV splits): the split count is the launch's shape-dependent choice."""
-        built = cuda.as_built(self.cuda_kernel(kernel, variant), cuda.with_chosen_tiling(kernel, variant, inputs, None))
+        built, _ = cuda.launched_build(self.cuda_kernel(kernel, variant), variant, inputs, None)
         batch, _, _, tiles, splits = cuda.grid(built, inputs, Gpu.here().sms)
         return tiles, batch, splits
 

@@ -151,16 +151,17 @@ def mma99_rows(rows_per_request: int) -> int:
     return 32 if -(-rows_per_request // 32) * 32 < -(-rows_per_request // 48) * 48 else 48
 
 
-def with_chosen_tiling(name: str, variant: str, inputs, defines) -> dict:
-    """`defines` with the launch's shape-dependent build choices added where the caller gave none:
-    bf16_mma99's M99_ROWS (mma99_rows; left out at the default 48, so that build is the plain one)."""
+def launched_build(k: AttnKernel, variant: str, inputs, defines) -> tuple[AttnKernel, dict]:
+    """The build of k a launch on these inputs runs, and its defines: the caller's, with the
+    launch's shape-dependent choices added where the caller gave none (bf16_mma99's M99_ROWS by
+    mma99_rows, left out at the default 48 so that build is the plain one), then as_built."""
     defines = dict(defines or {})
-    if name == "bf16_mma99" and M99_ROWS not in defines:
+    if k.name == "bf16_mma99" and M99_ROWS not in defines:
         _, q_len, heads, _ = LAYOUTS[variant].dims(inputs)
         rows = mma99_rows(q_len * heads)
         if rows != M99_DEFAULTS[M99_ROWS]:
             defines[M99_ROWS] = str(rows)
-    return defines
+    return as_built(k, defines), defines
 
 
 def as_built(k: AttnKernel, defines) -> AttnKernel:
@@ -301,9 +302,8 @@ def run_cuda(op, variant, inputs, params, outputs, kernel=None, splits=None, def
     schedule (kernels/attn_schedule.cuh) and its merge, which finishes the requests it split."""
     from ctypes import c_int, c_void_p
 
-    name = kernel or op.kernel_choice(variant, inputs, params)
-    defines = with_chosen_tiling(name, variant, inputs, defines)
-    k = as_built(op.cuda_kernel(name, variant), defines)
+    k, defines = launched_build(op.cuda_kernel(kernel or op.kernel_choice(variant, inputs, params), variant),
+                                variant, inputs, defines)
     layout = LAYOUTS[variant]
     sms = multiprocessor_count()
     batch, q_len, heads, tiles, auto_splits = grid(k, inputs, sms)
