@@ -26,8 +26,10 @@
 //   SMs of the fair share, 0: lpt_chunk as given). A request of one chunk writes out/lse, otherwise
 //   partials at slot y ([slot][Q*H rows]) and block (0, 0) writes lpt_meta; then
 //   verify_attn_bf16_wgmma2_merge_lpt (grid = (Q*H, B), block = 128) merges the requests
-//   it split. With WG2_PDL both are launched as programmatic dependents: nothing global is read
-//   before griddepcontrol.wait (checked in the SASS: no load precedes its ACQBULK).
+//   it split. With WG2_PDL both wait for the grid before them, and the launch makes them programmatic
+//   dependents for one request: nothing global is read before griddepcontrol.wait (checked in the
+//   SASS of session 16's build: no load precedes its ACQBULK; and on the H100 in session 17 by graph
+//   replays of one request, hint build included, whose q a kernel rewrites right before each).
 //
 // Numerical contract: bf16 inputs, fp32 accumulation on tensor cores (wgmma m64nNk16 bf16); scores
 //   in the log2 domain: the row max m over the raw fp32 dot products, scaled once,
@@ -57,14 +59,20 @@
 //      column, loads its rows' slots from global one tile ahead, and refills a tile with 36 cp.async at
 //      immediate offsets from 4 row pointers (~50 SASS instructions per thread).
 //
-// Knobs (compile-time; the op's launch sets none but the two it reads):
-//   WG2_LPT 1 / WG2_PDL 1 (also read by the launch, their defaults from this file): the balanced
-//     schedule / programmatic dependent launches. WG2_STAGED_STORE 1: the epilogue stores whole rows
-//     through shared memory (the same bytes). All three default to 0, the kernel of f651642 SASS for
-//     SASS. Measured on the H100 (kernels/NOTES.md, session 16; results/h100/s16/): the schedule
-//     gains 1-17% on mixed batches and costs 1-10% on batches of equal requests (which the host
-//     cannot tell apart); PDL gains 4-9% at B=1 and is within 3% elsewhere; the staged epilogue
-//     gains 3-4% at H=128 and costs 6-8% at B=1. Opt-in: `--define bf16_wgmma2:WG2_LPT=1`, etc.
+// Knobs (compile-time; the launch reads WG2_LPT and WG2_PDL, and sets WG2_KV_HINT by the call's size):
+//   WG2_LPT / WG2_PDL (also read by the launch, their defaults from this file): the balanced
+//     schedule / main and merge waiting for the grid before them (griddepcontrol), which the launch
+//     makes programmatic dependents for one request (PDL_MAX_BATCH in kdtr/ops/verify_attn/cuda.py).
+//     WG2_STAGED_STORE 1: the epilogue stores whole rows through shared memory (the same bytes).
+//     WG2_KV_HINT 1: the key gather's cp.async carry an L2 evict-first policy (2: and a 256 B L2
+//     prefetch); the launch builds it so for calls of at most KV_HINT_MAX_BYTES (256 MB) of keys.
+//     Defaults: WG2_PDL 1, the others 0; WG2_PDL=0,WG2_KV_HINT=0 is the kernel of f651642 SASS for
+//     SASS. Measured on the H100 (kernels/NOTES.md, sessions 16-17; results/h100/s16, s17): the
+//     schedule gains 1-17% on mixed batches and costs 1-10% on batches of equal requests (which the
+//     host cannot tell apart); PDL gains 5-9% at B=1 and cost 3-6% at B=8 H=8 Q=4 (hence one
+//     request only); the hint gains 2-10% on calls of 2-153 MB of keys and costs 2-3% at 0.6-2.4 GB;
+//     the staged epilogue gains 3-4% at H=128 and costs 6-8% at B=1.
+//     `--define bf16_wgmma2:WG2_LPT=1`, `…:WG2_PDL=0`, `…:WG2_KV_HINT=0`, etc.
 //   WG2_PV_FIRST 0: WG1 publishes tile j + 1 before it issues its P·V_j (design 3's A/B).
 //   WG2_SKIP_RESCALE 1: a warp skips O's rescale when all its alphas are 1; not through the GPU tests
 //     or racecheck. Off by default.
@@ -130,12 +138,17 @@
 // programmatic dependents, so a launch overlaps the previous grid's tail; 0: plain launches.
 // Also read by the launch.
 #ifndef WG2_PDL
-#define WG2_PDL 0
+#define WG2_PDL 1
 #endif
 // 1: the epilogue stores the tile through shared memory, whole rows in 16-byte stores; 0: each
 // thread stores its fragments (4 or 8 bytes, 8 rows a warp instruction). The same bytes.
 #ifndef WG2_STAGED_STORE
 #define WG2_STAGED_STORE 0
+#endif
+// 1: the key gather's cp.async carry an L2 evict-first policy; 2: that and a 256 B L2 prefetch size
+// (gather_rows; the same bytes loaded). Also read by the launch, which sets 1 for small calls.
+#ifndef WG2_KV_HINT
+#define WG2_KV_HINT 0
 #endif
 #define WG2_OUT_PITCH (1024 + 16)             // bytes a staged bf16 row (padded: no bank conflicts)
 #define WG2_PART_PITCH (2048 + 32)            // ... a staged fp32 partial row
@@ -177,16 +190,33 @@ __device__ __forceinline__ void rescale(float (&o)[N], float al0, float al1) {
 // index math per chunk. All 9 blocks of the four rows; rows with 16 k >= nvalid_rg = (valid keys
 // in the tile) - rg, keys past the split end, are zero-filled and read nothing. (No rope-first
 // order: K-full covers the whole tile, and S reads the rope block last.)
+// WG2_KV_HINT 1 marks the keys' lines evict-first in L2 (each is read once, so the partials and the
+// slots keep their lines; FlashMLA's TMA loads carry the same hint), 2 also asks L2 to fetch 256 B a
+// miss (no better than 1 on the H100: results/h100/s17/bench-hints.json).
 __device__ __forceinline__ void gather_rows(unsigned dst, const unsigned char* src, const int (&slot)[4],
                                             int nvalid_rg) {
+#if WG2_KV_HINT
+    unsigned long long policy;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+#endif
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
         const unsigned char* row = src + (size_t)slot[k] * (ATTN_D * 2);
         const int sz = 16 * k < nvalid_rg ? 16 : 0;
 #pragma unroll
         for (int blk = 0; blk < WG_NCB; ++blk)
+#if WG2_KV_HINT == 2
+            asm volatile("cp.async.cg.shared.global.L2::cache_hint.L2::256B [%0], [%1], 16, %2, %3;\n"
+                         :: "r"(dst + k * 2048 + blk * WG_BLOCK), "l"(row + blk * 128), "r"(sz), "l"(policy)
+                         : "memory");
+#elif WG2_KV_HINT
+            asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n"
+                         :: "r"(dst + k * 2048 + blk * WG_BLOCK), "l"(row + blk * 128), "r"(sz), "l"(policy)
+                         : "memory");
+#else
             asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
                          :: "r"(dst + k * 2048 + blk * WG_BLOCK), "l"(row + blk * 128), "r"(sz) : "memory");
+#endif
     }
 }
 

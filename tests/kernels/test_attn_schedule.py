@@ -315,6 +315,7 @@ class RecordingGpu:
 
 # the session-15 paths, opt-in (the kernel's header, kernels/NOTES.md session 16): on in these tests
 ON = {"WG2_LPT": "1", "WG2_PDL": "1", "WG2_STAGED_STORE": "1"}
+HINT = {"WG2_KV_HINT": "1"}     # what the launch adds for a call of at most KV_HINT_MAX_BYTES of keys
 
 
 def launches(batch, defines=None, splits=None, seed=None, **params):
@@ -349,22 +350,24 @@ def test_a_mixed_batch_launches_the_schedule_and_its_merge():
     splits = splits_for(WGMMA2, 5 * 4, kv_mean, H100[1], 4 * rows)
     chunk = balanced_chunk(WGMMA2, kv_mean, splits)
     jobs = balanced_jobs(4, kv_mean, chunk)
-    assert (main["entry"], main["grid"], main["dependent"]) == ("verify_attn_bf16_wgmma2", (5, jobs, 1), True)
+    # 4 requests: plain launches (programmatic dependents only up to PDL_MAX_BATCH requests)
+    assert (main["entry"], main["grid"], main["dependent"]) == ("verify_attn_bf16_wgmma2", (5, jobs, 1), False)
     assert value(main["args"][11]) == 0                             # n_splits 0: the schedule
     ws_o, ws_m, ws_l, chunk_arg, sms_arg, meta = main["args"][-6:]
     assert tuple(ws_o.shape) == (jobs, rows, 512) and tuple(ws_m.shape) == tuple(ws_l.shape) == (jobs, rows)
     assert (value(chunk_arg), value(sms_arg), tuple(meta.shape)) == (chunk, H100[1], (8,))
     assert (merge["entry"], merge["grid"], merge["block"], merge["dependent"]) == (
-        "verify_attn_bf16_wgmma2_merge_lpt", (rows, 4), 128, True)
+        "verify_attn_bf16_wgmma2_merge_lpt", (rows, 4), 128, False)
     assert merge["args"][:4] == [ws_o, ws_m, ws_l, meta] and value(merge["args"][4]) == rows
 
 
 def test_one_request_launches_the_uniform_grid():
     _, log = launches(1, heads=16, prefix=2048, budget=16)
     main, merge = log
-    assert main["grid"][:2] == (5, 1) and main["grid"][2] > 1 and main["dependent"]
+    assert main["grid"][:2] == (5, 1) and main["grid"][2] > 1
     assert [value(a) for a in main["args"][-3:]] == [0, 0, None]   # no schedule
     assert merge["entry"] == "verify_attn_bf16_wgmma2_merge" and merge["grid"] == 17 * 16
+    assert main["dependent"] and merge["dependent"]                 # one request: PDL
 
 
 @pytest.mark.parametrize("how", ["splits_knob", "splits_argument", "lpt_off", "too_many_requests"])
@@ -384,7 +387,7 @@ def test_the_uniform_grid_where_the_schedule_is_off(how):
     if how != "too_many_requests":
         assert log[0]["grid"][2] == 2 and log[1]["entry"] == "verify_attn_bf16_wgmma2_merge"
     if how == "lpt_off":                                        # the build without the schedule
-        assert all(entry["defines"] == {**ON, "WG2_LPT": "0"} for entry in log)
+        assert all(entry["defines"] == {**ON, "WG2_LPT": "0", **HINT} for entry in log)
 
 
 # A fixed seed where a test counts on a split (and so a merge) of the mixed batch of 3: about one
@@ -396,7 +399,7 @@ def test_pdl_off_launches_plainly():
     _, log = launches(3, defines={"WG2_PDL": "0"}, heads=8, prefix=300, budget=8, prefix_mode="mixed",
                       seed=SPLIT_SEED)
     assert [entry["dependent"] for entry in log] == [False, False]
-    assert all(entry["defines"] == {**ON, "WG2_PDL": "0"} for entry in log)
+    assert all(entry["defines"] == {**ON, "WG2_PDL": "0", **HINT} for entry in log)
 
 
 def test_a_forced_chunk_is_taken_as_given():
@@ -436,21 +439,51 @@ def test_a_forced_chunk_balances_a_small_batch_too():
 
 # -- on an H100 / H200 (the balanced launch runs only there) -------------------------------------------
 
-def test_the_default_launch_is_the_f651642_kernel():
-    """Without defines a mixed batch gets the f651642 launch: the uniform grid, its merge, plain
-    launches, a build given no knob; the launch reads the build's defaults from the kernel's source,
-    so the two agree."""
+def test_the_default_launch_is_the_uniform_grid():
+    """Without defines a mixed batch gets the uniform grid and its merge as plain launches, from a
+    build given no knob (WG2_PDL's default 1 since session 17, but a batch of 3 is past
+    PDL_MAX_BATCH; the balanced schedule and the staged epilogue stay off): the launch reads the
+    build's defaults from the kernel's source, so the two agree."""
     _, log = launches(3, defines={k: None for k in ON}, heads=8, prefix=300, budget=8, prefix_mode="mixed",
                       seed=SPLIT_SEED)
-    from kdtr.ops.verify_attn.cuda import knob_on
+    from kdtr.ops.verify_attn.cuda import PDL_MAX_BATCH, knob_on
 
-    assert not any(knob_on(WGMMA2, {}, k) for k in ON)
+    assert {k: knob_on(WGMMA2, {}, k) for k in ON} == {"WG2_LPT": False, "WG2_PDL": True,
+                                                        "WG2_STAGED_STORE": False}
     source = (REPO_ROOT / "kernels" / "verify_attn_bf16_wgmma2.cu").read_text()
-    assert all(f"#ifndef {k}\n#define {k} 0\n" in source for k in ON)         # the build's defaults too
-    assert all(entry["defines"] == {} for entry in log)
-    assert [entry["dependent"] for entry in log] == [False, False]
+    defaults = {"WG2_LPT": 0, "WG2_PDL": 1, "WG2_STAGED_STORE": 0}
+    assert all(f"#ifndef {k}\n#define {k} {v}\n" in source for k, v in defaults.items())   # the build's too
+    assert all(entry["defines"] == HINT for entry in log)     # a small call: the L2 hint build
+    assert PDL_MAX_BATCH < 3 and [entry["dependent"] for entry in log] == [False, False]
     assert log[0]["grid"][1] == 3 and log[1]["entry"] == "verify_attn_bf16_wgmma2_merge"
     assert [value(a) for a in log[0]["args"][-3:]] == [0, 0, None]
+
+
+def test_a_large_call_runs_the_build_without_hints(monkeypatch):
+    """Past KV_HINT_MAX_BYTES of keys (here lowered below this case's ~0.5 MB) the launch builds the kernel
+    without the gather's L2 hints; a caller's WG2_KV_HINT is kept either way."""
+    from kdtr.ops.verify_attn import cuda
+
+    monkeypatch.setattr(cuda, "KV_HINT_MAX_BYTES", 40_000)
+    _, log = launches(3, defines={k: None for k in ON}, heads=8, prefix=300, budget=8, prefix_mode="mixed",
+                      seed=SPLIT_SEED)
+    assert all(entry["defines"] == {} for entry in log)
+    _, log = launches(3, defines={k: None for k in ON} | {"WG2_KV_HINT": "2"}, heads=8, prefix=300, budget=8,
+                      prefix_mode="mixed", seed=SPLIT_SEED)
+    assert all(entry["defines"] == {"WG2_KV_HINT": "2"} for entry in log)
+
+
+def test_the_default_launch_of_one_request_is_dependent():
+    _, log = launches(1, defines={k: None for k in ON}, heads=16, prefix=2048, budget=16)
+    assert [entry["dependent"] for entry in log] == [True, True]
+
+
+def test_pdl_off_is_the_f651642_launch():
+    """`WG2_PDL=0` gives f651642's launch: plain launches of the uniform grid and its merge."""
+    _, log = launches(3, defines={"WG2_LPT": None, "WG2_STAGED_STORE": None, "WG2_PDL": "0"}, heads=8,
+                      prefix=300, budget=8, prefix_mode="mixed", seed=SPLIT_SEED)
+    assert [entry["dependent"] for entry in log] == [False, False]
+    assert log[0]["grid"][1] == 3 and log[1]["entry"] == "verify_attn_bf16_wgmma2_merge"
 
 
 def test_the_launch_follows_the_source_default(monkeypatch):
@@ -477,7 +510,7 @@ def gpu_run(gen, defines=None, graph_calls=0):
     inputs = {name: to_torch(a, "cuda") for name, a in gen.inputs.items()}
     outputs = poisoned_outputs(VERIFY_ATTN, "bf16_paged", gen.inputs, gen.params)
 
-    defines = {**ON, **(defines or {})}
+    defines = {k: v for k, v in {**ON, **(defines or {})}.items() if v is not None}   # None: not passed
 
     def call():
         VERIFY_ATTN.run_cuda("bf16_paged", inputs, gen.params, outputs, kernel="bf16_wgmma2", defines=defines)
@@ -527,15 +560,33 @@ def test_the_balanced_launch_matches_the_reference(name):
 
 
 @pytest.mark.gpu
-def test_a_graph_of_the_balanced_launch_reads_the_inputs_written_before_it():
+def test_a_graph_of_the_balanced_launch_reads_the_inputs_written_before_it(monkeypatch):
     """Programmatic dependent launches: the replays alternate q and -q, written by the copy kernel
-    right before ours; each replay's outputs are those of its own q (none read before the wait)."""
+    right before ours; each replay's outputs are those of its own q (none read before the wait).
+    PDL_MAX_BATCH is raised here so that the balanced launch of 6 requests is dependent too."""
+    from kdtr.ops.verify_attn import cuda
+
     from .test_cuda_kernels import FRESH_SEED, VERIFY_ATTN, check_attn, generated, skip_unless_runs_here
 
     skip_unless_runs_here("bf16_paged", "bf16_wgmma2")
+    monkeypatch.setattr(cuda, "PDL_MAX_BATCH", 6)
     gen = generated(VERIFY_ATTN, "bf16_paged", FRESH_SEED, batch=6, heads=16, prefix=2000, budget=8,
                     prefix_mode="mixed")
     both = (gen.inputs, dict(gen.inputs, q=-gen.inputs["q"]))
     want = [VERIFY_ATTN.reference("bf16_paged", inputs, gen.params) for inputs in both]
     for i, got in enumerate(gpu_run(gen, graph_calls=4)):
+        check_attn("bf16_paged", f"replay {i} seed {FRESH_SEED}", got, want[i % 2], both[i % 2], gen.params)
+
+
+@pytest.mark.gpu
+def test_a_graph_of_one_request_reads_the_inputs_written_before_it():
+    """The default build's launch of one request (main and merge as programmatic dependents, the
+    keys split): as above, each replay's outputs are those of the q written right before it."""
+    from .test_cuda_kernels import FRESH_SEED, VERIFY_ATTN, check_attn, generated, skip_unless_runs_here
+
+    skip_unless_runs_here("bf16_paged", "bf16_wgmma2")
+    gen = generated(VERIFY_ATTN, "bf16_paged", FRESH_SEED, batch=1, heads=16, prefix=2048, budget=16)
+    both = (gen.inputs, dict(gen.inputs, q=-gen.inputs["q"]))
+    want = [VERIFY_ATTN.reference("bf16_paged", inputs, gen.params) for inputs in both]
+    for i, got in enumerate(gpu_run(gen, defines={k: None for k in ON}, graph_calls=4)):
         check_attn("bf16_paged", f"replay {i} seed {FRESH_SEED}", got, want[i % 2], both[i % 2], gen.params)

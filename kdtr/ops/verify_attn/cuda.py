@@ -11,7 +11,7 @@ from ...errors import DeviceError
 from ...runtime.device import device_arch, get_kernel, multiprocessor_count
 from ...runtime.nvrtc import source_default
 from ..base import CudaKernel, Gpu
-from .layouts import LATENT, LAYOUTS
+from .layouts import LATENT, LAYOUTS, ROW
 
 PIECES_SPLIT, PIECES_BLOCK = 4, 144     # a `pieces` kernel's blocks per tile and threads per block
 
@@ -20,6 +20,11 @@ SPLITS_KNOB = "SPLITS"    # the launch knob (--define NAME:SPLITS=N) that forces
 CHUNK_KNOB = "CHUNK"      # the launch knob that forces the balanced schedule's chunk (keys)
 LPT_MAX_BATCH = 256       # the balanced schedule's batches: its per-block order costs O(B^2 / 256)
 LPT_MIN_SHARE = 8         # ... and key tiles an SM (mean request) where the uniform grid splits nothing
+KV_HINT_MAX_BYTES = 256 << 20   # a hint build's key gather marks lines evict-first up to this many key
+                                # bytes a call: 1.04-1.10x at 2-153 MB, 0.97x at 613 MB-2.4 GB (H100,
+                                # results/h100/s17/bench-hints.json; kernels/NOTES.md, session 17)
+PDL_MAX_BATCH = 1         # a PDL build's launches are programmatic dependents up to this batch (one
+                          # request: 1.05-1.09x; B=8 H=8 Q=4 lost 3-6%; kernels/NOTES.md, session 17)
 # bf16_mma99's tiling knobs (kernels/verify_attn_bf16_mma99.cu): rows a block, a launch knob (the grid,
 # so the split count, follows it), and stages of its K/V ring, a compile knob its launch sizes shared
 # memory for (every stage count gives the same bytes, which the bench checks)
@@ -72,7 +77,8 @@ class AttnKernel(CudaKernel):
     LPT_MAX_BATCH requests (its main entry takes (chunk, sms, meta) after the workspace and
     <entry>_merge_lpt merges); "": it has none. `pdl_knob`: the define (likewise) under which its
     main and merge entries wait for the grid before them, so the launch makes them programmatic
-    dependents; "": launched as `dependent` says.
+    dependents; "": launched as `dependent` says. `hint_knob`: the define (default 0 in the source)
+    that puts L2 evict-first hints on the key gather, which launched_build sets for small calls.
     A block adds its keys' P·V into O in plain fp32, which drifts like u·sqrt(terms): fp32_dmma
     adds one fmaf a key, fp32_bf16x3 one add per 16-key tile. On the CPU emulator with one split,
     dmma reached rel L2 1.4e-6 at 8k keys and bf16x3 9.6e-7 at 32k, against the fp32 contract's
@@ -90,6 +96,7 @@ class AttnKernel(CudaKernel):
     max_split_keys: int = 0
     balance_knob: str = ""
     pdl_knob: str = ""
+    hint_knob: str = ""
     launch_knobs: tuple[str, ...] = (SPLITS_KNOB,)
 
     @property
@@ -123,6 +130,7 @@ KERNELS = (
                serves="sm_90 (H100, H200: wgmma is sm_90a code), every shape",
                rows=64, keys=64, threads=256, smem=223768, arch_feature="a", split_min_tiles=2,
                rebalance=True, only_sm=90, balance_knob="WG2_LPT", pdl_knob="WG2_PDL",
+               hint_knob="WG2_KV_HINT",
                launch_knobs=(SPLITS_KNOB, CHUNK_KNOB, "WG2_LPT", "WG2_PDL"),
                wave=WaveCost(launch_us=4.0, block_us=5.0, tile_us=1.8, merge_us=1.0, partial_row_us=0.0005)),
     AttnKernel(op="verify_attn", variant="bf16_paged", name="bf16_mma", role="fallback",
@@ -154,8 +162,13 @@ def mma99_rows(rows_per_request: int) -> int:
 def launched_build(k: AttnKernel, variant: str, inputs, defines) -> tuple[AttnKernel, dict]:
     """The build of k a launch on these inputs runs, and its defines: the caller's, with the
     launch's shape-dependent choices added where the caller gave none (bf16_mma99's M99_ROWS by
-    mma99_rows, left out at the default 48 so that build is the plain one), then as_built."""
+    mma99_rows, left out at the default 48 so that build is the plain one; k's hint_knob 1 where a
+    call reads at most KV_HINT_MAX_BYTES of keys), then as_built."""
     defines = dict(defines or {})
+    if k.hint_knob and k.hint_knob not in defines:
+        batch = LAYOUTS[variant].dims(inputs)[0]
+        if batch * LAYOUTS[variant].request_keys(inputs) * ROW * 2 <= KV_HINT_MAX_BYTES:
+            defines[k.hint_knob] = "1"
     if k.name == "bf16_mma99" and M99_ROWS not in defines:
         _, q_len, heads, _ = LAYOUTS[variant].dims(inputs)
         rows = mma99_rows(q_len * heads)
@@ -328,7 +341,7 @@ def run_cuda(op, variant, inputs, params, outputs, kernel=None, splits=None, def
                              f"{LPT_MAX_BATCH} requests, without {SPLITS_KNOB})")
         if int(forced_chunk) < k.keys or int(forced_chunk) % k.keys:
             raise ValueError(f"{CHUNK_KNOB}={forced_chunk}: a chunk is a positive multiple of {k.keys} keys")
-    dependent = k.dependent or (bool(k.pdl_knob) and knob_on(k, defines, k.pdl_knob))
+    dependent = k.dependent or (bool(k.pdl_knob) and knob_on(k, defines, k.pdl_knob) and batch <= PDL_MAX_BATCH)
     k.require_present()                               # KDTREE_GPU may pick what this GPU cannot run
     arch = device_arch() + k.arch_feature if k.arch_feature else None
     main = get_kernel(k.source, k.entry, arch=arch, defines=defines)
