@@ -163,9 +163,21 @@ def test_time_gpu_on_a_device_uses_bench_s_device_timer(monkeypatch, mode, label
     assert fast.method == "graph" and fast.mode == label and (fake.flushes > 0) == (mode == "cold")
 
 
-def _rounded(line: str) -> str:
-    """Decimals to 3 significant digits: the last digits of an fp32 sum follow the BLAS's order."""
-    return re.sub(r"-?\d+\.\d+(?:e-?\d+)?", lambda m: f"{float(m.group()):.3g}", line)
+DECIMAL = r"-?\d+\.\d+(?:e-?\d+)?"
+
+
+def _same_but_last_digits(printed: str, shown: str) -> bool:
+    """The same text (integers included) and decimals to 3 significant digits (an fp32 sum's last
+    digits follow the BLAS's order), except the gate's figure and the tolerance share, within 15%:
+    the gate is the measured error of an fp32 computation, which follows the CPU too (5.51e-07 where
+    the page was made, 5.07e-07 on an AMD EPYC, 5.36e-07 there after other tests in the process),
+    and the share scales with it."""
+    texts = re.split(DECIMAL, printed)
+    if texts != re.split(DECIMAL, shown):
+        return False
+    pairs = zip(texts, map(float, re.findall(DECIMAL, printed)), map(float, re.findall(DECIMAL, shown)))
+    return all(abs(a - b) <= 0.15 * max(abs(a), abs(b)) if before.endswith(("gate 2·", "tol share "))
+               else f"{a:.3g}" == f"{b:.3g}" for before, a, b in pairs)
 
 
 def test_the_worked_example_of_docs_testing_runs_and_prints_what_the_page_shows(capsys):
@@ -180,4 +192,6 @@ def test_the_worked_example_of_docs_testing_runs_and_prints_what_the_page_shows(
     assert printed[0] == "mine passes: True" and printed[1] == "FAIL verify_attn/fp32"
     assert re.fullmatch(r"mine \d+\.\d{3} ms ± \d+\.\d% \((graph|eager|host), (hot|host)\)", printed[-1]), printed[-1]
     if not gpu_available():         # on a GPU the reference is the float64 device one: other last digits
-        assert [_rounded(line) for line in printed[:-1]] == [_rounded(line) for line in shown[:-1]]
+        assert len(printed) == len(shown), printed
+        for got, want in zip(printed[:-1], shown[:-1]):
+            assert _same_but_last_digits(got, want), (got, want)
