@@ -8,20 +8,31 @@
 #   install  the peers' wheels into /tmp/site (sgl-flash-mla, sglang, nvidia-ml-py)
 #   verifyab the verify_attn goldens (gen-refs of that suite) with our kernels natively (bf16_wgmma2,
 #            fp32_bf16x3/fp32_dmma) and as sm_120 (bf16_mma99, fp32_ffma99), --trials 2; the GPU tests
-#            of bf16_wgmma2's opt-in paths (balanced schedule, PDL, staged epilogue: fresh inputs,
-#            poisoned outputs, graph replays)
-#   chain    the serving suite's chain cases: our default bf16_wgmma2 (the f651642 kernel), its
-#            PDL build (the next default candidate: kernels/NOTES.md, session 16), its balanced
-#            schedule, and FlashMLA in its worker process, one timing plan a case for all, with the
-#            memory the allocator holds after each case
+#            of bf16_wgmma2's paths (PDL, the default since session 17; balanced schedule, staged
+#            epilogue: fresh inputs, poisoned outputs, graph replays)
+#   chain    the serving suite's chain cases: our default bf16_wgmma2 (PDL for one request, L2
+#            hints on calls of at most 256 MB of keys), f651642's kernel (WG2_PDL=0,WG2_KV_HINT=0),
+#            the balanced schedule, and FlashMLA in its worker process, one timing plan a case for
+#            all, with the memory the allocator holds after each case
+#   targets  results/suites/targets.yaml: the large bf16 and the fp32 serving targets, ours alone
+#   ncuboost ncu at the bench's clocks (--clock-control none) of ours and FlashMLA: kernel times on
+#            the mixed B=32 and the B=8 H=8 chain cases (caches flushed); scripts/graph-overlap.py
+#            (how much consecutive calls overlap in the bench's graph); on the B=8 case the ncu
+#            sections with the tensor pipe's activity (what bounds each)
+#   sanitize90 racecheck, synccheck and memcheck of our default kernels natively (bf16_wgmma2 with
+#            PDL) over two bundles
+# more parts (name them):
+#   hints    the chain cases: the default, its build without PDL, the key gather's L2 hints
+#            (WG2_KV_HINT=1 evict-first, =2 with a 256 B prefetch) and FlashMLA in its worker
+#   mma99h128 the mma99 part on the serving suite's H=128 cases (time-limited out of it before)
 #   mma99    the serving suite, bf16_mma then bf16_mma99 forced by name (same card, same run: the
 #            99 KB kernel's ratio to bf16_mma is its "vs 1st"), and SGLang's Triton kernel
-# more parts (name them):
 #   refs       gen-refs of the default suites (the parts below need it; it runs once)
 #   verify     every golden with our kernels natively and as sm_120, --trials 3
 #   verify99   every golden as sm_120 only (bf16_mma99, fp32_ffma99), --trials 3
 #   sanitize99 racecheck, synccheck, initcheck (and memcheck) run as sm_120 over one bundle per path
 #   e2e99      kdtree e2e run as sm_120
+#   pytest90   the GPU tests run natively (the default kernels of this GPU)
 #   pytest99   the GPU tests run as sm_120
 #   oob        an --impl whose kernel writes out of bounds: its rows fail, the rest of the run intact
 #   serving    the whole serving suite, ours against every peer, for the README's table
@@ -37,9 +48,9 @@
 #   tests99    the GPU tests of tree_build and of isolation as sm_120; of isolation and the balanced
 #              schedule natively
 set -uo pipefail
-out=${1:?usage: scripts/device-round.sh OUT [install|verifyab|chain|mma99|refs|verify|verify99|sanitize99|e2e99|pytest99|oob|serving|peers|knobs|ab|split|m99rows|tests99|ncu]...}
+out=${1:?usage: scripts/device-round.sh OUT [install|verifyab|chain|targets|ncuboost|sanitize90|hints|mma99h128|mma99|refs|verify|verify99|sanitize99|e2e99|pytest90|pytest99|oob|serving|peers|knobs|ab|split|m99rows|tests99|ncu]...}
 shift
-parts=${*:-install verifyab chain mma99}
+parts=${*:-install verifyab chain targets ncuboost sanitize90}
 rec=/tmp/device-round-records
 mkdir -p "$out" "$rec"
 source scripts/device-lib.sh
@@ -67,8 +78,58 @@ if want verifyab; then
 fi
 if want chain; then
   # written under OUT itself: the record is rewritten after every case, so a call cut short keeps it
-  step 170 kd bench "$serving" -k chain "${wgmma2[@]}" --define bf16_wgmma2:WG2_PDL=1 \
+  step 170 kd bench "$serving" -k chain "${wgmma2[@]}" --define bf16_wgmma2:WG2_PDL=0,WG2_KV_HINT=0 \
       --define bf16_wgmma2:WG2_LPT=1 --time-limit 150 --json "$out/bench-chain.json"
+  pack
+fi
+if want hints; then
+  step 200 kd bench "$serving" -k chain "${wgmma2[@]}" --define bf16_wgmma2:WG2_PDL=0 \
+      --define bf16_wgmma2:WG2_KV_HINT=1 --define bf16_wgmma2:WG2_KV_HINT=2 --time-limit 180 \
+      --json "$out/bench-hints.json"
+  pack
+fi
+if want mma99h128; then
+  step 150 kd bench "$serving" -k '*h128*' --no-baselines --no-sanity --no-back-to-back --kernel bf16_mma \
+      --kernel bf16_mma99 --impl sglang_triton --time-limit 140 --json "$rec/bench-mma99-h128.json" -q
+  pack
+fi
+if want targets; then
+  step 150 kd bench results/suites/targets.yaml --no-baselines --no-sanity --time-limit 130 -q \
+      --json "$rec/bench-targets.json"
+  pack
+fi
+if want ncuboost; then
+  # at the clocks the bench runs at (ncu's default locks the base clock, which slowed FlashMLA more
+  # than ours in session 16's profile): kernel times with caches flushed, then the sections
+  mkdir -p "$rec/ncu-boost"
+  gmma=$(ncu --query-metrics 2>/dev/null | awk '/pipe_tensor_op_gmma.*cycles_active/{print $1; exit}')
+  echo "== tensor pipe metric: ${gmma:-none found}"
+  for c in b32_h8_q4_p4096_mixed_chain b8_h8_q4_p8192_chain; do
+    for impl in cuda flashmla; do
+      step 45 ncu --clock-control none --kernel-name regex:'verify_attn|flash|mla' --launch-count 8 \
+          --metrics gpu__time_duration.sum,dram__bytes_read.sum,sm__cycles_elapsed.avg.per_second --csv \
+          python3 scripts/launch-case.py --times 4 --impl "$impl" "$serving" "$c" > "$rec/ncu-boost/$c-$impl-time.csv" 2>&1
+    done
+  done
+  for c in b32_h8_q4_p4096_mixed_chain b8_h8_q4_p8192_chain b1_h16_q4_p2048_chain; do
+    step 60 python3 scripts/graph-overlap.py "$serving" "$c" --impl cuda --impl flashmla \
+        >> "$rec/ncu-boost/graph-overlap.jsonl"
+  done
+  for impl in cuda flashmla; do
+    step 60 ncu --clock-control none --kernel-name regex:'verify_attn|flash_fwd' --launch-count 2 \
+        --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+        --section Occupancy --section WarpStateStats --section LaunchStats ${gmma:+--metrics "$gmma.avg.pct_of_peak_sustained_active"} \
+        --csv --page details python3 scripts/launch-case.py --times 2 --impl "$impl" "$serving" \
+        b8_h8_q4_p8192_chain > "$rec/ncu-boost/b8_h8_q4_p8192_chain-$impl-sections.csv" 2>&1
+  done
+  pack
+fi
+if want sanitize90; then
+  [ -e goldens/verify_attn/bf16_paged_b2_h16_p2048_n16.kdtr ] || step 50 kd gen-refs specs/verify_attn.yaml -j 16 -q
+  pick_goldens goldens-sanitize-90 verify_attn/bf16_paged_b2_h16_p2048_n16 verify_attn/bf16_paged_b4_h16_p1024_n16_mixed
+  for tool in racecheck synccheck memcheck; do
+    step 60 kd verify goldens-sanitize-90 --sanitize "$tool" -q --json "$rec/sanitize-native-$tool.json"
+  done
   pack
 fi
 if want peers; then
@@ -156,6 +217,11 @@ fi
 if want e2e99; then
   KDTREE_GPU=sm_120 step 200 kd e2e --backend cuda --tokens 128 --prompts 2 --budget 8 --budget 32 \
       --json "$rec/e2e-as-sm120.json"
+  pack
+fi
+if want pytest90; then
+  refs
+  step 280 python3 -m pytest -q -m gpu -p no:cacheprovider --junitxml "$rec/pytest-gpu-native.xml"
   pack
 fi
 if want pytest99; then

@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""Whether consecutive calls of an implementation overlap inside one CUDA graph (the bench's
+cold-rotate figure), measured apart from the kernels' own time: for one suite case, a graph of N
+calls over two input sets, timed once as is and once with a one-thread kernel between the calls
+(which waits for the call before it and holds the next one back, so nothing of two calls can
+overlap); the second figure less the separator's own time is the calls' time without overlap.
+
+    PYTHONPATH=. python3 scripts/graph-overlap.py specs/bench/verify_attn_serving.yaml \\
+        b32_h8_q4_p4096_mixed_chain --impl cuda --impl flashmla
+
+Prints one JSON line an implementation (µs a call: `graph`, `separated`, `separator`, and
+`overlap` = separated - separator - graph). Run on a GPU machine from the repo root; peers run in
+this process (KDTREE_ISOLATE=0 is set here: a graph cannot capture a worker's calls). Exit 2 on bad
+usage or no GPU."""
+
+import argparse
+import json
+import os
+import sys
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("suite", help="a YAML suite")
+    parser.add_argument("case", help="the name of one of its cases (or a glob matching one)")
+    parser.add_argument("--impl", action="append", help="as `kdtree bench --impl` names it (default: cuda)")
+    parser.add_argument("--calls", type=int, default=10, help="calls a graph (default 10)")
+    parser.add_argument("--replays", type=int, default=50, help="timed replays a figure (default 50)")
+    args = parser.parse_args()
+    os.environ["KDTREE_ISOLATE"] = "0"
+
+    from kdtr.bundle.spec import load_suite, select
+    from kdtr.errors import KdtreeError
+    from kdtr.ops import get_op
+
+    try:
+        cases = select(load_suite(args.suite).cases, args.case)
+    except KdtreeError as err:
+        print(f"graph-overlap: {err}", file=sys.stderr)
+        return 2
+    if len(cases) != 1:
+        print(f"graph-overlap: {args.suite}: {args.case!r} matches {len(cases)} cases, not one", file=sys.stderr)
+        return 2
+    import torch
+
+    if not torch.cuda.is_available():
+        print("graph-overlap: no CUDA GPU (torch.cuda.is_available() is False)", file=sys.stderr)
+        return 2
+    from kdtr.impl.backends import upload
+    from kdtr.impl.resolve import resolve
+
+    [case] = cases
+    op = get_op(case.op)
+    gen = op.generate(case)
+    tiny = torch.zeros(1, device="cuda")
+
+    def timed(body) -> float:
+        """µs a call of a graph of args.calls calls of body(i), the median of 5 blocks of replays."""
+        stream = torch.cuda.Stream()
+        with torch.cuda.stream(stream):
+            for i in range(2):
+                body(i)                                   # warm-up outside the capture
+            torch.cuda.synchronize()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, stream=stream):
+                for i in range(args.calls):
+                    body(i)
+            graph.replay()
+            torch.cuda.synchronize()
+            figures = []
+            for _ in range(5):
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                for _ in range(args.replays):
+                    graph.replay()
+                end.record()
+                end.synchronize()
+                figures.append(start.elapsed_time(end) * 1e3 / (args.replays * args.calls))
+        return sorted(figures)[2]
+
+    separator = timed(lambda i: tiny.add_(1))
+    for name in args.impl or ["cuda"]:
+        try:
+            impl = resolve(name)
+        except KdtreeError as err:
+            print(f"graph-overlap: --impl {name}: {err}", file=sys.stderr)
+            return 2
+        with torch.no_grad():
+            calls = [impl.prepare(op, case.variant, upload(gen.inputs, "cuda"), gen.params) for _ in range(2)]
+            plain = timed(lambda i: calls[i % 2]())
+            separated = timed(lambda i: (calls[i % 2](), tiny.add_(1)))
+        print(json.dumps({"case": case.name, "impl": name, "gpu": torch.cuda.get_device_name(),
+                          "graph": round(plain, 2), "separated": round(separated, 2),
+                          "separator": round(separator, 2),
+                          "overlap": round(separated - separator - plain, 2)}), flush=True)
+        del calls
+        torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
