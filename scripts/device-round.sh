@@ -24,6 +24,8 @@
 # more parts (name them):
 #   hints    the chain cases: the default, its build without PDL, the key gather's L2 hints
 #            (WG2_KV_HINT=1 evict-first, =2 with a 256 B prefetch) and FlashMLA in its worker
+#   graphncu scripts/graph-overlap.py on the mixed B=32 and B=8 H=8 chain cases, and ncu of whole graph
+#            replays of them (--graph-profiling graph): DRAM bytes and L2 hit rate back to back
 #   mma99h128 the mma99 part on the serving suite's H=128 cases (time-limited out of it before)
 #   mma99    the serving suite, bf16_mma then bf16_mma99 forced by name (same card, same run: the
 #            99 KB kernel's ratio to bf16_mma is its "vs 1st"), and SGLang's Triton kernel
@@ -48,7 +50,7 @@
 #   tests99    the GPU tests of tree_build and of isolation as sm_120; of isolation and the balanced
 #              schedule natively
 set -uo pipefail
-out=${1:?usage: scripts/device-round.sh OUT [install|verifyab|chain|targets|ncuboost|sanitize90|hints|mma99h128|mma99|refs|verify|verify99|sanitize99|e2e99|pytest90|pytest99|oob|serving|peers|knobs|ab|split|m99rows|tests99|ncu]...}
+out=${1:?usage: scripts/device-round.sh OUT [install|verifyab|chain|targets|ncuboost|sanitize90|hints|graphncu|mma99h128|mma99|refs|verify|verify99|sanitize99|e2e99|pytest90|pytest99|oob|serving|peers|knobs|ab|split|m99rows|tests99|ncu]...}
 shift
 parts=${*:-install verifyab chain targets ncuboost sanitize90}
 rec=/tmp/device-round-records
@@ -91,6 +93,19 @@ fi
 if want mma99h128; then
   step 150 kd bench "$serving" -k '*h128*' --no-baselines --no-sanity --no-back-to-back --kernel bf16_mma \
       --kernel bf16_mma99 --impl sglang_triton --time-limit 140 --json "$rec/bench-mma99-h128.json" -q
+  pack
+fi
+if want graphncu; then
+  # back to back in a graph (no flush between calls): what a call reads from DRAM and hits in L2
+  mkdir -p "$rec/ncu-graph"
+  for c in b32_h8_q4_p4096_mixed_chain b8_h8_q4_p8192_chain; do
+    step 45 python3 scripts/graph-overlap.py "$serving" "$c" --impl cuda --impl flashmla >> "$rec/ncu-graph/graph-overlap.jsonl"
+    for impl in cuda flashmla; do
+      step 80 ncu --graph-profiling graph --nvtx --nvtx-include "profile/" --clock-control none --cache-control none \
+          --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct \
+          --csv python3 scripts/graph-overlap.py "$serving" "$c" --impl "$impl" --profile > "$rec/ncu-graph/$c-$impl.csv" 2>&1
+    done
+  done
   pack
 fi
 if want targets; then

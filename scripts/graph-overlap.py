@@ -9,7 +9,10 @@ overlap); the second figure less the separator's own time is the calls' time wit
         b32_h8_q4_p4096_mixed_chain --impl cuda --impl flashmla
 
 Prints one JSON line an implementation (µs a call: `graph`, `separated`, `separator`, and
-`overlap` = separated - separator - graph). Run on a GPU machine from the repo root; peers run in
+`overlap` = separated - separator - graph). With --profile it times nothing: it replays each
+implementation's graph 3 times inside an NVTX range `profile`, for a profiler that counts a whole
+graph (`ncu --graph-profiling graph --nvtx --nvtx-include profile/ ...`: what a call reads from DRAM
+and hits in L2 when the calls run back to back). Run on a GPU machine from the repo root; peers run in
 this process (KDTREE_ISOLATE=0 is set here: a graph cannot capture a worker's calls). Exit 2 on bad
 usage or no GPU."""
 
@@ -27,6 +30,8 @@ def main() -> int:
     parser.add_argument("--impl", action="append", help="as `kdtree bench --impl` names it (default: cuda)")
     parser.add_argument("--calls", type=int, default=10, help="calls a graph (default 10)")
     parser.add_argument("--replays", type=int, default=50, help="timed replays a figure (default 50)")
+    parser.add_argument("--profile", action="store_true", help="only replay each graph 3 times in an NVTX "
+                        "range `profile` (for ncu --graph-profiling graph)")
     args = parser.parse_args()
     os.environ["KDTREE_ISOLATE"] = "0"
 
@@ -79,7 +84,24 @@ def main() -> int:
                 figures.append(start.elapsed_time(end) * 1e3 / (args.replays * args.calls))
         return sorted(figures)[2]
 
-    separator = timed(lambda i: tiny.add_(1))
+    def profiled(body) -> None:
+        """A graph of args.calls calls of body(i), replayed 3 times inside the NVTX range `profile`."""
+        for i in range(2):
+            body(i)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for i in range(args.calls):
+                body(i)
+        graph.replay()
+        torch.cuda.synchronize()
+        torch.cuda.nvtx.range_push("profile")
+        for _ in range(3):
+            graph.replay()
+        torch.cuda.synchronize()
+        torch.cuda.nvtx.range_pop()
+
+    separator = 0.0 if args.profile else timed(lambda i: tiny.add_(1))
     for name in args.impl or ["cuda"]:
         try:
             impl = resolve(name)
@@ -88,6 +110,11 @@ def main() -> int:
             return 2
         with torch.no_grad():
             calls = [impl.prepare(op, case.variant, upload(gen.inputs, "cuda"), gen.params) for _ in range(2)]
+            if args.profile:
+                profiled(lambda i: calls[i % 2]())
+                print(json.dumps({"case": case.name, "impl": name, "profiled": 3}), flush=True)
+                del calls
+                continue
             plain = timed(lambda i: calls[i % 2]())
             separated = timed(lambda i: (calls[i % 2](), tiny.add_(1)))
         print(json.dumps({"case": case.name, "impl": name, "gpu": torch.cuda.get_device_name(),
