@@ -8,24 +8,22 @@
 #   install  the peers' wheels into /tmp/site (sgl-flash-mla, sglang, nvidia-ml-py)
 #   verifyab the verify_attn goldens (gen-refs of that suite) with our kernels natively (bf16_wgmma2,
 #            fp32_bf16x3/fp32_dmma) and as sm_120 (bf16_mma99, fp32_ffma99), --trials 2; the GPU tests
-#            of bf16_wgmma2's paths (PDL, the default since session 17; balanced schedule, staged
-#            epilogue: fresh inputs, poisoned outputs, graph replays)
+#            of bf16_wgmma2's paths (PDL, the L2 hint build, balanced schedule, staged epilogue:
+#            fresh inputs, poisoned outputs, graph replays)
 #   chain    the serving suite's chain cases: our default bf16_wgmma2 (PDL for one request, L2
 #            hints on calls of at most 256 MB of keys), f651642's kernel (WG2_PDL=0,WG2_KV_HINT=0),
 #            the balanced schedule, and FlashMLA in its worker process, one timing plan a case for
 #            all, with the memory the allocator holds after each case
-#   targets  results/suites/targets.yaml: the large bf16 and the fp32 serving targets, ours alone
-#   ncuboost ncu at the bench's clocks (--clock-control none) of ours and FlashMLA: kernel times on
-#            the mixed B=32 and the B=8 H=8 chain cases (caches flushed); scripts/graph-overlap.py
-#            (how much consecutive calls overlap in the bench's graph); on the B=8 case the ncu
-#            sections with the tensor pipe's activity (what bounds each)
-#   sanitize90 racecheck, synccheck and memcheck of our default kernels natively (bf16_wgmma2 with
-#            PDL) over two bundles
+#   graphncu scripts/graph-overlap.py on the mixed B=32 and B=8 H=8 chain cases, and ncu of whole graph
+#            replays of them (--graph-profiling graph): DRAM bytes and L2 hit rate back to back
+#   sanitize90 racecheck, synccheck and memcheck of our default kernels natively over two bundles
 # more parts (name them):
 #   hints    the chain cases: the default, its build without PDL, the key gather's L2 hints
 #            (WG2_KV_HINT=1 evict-first, =2 with a 256 B prefetch) and FlashMLA in its worker
-#   graphncu scripts/graph-overlap.py on the mixed B=32 and B=8 H=8 chain cases, and ncu of whole graph
-#            replays of them (--graph-profiling graph): DRAM bytes and L2 hit rate back to back
+#   targets  results/suites/targets.yaml: the large bf16 and the fp32 serving targets, ours alone
+#   ncuboost ncu at the bench's clocks (--clock-control none) of ours and FlashMLA: kernel times on
+#            the mixed B=32 and the B=8 H=8 chain cases (caches flushed); scripts/graph-overlap.py;
+#            on the B=8 case the ncu sections
 #   mma99h128 the mma99 part on the serving suite's H=128 cases (time-limited out of it before)
 #   mma99    the serving suite, bf16_mma then bf16_mma99 forced by name (same card, same run: the
 #            99 KB kernel's ratio to bf16_mma is its "vs 1st"), and SGLang's Triton kernel
@@ -42,7 +40,7 @@
 #   knobs      bf16_wgmma2's opt-in knobs one at a time (PDL, staged epilogue, balanced schedule) on
 #              specs/ab/wgmma2_vs_flashmla.yaml, FlashMLA beside
 #   ab         specs/ab/wgmma2_vs_flashmla.yaml whole: default, session-15 build, FlashMLA
-#   split      the serving suite's chain cases: the default (f651642's kernel), each session-15 knob
+#   split      the serving suite's chain cases: the default, each session-15 knob
 #              alone (balanced schedule, PDL, staged epilogue), FlashMLA beside (which costs what, where)
 #   m99rows    the serving suite, bf16_mma then bf16_mma99 forced, and bf16_mma99 at 32-row tiles
 #              (its row tile's A/B: 48 rows waste a third of a 64-row request)
@@ -52,7 +50,7 @@
 set -uo pipefail
 out=${1:?usage: scripts/device-round.sh OUT [install|verifyab|chain|targets|ncuboost|sanitize90|hints|graphncu|mma99h128|mma99|refs|verify|verify99|sanitize99|e2e99|pytest90|pytest99|oob|serving|peers|knobs|ab|split|m99rows|tests99|ncu]...}
 shift
-parts=${*:-install verifyab chain targets ncuboost sanitize90}
+parts=${*:-install verifyab chain graphncu sanitize90}
 rec=/tmp/device-round-records
 mkdir -p "$out" "$rec"
 source scripts/device-lib.sh

@@ -35,29 +35,14 @@ def main() -> int:
     args = parser.parse_args()
     os.environ["KDTREE_ISOLATE"] = "0"
 
-    from kdtr.bundle.spec import load_suite, select
-    from kdtr.errors import KdtreeError
-    from kdtr.ops import get_op
-
-    try:
-        cases = select(load_suite(args.suite).cases, args.case)
-    except KdtreeError as err:
-        print(f"graph-overlap: {err}", file=sys.stderr)
-        return 2
-    if len(cases) != 1:
-        print(f"graph-overlap: {args.suite}: {args.case!r} matches {len(cases)} cases, not one", file=sys.stderr)
-        return 2
     import torch
 
-    if not torch.cuda.is_available():
-        print("graph-overlap: no CUDA GPU (torch.cuda.is_available() is False)", file=sys.stderr)
-        return 2
+    from kdtr.errors import KdtreeError
     from kdtr.impl.backends import upload
     from kdtr.impl.resolve import resolve
+    from suite_case import one_case
 
-    [case] = cases
-    op = get_op(case.op)
-    gen = op.generate(case)
+    case, op, gen = one_case("graph-overlap", args.suite, args.case)
     tiny = torch.zeros(1, device="cuda")
 
     def timed(body) -> float:

@@ -24,29 +24,14 @@ def main() -> int:
                         "names it (default: cuda, our kernel; e.g. flashmla, sglang_triton)")
     args = parser.parse_args()
 
-    from kdtr.errors import KdtreeError
-    from kdtr.ops import get_op
-    from kdtr.bundle.spec import load_suite, select
-
-    try:
-        cases = select(load_suite(args.suite).cases, args.case)
-    except KdtreeError as err:
-        print(f"launch-case: {err}", file=sys.stderr)
-        return 2
-    if len(cases) != 1:
-        print(f"launch-case: {args.suite}: {args.case!r} matches {len(cases)} cases, not one", file=sys.stderr)
-        return 2
     import torch
 
-    if not torch.cuda.is_available():
-        print("launch-case: no CUDA GPU (torch.cuda.is_available() is False)", file=sys.stderr)
-        return 2
+    from kdtr.errors import KdtreeError
     from kdtr.impl.backends import upload
     from kdtr.impl.resolve import resolve
+    from suite_case import one_case
 
-    [case] = cases
-    op = get_op(case.op)
-    gen = op.generate(case)
+    case, op, gen = one_case("launch-case", args.suite, args.case)
     try:
         impl = resolve(args.impl)
     except KdtreeError as err:

@@ -38,3 +38,13 @@ def test_without_a_gpu_it_says_so():
         pytest.skip("a GPU is present: the script would launch")
     done = run("specs/bench/verify_attn.yaml", "b64_h16_q65_p32768")
     assert done.returncode == 2 and done.stderr == "launch-case: no CUDA GPU (torch.cuda.is_available() is False)\n"
+
+
+def test_graph_overlap_takes_the_same_case_argument():
+    """scripts/graph-overlap.py picks its case as launch-case.py does (scripts/suite_case.py)."""
+    script = REPO_ROOT / "scripts" / "graph-overlap.py"
+    done = subprocess.run([sys.executable, str(script), "specs/bench/verify_attn_serving.yaml", "b*"],
+                          capture_output=True, text=True, cwd=REPO_ROOT,
+                          env={"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin"}, timeout=120)
+    assert done.returncode == 2 and done.stderr.startswith("graph-overlap: ") and done.stderr.count("\n") == 1
+    assert "matches" in done.stderr and "not one" in done.stderr
