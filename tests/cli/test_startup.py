@@ -1,5 +1,6 @@
-"""Start-up cost through real subprocesses: commands that need no torch never import it and start
-within START_LIMIT_S; a torch command adds at most TORCH_EXTRA_S to torch's own import.
+"""Start-up cost through real subprocesses: commands that need no torch never import it and take
+at most START_FACTOR times the import of the libraries every command loads (numpy, yaml, typer,
+rich); a torch command adds at most TORCH_EXTRA_S to torch's own import.
 
 The figure is the child's CPU time (user + sys), best of RUNS: on an idle machine a start-up's wall
 time equals it, while on a shared 2-core CI box the wall time mostly measures the neighbours (a
@@ -23,7 +24,9 @@ import pytest
 from tests.helpers import kdtree_env
 
 
-START_LIMIT_S = 0.5
+START_FACTOR = 2.5           # was 0.5 s flat, 2.5x the libraries where they import in 0.2 s; a flat
+                             # limit failed on a slower 2-core box, whose libraries alone took 0.33-0.41 s
+LIBS_ALONE = ["-c", "import numpy, yaml, typer, rich.console"]   # what every command imports anyway
 TORCH_EXTRA_S = 0.3
 RUNS = 5                     # best of 5: a loaded 2-core CI box adds noise, never takes it away
 
@@ -88,10 +91,17 @@ def test_commands_without_torch_never_import_it(goldens):  # noqa: F811
 
 @pytest.mark.parametrize("name", ["inspect", "verify numpy", "doctor"])
 def test_commands_without_torch_start_fast(goldens, name):  # noqa: F811
-    args = no_torch_commands(goldens)[name]
-    cpu, wall, result = timed([*KDTREE, *map(str, args)], goldens.parent)
-    assert result.returncode == 0, result.stderr
-    assert cpu <= START_LIMIT_S, f"{name}: {cpu:.2f} s CPU, {wall:.2f} s wall (best of {RUNS})"
+    """Interleaved with the libraries' own import, so both see the same machine and load."""
+    command = [*KDTREE, *map(str, no_torch_commands(goldens)[name])]
+    run(command, goldens.parent)
+    libs = cpu = wall = float("inf")
+    for _ in range(RUNS):
+        libs = min(libs, timed(LIBS_ALONE, goldens.parent, runs=1, warm=False)[0])
+        took, took_wall, result = timed(command, goldens.parent, runs=1, warm=False)
+        assert result.returncode == 0, result.stderr
+        cpu, wall = min(cpu, took), min(wall, took_wall)
+    assert cpu <= START_FACTOR * libs, (f"{name}: {cpu:.2f} s CPU, {wall:.2f} s wall, the libraries alone "
+                                        f"{libs:.2f} s CPU (best of {RUNS})")
 
 
 def test_a_torch_command_adds_little_to_torch_itself(goldens):  # noqa: F811
