@@ -45,19 +45,26 @@ def main() -> int:
     case, op, gen = one_case("graph-overlap", args.suite, args.case)
     tiny = torch.zeros(1, device="cuda")
 
+    stream = torch.cuda.Stream()
+
+    def captured(body):
+        """A graph of args.calls calls of body(i), captured on `stream` after two warm-up calls and
+        replayed once."""
+        for i in range(2):
+            body(i)                                       # warm-up outside the capture
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            for i in range(args.calls):
+                body(i)
+        graph.replay()
+        torch.cuda.synchronize()
+        return graph
+
     def timed(body) -> float:
         """µs a call of a graph of args.calls calls of body(i), the median of 5 blocks of replays."""
-        stream = torch.cuda.Stream()
         with torch.cuda.stream(stream):
-            for i in range(2):
-                body(i)                                   # warm-up outside the capture
-            torch.cuda.synchronize()
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, stream=stream):
-                for i in range(args.calls):
-                    body(i)
-            graph.replay()
-            torch.cuda.synchronize()
+            graph = captured(body)
             figures = []
             for _ in range(5):
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -70,21 +77,14 @@ def main() -> int:
         return sorted(figures)[2]
 
     def profiled(body) -> None:
-        """A graph of args.calls calls of body(i), replayed 3 times inside the NVTX range `profile`."""
-        for i in range(2):
-            body(i)
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for i in range(args.calls):
-                body(i)
-        graph.replay()
-        torch.cuda.synchronize()
-        torch.cuda.nvtx.range_push("profile")
-        for _ in range(3):
-            graph.replay()
-        torch.cuda.synchronize()
-        torch.cuda.nvtx.range_pop()
+        """The graph of body(i), replayed 3 times inside the NVTX range `profile`."""
+        with torch.cuda.stream(stream):
+            graph = captured(body)
+            torch.cuda.nvtx.range_push("profile")
+            for _ in range(3):
+                graph.replay()
+            torch.cuda.synchronize()
+            torch.cuda.nvtx.range_pop()
 
     separator = 0.0 if args.profile else timed(lambda i: tiny.add_(1))
     for name in args.impl or ["cuda"]:
@@ -97,15 +97,14 @@ def main() -> int:
             calls = [impl.prepare(op, case.variant, upload(gen.inputs, "cuda"), gen.params) for _ in range(2)]
             if args.profile:
                 profiled(lambda i: calls[i % 2]())
-                print(json.dumps({"case": case.name, "impl": name, "profiled": 3}), flush=True)
-                del calls
-                continue
-            plain = timed(lambda i: calls[i % 2]())
-            separated = timed(lambda i: (calls[i % 2](), tiny.add_(1)))
-        print(json.dumps({"case": case.name, "impl": name, "gpu": torch.cuda.get_device_name(),
-                          "graph": round(plain, 2), "separated": round(separated, 2),
-                          "separator": round(separator, 2),
-                          "overlap": round(separated - separator - plain, 2)}), flush=True)
+                figures = {"profiled": 3}
+            else:
+                plain = timed(lambda i: calls[i % 2]())
+                separated = timed(lambda i: (calls[i % 2](), tiny.add_(1)))
+                figures = {"gpu": torch.cuda.get_device_name(), "graph": round(plain, 2),
+                           "separated": round(separated, 2), "separator": round(separator, 2),
+                           "overlap": round(separated - separator - plain, 2)}
+        print(json.dumps({"case": case.name, "impl": name, **figures}), flush=True)
         del calls
         torch.cuda.empty_cache()
     return 0

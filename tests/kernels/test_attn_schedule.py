@@ -316,6 +316,7 @@ class RecordingGpu:
 # the session-15 paths, opt-in (the kernel's header, kernels/NOTES.md session 16): on in these tests
 ON = {"WG2_LPT": "1", "WG2_PDL": "1", "WG2_STAGED_STORE": "1"}
 HINT = {"WG2_KV_HINT": "1"}     # what the launch adds for a call of at most KV_HINT_MAX_BYTES of keys
+NO_KNOBS = {k: None for k in ON}   # `launches` / `gpu_run` defines: none of ON passed (the source defaults)
 
 
 def launches(batch, defines=None, splits=None, seed=None, **params):
@@ -444,7 +445,7 @@ def test_the_default_launch_is_the_uniform_grid():
     build given no knob (WG2_PDL's default 1 since session 17, but a batch of 3 is past
     PDL_MAX_BATCH; the balanced schedule and the staged epilogue stay off): the launch reads the
     build's defaults from the kernel's source, so the two agree."""
-    _, log = launches(3, defines={k: None for k in ON}, heads=8, prefix=300, budget=8, prefix_mode="mixed",
+    _, log = launches(3, defines=NO_KNOBS, heads=8, prefix=300, budget=8, prefix_mode="mixed",
                       seed=SPLIT_SEED)
     from kdtr.ops.verify_attn.cuda import PDL_MAX_BATCH, knob_on
 
@@ -465,16 +466,16 @@ def test_a_large_call_runs_the_build_without_hints(monkeypatch):
     from kdtr.ops.verify_attn import cuda
 
     monkeypatch.setattr(cuda, "KV_HINT_MAX_BYTES", 40_000)
-    _, log = launches(3, defines={k: None for k in ON}, heads=8, prefix=300, budget=8, prefix_mode="mixed",
+    _, log = launches(3, defines=NO_KNOBS, heads=8, prefix=300, budget=8, prefix_mode="mixed",
                       seed=SPLIT_SEED)
     assert all(entry["defines"] == {} for entry in log)
-    _, log = launches(3, defines={k: None for k in ON} | {"WG2_KV_HINT": "2"}, heads=8, prefix=300, budget=8,
+    _, log = launches(3, defines=NO_KNOBS | {"WG2_KV_HINT": "2"}, heads=8, prefix=300, budget=8,
                       prefix_mode="mixed", seed=SPLIT_SEED)
     assert all(entry["defines"] == {"WG2_KV_HINT": "2"} for entry in log)
 
 
 def test_the_default_launch_of_one_request_is_dependent():
-    _, log = launches(1, defines={k: None for k in ON}, heads=16, prefix=2048, budget=16)
+    _, log = launches(1, defines=NO_KNOBS, heads=16, prefix=2048, budget=16)
     assert [entry["dependent"] for entry in log] == [True, True]
 
 
@@ -491,7 +492,7 @@ def test_the_launch_follows_the_source_default(monkeypatch):
     from kdtr.ops.verify_attn import cuda
 
     monkeypatch.setattr(cuda, "source_default", lambda source, name: "1" if name == "WG2_LPT" else None)
-    _, log = launches(3, defines={k: None for k in ON}, heads=8, prefix=300, budget=8, prefix_mode="mixed",
+    _, log = launches(3, defines=NO_KNOBS, heads=8, prefix=300, budget=8, prefix_mode="mixed",
                       seed=SPLIT_SEED)
     assert log[0]["grid"][2] == 1 and log[1]["entry"] == "verify_attn_bf16_wgmma2_merge_lpt"
     assert [entry["dependent"] for entry in log] == [False, False]
@@ -588,5 +589,5 @@ def test_a_graph_of_one_request_reads_the_inputs_written_before_it():
     gen = generated(VERIFY_ATTN, "bf16_paged", FRESH_SEED, batch=1, heads=16, prefix=2048, budget=16)
     both = (gen.inputs, dict(gen.inputs, q=-gen.inputs["q"]))
     want = [VERIFY_ATTN.reference("bf16_paged", inputs, gen.params) for inputs in both]
-    for i, got in enumerate(gpu_run(gen, defines={k: None for k in ON}, graph_calls=4)):
+    for i, got in enumerate(gpu_run(gen, defines=NO_KNOBS, graph_calls=4)):
         check_attn("bf16_paged", f"replay {i} seed {FRESH_SEED}", got, want[i % 2], both[i % 2], gen.params)

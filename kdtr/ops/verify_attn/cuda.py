@@ -272,8 +272,8 @@ def serving(variant, gpu: Gpu) -> tuple[str, ...]:
 
 def knob_on(k: AttnKernel, defines, name: str) -> bool:
     """A 0/1 define that the kernel's build and its launch both read: the build's value, or the
-    default the kernel's source gives it (so the two cannot disagree; bf16_wgmma2's are 0, the
-    measured trade-offs of each in kernels/NOTES.md, session 16)."""
+    default the kernel's source gives it (so the two cannot disagree; bf16_wgmma2's: WG2_PDL 1,
+    WG2_LPT 0, the measured trade-offs in kernels/NOTES.md, sessions 16-17)."""
     value = defines.get(name, source_default(k.source, name))
     return value is not None and int(value) != 0
 
