@@ -18,8 +18,9 @@
 #            replays of them (--graph-profiling graph): DRAM bytes and L2 hit rate back to back
 #   sanitize90 racecheck, synccheck and memcheck of our default kernels natively over two bundles
 # more parts (name them):
-#   hints    the chain cases: the default, its build without PDL, the key gather's L2 hints
-#            (WG2_KV_HINT=1 evict-first, =2 with a 256 B prefetch) and FlashMLA in its worker
+#   hints    the chain cases: the default, and each forced on every call: no L2 hint
+#            (WG2_KV_HINT=0), evict-first (=1), evict-first with the policy made once a thread (=3);
+#            FlashMLA in its worker
 #   targets  results/suites/targets.yaml: the large bf16 and the fp32 serving targets, ours alone
 #   ncuboost ncu at the bench's clocks (--clock-control none) of ours and FlashMLA: kernel times on
 #            the mixed B=32 and the B=8 H=8 chain cases (caches flushed); scripts/graph-overlap.py;
@@ -83,8 +84,8 @@ if want chain; then
   pack
 fi
 if want hints; then
-  step 200 kd bench "$serving" -k chain "${wgmma2[@]}" --define bf16_wgmma2:WG2_PDL=0 \
-      --define bf16_wgmma2:WG2_KV_HINT=1 --define bf16_wgmma2:WG2_KV_HINT=2 --time-limit 180 \
+  step 200 kd bench "$serving" -k chain "${wgmma2[@]}" --define bf16_wgmma2:WG2_KV_HINT=0 \
+      --define bf16_wgmma2:WG2_KV_HINT=1 --define bf16_wgmma2:WG2_KV_HINT=3 --time-limit 180 \
       --json "$out/bench-hints.json"
   pack
 fi
