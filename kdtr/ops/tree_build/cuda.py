@@ -47,13 +47,16 @@ def sorted_shared_bytes(budget: int, depth: int, k: int) -> int:
             + _up16(q * (-(-q // 32)) * 4))
 
 
+STATIC_SHARED_BYTES = 64      # the kernels' static shared memory (s_num_nodes), with room to spare
+
+
 def least_shared_bytes(name: str, budget: int, depth: int, k: int) -> int:
     """The shared memory the kernel `name` needs at least for this shape (with its static part),
     which a GPU must allow per block to run it: sorted's log-prob table, or warp's and smem's
     nodes without the staged log-probs."""
     if name == "sorted":
-        return sorted_shared_bytes(budget, depth, k) + 64
-    return kernel_shared_bytes(budget, depth) + 64
+        return sorted_shared_bytes(budget, depth, k) + STATIC_SHARED_BYTES
+    return kernel_shared_bytes(budget, depth) + STATIC_SHARED_BYTES
 
 
 def check_kernel_limits(budget: int, depth: int) -> None:
@@ -72,7 +75,7 @@ def choose(inputs, params, gpu: Gpu | None) -> str:
         return "smem"
     _, depth, k = inputs["topk_logp"].shape
     gpu = gpu or Gpu.here()
-    return "sorted" if sorted_shared_bytes(budget, depth, k) + 64 <= gpu.smem_optin else "warp"
+    return "sorted" if least_shared_bytes("sorted", budget, depth, k) <= gpu.smem_optin else "warp"
 
 
 def run_cuda(op, variant, inputs, params, outputs, kernel=None, defines=None) -> None:
@@ -97,7 +100,7 @@ def run_cuda(op, variant, inputs, params, outputs, kernel=None, defines=None) ->
     limit = max_shared_optin()
     if name == "sorted":         # 32 x per_lane >= budget slots; the log-prob table must fit
         smem = sorted_shared_bytes(budget, depth, k)
-        if least_shared_bytes(name, budget, depth, k) > limit:    # + the static s_num_nodes
+        if smem + STATIC_SHARED_BYTES > limit:
             raise ValueError(f"sorted needs {smem} B of shared memory at budget {budget}, depth "
                              f"{depth}, K {k}; the device has {limit} B")
         get_kernel(entry.source, entry.entry, defines={"TB_NPL": slots, **defines}).launch(
@@ -105,7 +108,7 @@ def run_cuda(op, variant, inputs, params, outputs, kernel=None, defines=None) ->
         return
     smem = kernel_shared_bytes(budget, depth)
     staged_bytes = 2 * _up16(depth * min(k, q) * 4)          # the log-probs, when they fit
-    staged = smem + staged_bytes + 64 <= limit
+    staged = smem + staged_bytes + STATIC_SHARED_BYTES <= limit
     smem += staged_bytes if staged else 0
     args += [c_int(int(staged))] + args_out
     if name == "warp":           # capacity 32 x per_lane >= budget (slots in use <= budget): 1..16
