@@ -46,10 +46,12 @@
 #   m99rows    the serving suite, bf16_mma then bf16_mma99 forced, and bf16_mma99 at 32-row tiles
 #              (its row tile's A/B: 48 rows waste a third of a 64-row request)
 #   ncu        ncu sections of ours and FlashMLA on two chain cases FlashMLA wins (mixed B=32, H=128)
+#   sglptx     bf16_mma, bf16_mma99 and SGLang's Triton kernel on two Q·H >= 136 shapes, and the
+#              tensor-core instructions in the PTX Triton compiled for SGLang (wgmma or mma.sync)
 #   tests99    the GPU tests of tree_build and of isolation as sm_120; of isolation and the balanced
 #              schedule natively
 set -uo pipefail
-out=${1:?usage: scripts/device-round.sh OUT [install|verifyab|chain|targets|ncuboost|sanitize90|hints|graphncu|mma99h128|mma99|refs|verify|verify99|sanitize99|e2e99|pytest90|pytest99|oob|serving|peers|knobs|ab|split|m99rows|tests99|ncu]...}
+out=${1:?usage: scripts/device-round.sh OUT [install|verifyab|chain|targets|ncuboost|sanitize90|hints|graphncu|mma99h128|mma99|refs|verify|verify99|sanitize99|e2e99|pytest90|pytest99|oob|serving|peers|knobs|ab|split|m99rows|tests99|ncu|sglptx]...}
 shift
 parts=${*:-install verifyab chain graphncu sanitize90}
 rec=/tmp/device-round-records
@@ -176,6 +178,20 @@ if want tests99; then
       tests/kernels/test_cuda_kernels.py tests/impl/test_isolation.py --junitxml "$rec/pytest-tests99-as-sm120.xml"
   step 90 python3 -m pytest -q -m gpu -p no:cacheprovider tests/impl/test_isolation.py \
       tests/kernels/test_attn_schedule.py --junitxml "$rec/pytest-isolation-schedule-native.xml"
+  pack
+fi
+if want sglptx; then
+  # which tensor-core instructions SGLang's Triton kernel runs here (Triton's cache: its PTX), beside
+  # bf16_mma99 (sm_120's mma.sync) on two of the Q·H >= 136 shapes where the 99 KB kernel misses 8x
+  export TRITON_CACHE_DIR=/tmp/triton-sglptx
+  rm -rf "$TRITON_CACHE_DIR"
+  step 120 kd bench "$serving" -k 'b8_h*_p8192*' --no-baselines --no-sanity \
+      --no-back-to-back --kernel bf16_mma --kernel bf16_mma99 --impl sglang_triton --time-limit 100 \
+      --json "$rec/bench-sglptx.json" -q
+  find "$TRITON_CACHE_DIR" -name '*.ptx' | while read -r f; do
+    echo "$(basename "$f") wgmma=$(grep -c 'wgmma.mma_async' "$f") mma.sync=$(grep -c 'mma.sync' "$f") target=$(grep -m1 '^.target' "$f")"
+  done | tee "$rec/sglang-triton-ptx.txt"
+  unset TRITON_CACHE_DIR
   pack
 fi
 if want ncu; then
