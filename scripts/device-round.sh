@@ -10,6 +10,7 @@
 #            fp32_bf16x3/fp32_dmma) and as sm_120 (bf16_mma99, fp32_ffma99), --trials 2; the GPU tests
 #            of bf16_wgmma2's paths (PDL, the L2 hint build, balanced schedule, staged epilogue:
 #            fresh inputs, poisoned outputs, graph replays)
+#   verify90 verifyab without the sm_120 run (a short call)
 #   chain    the serving suite's chain cases: our default bf16_wgmma2 (PDL for one request, L2
 #            hints on calls of at most 256 MB of keys), f651642's kernel (WG2_PDL=0,WG2_KV_HINT=0),
 #            the balanced schedule, and FlashMLA in its worker process, one timing plan a case for
@@ -51,7 +52,7 @@
 #   tests99    the GPU tests of tree_build and of isolation as sm_120; of isolation and the balanced
 #              schedule natively
 set -uo pipefail
-out=${1:?usage: scripts/device-round.sh OUT [install|verifyab|chain|targets|ncuboost|sanitize90|hints|graphncu|mma99h128|mma99|refs|verify|verify99|sanitize99|e2e99|pytest90|pytest99|oob|serving|peers|knobs|ab|split|m99rows|tests99|ncu|sglptx]...}
+out=${1:?usage: scripts/device-round.sh OUT [install|verifyab|verify90|chain|targets|ncuboost|sanitize90|hints|graphncu|mma99h128|mma99|refs|verify|verify99|sanitize99|e2e99|pytest90|pytest99|oob|serving|peers|knobs|ab|split|m99rows|tests99|ncu|sglptx]...}
 shift
 parts=${*:-install verifyab chain graphncu sanitize90}
 rec=/tmp/device-round-records
@@ -70,10 +71,10 @@ refs() { [ -n "$refs_done" ] || step 150 kd gen-refs -q; refs_done=1; }
 {
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit,memory.total --format=csv,noheader
 want install && install_wheels
-if want verifyab; then
+if want verifyab || want verify90; then
   step 50 kd gen-refs specs/verify_attn.yaml -j 16 -q
   step 45 kd verify goldens/verify_attn --backend cuda --trials 2 -q --json "$rec/verify-attn-native.json"
-  KDTREE_GPU=sm_120 step 45 kd verify goldens/verify_attn --backend cuda --trials 2 -q \
+  want verifyab && KDTREE_GPU=sm_120 step 45 kd verify goldens/verify_attn --backend cuda --trials 2 -q \
       --json "$rec/verify-attn-as-sm120.json"
   step 90 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_attn_schedule.py \
       --junitxml "$rec/pytest-schedule-native.xml"
