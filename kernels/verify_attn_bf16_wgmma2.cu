@@ -65,7 +65,8 @@
 //     makes programmatic dependents for one request (PDL_MAX_BATCH in kdtr/ops/verify_attn/cuda.py).
 //     WG2_STAGED_STORE 1: the epilogue stores whole rows through shared memory (the same bytes).
 //     WG2_KV_HINT 1: the key gather's cp.async carry an L2 evict-first policy (2: and a 256 B L2
-//     prefetch); the launch builds it so for calls of at most KV_HINT_MAX_BYTES (256 MB) of keys.
+//     prefetch; 3: as 1, the policy made once a thread, not yet timed); the launch builds 1 for calls
+//     of at most KV_HINT_MAX_BYTES (256 MB) of keys.
 //     Defaults: WG2_PDL 1, the others 0; WG2_PDL=0,WG2_KV_HINT=0 is the kernel of f651642 SASS for
 //     SASS. Measured on the H100 (kernels/NOTES.md, sessions 16-17; results/h100/s16, s17): the
 //     schedule gains 1-17% on mixed batches and costs 1-10% on batches of equal requests (which the
