@@ -47,7 +47,7 @@
 #   m99rows    the serving suite, bf16_mma then bf16_mma99 forced, and bf16_mma99 at 32-row tiles
 #              (its row tile's A/B: 48 rows waste a third of a 64-row request)
 #   ncu        ncu sections of ours and FlashMLA on two chain cases FlashMLA wins (mixed B=32, H=128)
-#   sglptx     bf16_mma, bf16_mma99 and SGLang's Triton kernel on two Q·H >= 136 shapes, and the
+#   sglptx     bf16_mma, bf16_mma99 and SGLang's Triton kernel on the B=8 P=8192 cases, and the
 #              tensor-core instructions in the PTX Triton compiled for SGLang (wgmma or mma.sync)
 #   tests99    the GPU tests of tree_build and of isolation as sm_120; of isolation and the balanced
 #              schedule natively
@@ -64,6 +64,7 @@ serving=specs/bench/verify_attn_serving.yaml
 ab_suite=specs/ab/wgmma2_vs_flashmla.yaml
 new_wgmma2=bf16_wgmma2:WG2_LPT=1,WG2_PDL=1,WG2_STAGED_STORE=1
 wgmma2=(--no-baselines --no-sanity --kernel bf16_wgmma2 --impl flashmla -q)
+mma99=(--no-baselines --no-sanity --no-back-to-back --kernel bf16_mma --kernel bf16_mma99 -q)   # same card, same run
 pack() { tar -czf "$out/records.tgz.tmp" -C "$rec" . && mv "$out/records.tgz.tmp" "$out/records.tgz"; }
 refs_done=
 refs() { [ -n "$refs_done" ] || step 150 kd gen-refs -q; refs_done=1; }
@@ -93,8 +94,8 @@ if want hints; then
   pack
 fi
 if want mma99h128; then
-  step 150 kd bench "$serving" -k '*h128*' --no-baselines --no-sanity --no-back-to-back --kernel bf16_mma \
-      --kernel bf16_mma99 --impl sglang_triton --time-limit 140 --json "$rec/bench-mma99-h128.json" -q
+  step 150 kd bench "$serving" -k '*h128*' "${mma99[@]}" --impl sglang_triton --time-limit 140 \
+      --json "$rec/bench-mma99-h128.json"
   pack
 fi
 if want graphncu; then
@@ -183,12 +184,12 @@ if want tests99; then
 fi
 if want sglptx; then
   # which tensor-core instructions SGLang's Triton kernel runs here (Triton's cache: its PTX), beside
-  # bf16_mma99 (sm_120's mma.sync) on two of the Q·H >= 136 shapes where the 99 KB kernel misses 8x
+  # bf16_mma99 (sm_120's mma.sync) on the B=8 P=8192 cases, two of them at Q·H >= 136 where the
+  # 99 KB kernel misses 8x
   export TRITON_CACHE_DIR=/tmp/triton-sglptx
   rm -rf "$TRITON_CACHE_DIR"
-  step 120 kd bench "$serving" -k 'b8_h*_p8192*' --no-baselines --no-sanity \
-      --no-back-to-back --kernel bf16_mma --kernel bf16_mma99 --impl sglang_triton --time-limit 100 \
-      --json "$rec/bench-sglptx.json" -q
+  step 120 kd bench "$serving" -k 'b8_h*_p8192*' "${mma99[@]}" --impl sglang_triton --time-limit 100 \
+      --json "$rec/bench-sglptx.json"
   find "$TRITON_CACHE_DIR" -name '*.ptx' | while read -r f; do
     echo "$(basename "$f") wgmma=$(grep -c 'wgmma.mma_async' "$f") mma.sync=$(grep -c 'mma.sync' "$f") target=$(grep -m1 '^.target' "$f")"
   done | tee "$rec/sglang-triton-ptx.txt"
@@ -209,13 +210,13 @@ if want ncu; then
   pack
 fi
 if want m99rows; then
-  step 115 kd bench "$serving" --no-baselines --no-sanity --no-back-to-back --kernel bf16_mma --kernel bf16_mma99 \
-      --define bf16_mma99:M99_ROWS=32 --time-limit 100 --json "$out/bench-mma99-rows.json" -q
+  step 115 kd bench "$serving" "${mma99[@]}" --define bf16_mma99:M99_ROWS=32 --time-limit 100 \
+      --json "$out/bench-mma99-rows.json"
   pack
 fi
 if want mma99; then
-  step 115 kd bench "$serving" --no-baselines --no-sanity --no-back-to-back --kernel bf16_mma --kernel bf16_mma99 \
-      --impl sglang_triton --time-limit 100 --json "$rec/bench-mma99.json" -q
+  step 115 kd bench "$serving" "${mma99[@]}" --impl sglang_triton --time-limit 100 \
+      --json "$rec/bench-mma99.json"
   pack
 fi
 if want serving; then
