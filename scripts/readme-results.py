@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"
-CHAIN = "h100/s17/bench-chain.json"   # the serving suite's chain cases: ours, FlashMLA, one plan a case
+CHAIN = "h100/s19/bench-chain.json"   # the serving suite's chain cases: ours, FlashMLA, one plan a case
 SMALL = "h100/s16/bench-mma99.json"   # the serving suite: the 99 KB kernel beside bf16_mma, SGLang
 PEERS = ("flashmla", "sglang_triton")
 LABELS = {"flashmla": "FlashMLA", "sglang_triton": "SGLang"}
@@ -82,7 +82,7 @@ def chain_table() -> list[str]:
         lines.append("| " + " | ".join(cells) + " |")
     wins = sum(1 for r in ours if r["speedups"].get("flashmla", 0) >= 1)
     lines += ["", f"Ours (bf16_wgmma2) is at or below FlashMLA's time in {wins} of {len(ours)} (the bar: all; "
-              "kernels/NOTES.md, session 17)."]
+              "kernels/NOTES.md, session 19)."]
     if "sglang_triton" not in present:
         lines += ["SGLang's Triton kernel on the same cases took 20.7-167× session 15's kernel's time: `results/h100/bench-chain.json` "
                   "(session 15's code)."]
