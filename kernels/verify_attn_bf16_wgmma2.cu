@@ -65,13 +65,13 @@
 //     makes programmatic dependents for one request (PDL_MAX_BATCH in kdtr/ops/verify_attn/cuda.py).
 //     WG2_STAGED_STORE 1: the epilogue stores whole rows through shared memory (the same bytes).
 //     WG2_KV_HINT 1: the key gather's cp.async carry an L2 evict-first policy (2: and a 256 B L2
-//     prefetch; 3: as 1, the policy made once a thread, not yet timed); the launch builds 1 for calls
-//     of at most KV_HINT_MAX_BYTES (256 MB) of keys.
+//     prefetch); the launch builds 1 for calls of at most KV_HINT_MAX_BYTES (256 MB) of keys.
 //     Defaults: WG2_PDL 1, the others 0; WG2_PDL=0,WG2_KV_HINT=0 is the kernel of f651642 SASS for
 //     SASS. Measured on the H100 (kernels/NOTES.md, sessions 16-17; results/h100/s16, s17): the
 //     schedule gains 1-17% on mixed batches and costs 1-10% on batches of equal requests (which the
 //     host cannot tell apart); PDL gains 5-9% at B=1 and cost 3-6% at B=8 H=8 Q=4 (hence one
-//     request only); the hint gains 2-10% on calls of 2-153 MB of keys and costs 2-3% at 0.6-2.4 GB;
+//     request only); the hint gains 2-10% on calls of 2-153 MB of keys and costs 2-4% at 0.6-2.4 GB
+//     (not for its per-tile createpolicy: made once a thread it cost 1-2% more, session 19);
 //     the staged epilogue gains 3-4% at H=128 and costs 6-8% at B=1.
 //     `--define bf16_wgmma2:WG2_LPT=1`, `…:WG2_PDL=0`, `…:WG2_KV_HINT=0`, etc.
 //   WG2_PV_FIRST 0: WG1 publishes tile j + 1 before it issues its P·V_j (design 3's A/B).
@@ -146,9 +146,8 @@
 #ifndef WG2_STAGED_STORE
 #define WG2_STAGED_STORE 0
 #endif
-// 1: the key gather's cp.async carry an L2 evict-first policy; 2: that and a 256 B L2 prefetch size;
-// 3: as 1, the policy made once a thread instead of once a gather_rows (gather_rows; the same bytes
-// loaded). Also read by the launch, which sets 1 for small calls.
+// 1: the key gather's cp.async carry an L2 evict-first policy; 2: that and a 256 B L2 prefetch size
+// (gather_rows; the same bytes loaded). Also read by the launch, which sets 1 for small calls.
 #ifndef WG2_KV_HINT
 #define WG2_KV_HINT 0
 #endif
@@ -195,16 +194,11 @@ __device__ __forceinline__ void rescale(float (&o)[N], float al0, float al1) {
 // WG2_KV_HINT 1 marks the keys' lines evict-first in L2 (each is read once, so the partials and the
 // slots keep their lines; FlashMLA's TMA loads carry the same hint), 2 also asks L2 to fetch 256 B a
 // miss (no better than 1 on the H100: results/h100/s17/bench-hints.json).
-// 3: as 1 with the policy made once a thread, before the prologue, and passed in (`policy`).
-__device__ __forceinline__ unsigned long long l2_evict_first_policy() {
+__device__ __forceinline__ void gather_rows(unsigned dst, const unsigned char* src, const int (&slot)[4],
+                                            int nvalid_rg) {
+#if WG2_KV_HINT
     unsigned long long policy;
     asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
-    return policy;
-}
-__device__ __forceinline__ void gather_rows(unsigned dst, const unsigned char* src, const int (&slot)[4],
-                                            int nvalid_rg, unsigned long long policy) {
-#if WG2_KV_HINT == 1 || WG2_KV_HINT == 2
-    policy = l2_evict_first_policy();
 #endif
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
@@ -331,20 +325,15 @@ verify_attn_bf16_wgmma2(ATTN_BF16_PAGED_PARAMS, int lpt_chunk, int lpt_sms, int*
             }
         };
         // prologue: Q, tiles 0 and 1, this thread's slots of tile 2
-#if WG2_KV_HINT == 3
-        const unsigned long long kv_policy = l2_evict_first_policy();
-#else
-        const unsigned long long kv_policy = 0;           // unused: made in gather_rows, or no hint
-#endif
         int sl[4];                                        // this thread's rows of Q, then of the next tile
 #pragma unroll
         for (int k = 0; k < 4; ++k) sl[k] = rg + 16 * k < nrows ? rg + 16 * k : 0;
-        gather_rows(sbase + WG_OFF_Q + growoff, (const unsigned char*)(q + grow0 * ATTN_D) + cc * 16, sl, nrows - rg, kv_policy);
+        gather_rows(sbase + WG_OFF_Q + growoff, (const unsigned char*)(q + grow0 * ATTN_D) + cc * 16, sl, nrows - rg);
         slots_of(kbeg, sl);
-        if (T > 0) gather_rows(gdst, gsrc, sl, kend - kbeg - rg, kv_policy);
+        if (T > 0) gather_rows(gdst, gsrc, sl, kend - kbeg - rg);
         cp_async_commit();
         slots_of(kbeg + WG_KEYS, sl);
-        if (T > 1) gather_rows(gdst + WG_TILE, gsrc, sl, kend - kbeg - WG_KEYS - rg, kv_policy);
+        if (T > 1) gather_rows(gdst + WG_TILE, gsrc, sl, kend - kbeg - WG_KEYS - rg);
         cp_async_commit();
         slots_of(kbeg + 2 * WG_KEYS, sl);
         cp_async_wait<1>();                               // Q and tile 0 landed (this thread's part)
@@ -375,7 +364,7 @@ verify_attn_bf16_wgmma2(ATTN_BF16_PAGED_PARAMS, int lpt_chunk, int lpt_sms, int*
                 bar_sync(s ? BAR_SF1 : BAR_SF0, 256);     // WG0's P.V_j completed
                 const int key2 = kbeg + (j + 2) * WG_KEYS;
 #if WG_DIAG != 3
-                gather_rows(gdst + s * WG_TILE, gsrc, sl, kend - key2 - rg, kv_policy);
+                gather_rows(gdst + s * WG_TILE, gsrc, sl, kend - key2 - rg);
 #endif
                 cp_async_commit();
                 slots_of(key2 + WG_KEYS, sl);             // this thread's rows of tile j+3

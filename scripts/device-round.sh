@@ -20,8 +20,11 @@
 #   sanitize90 racecheck, synccheck and memcheck of our default kernels natively over two bundles
 # more parts (name them):
 #   hints    the chain cases: the default, and each forced on every call: no L2 hint
-#            (WG2_KV_HINT=0), evict-first (=1), evict-first with the policy made once a thread (=3);
-#            FlashMLA in its worker
+#            (WG2_KV_HINT=0), evict-first (=1); FlashMLA in its worker
+#   timeline scripts/graph-overlap.py --timeline, ours and FlashMLA, on four chain cases: each kernel's
+#            time and the gaps between consecutive kernels in graph replays (torch.profiler)
+#   chunks   the balanced schedule's chunk on the two mixed chain cases: the default (uniform grid),
+#            WG2_LPT=1 (its chunk, an even share of the SMs) and WG2_LPT=1 at forced chunks (keys)
 #   targets  results/suites/targets.yaml: the large bf16 and the fp32 serving targets, ours alone
 #   ncuboost ncu at the bench's clocks (--clock-control none) of ours and FlashMLA: kernel times on
 #            the mixed B=32 and the B=8 H=8 chain cases (caches flushed); scripts/graph-overlap.py;
@@ -52,10 +55,11 @@
 #   tests99    the GPU tests of tree_build and of isolation as sm_120; of isolation and the balanced
 #              schedule natively
 set -uo pipefail
-out=${1:?usage: scripts/device-round.sh OUT [install|verifyab|verify90|chain|targets|ncuboost|sanitize90|hints|graphncu|mma99h128|mma99|refs|verify|verify99|sanitize99|e2e99|pytest90|pytest99|oob|serving|peers|knobs|ab|split|m99rows|tests99|ncu|sglptx]...}
+out=${1:?usage: scripts/device-round.sh OUT [install|verifyab|verify90|chain|targets|ncuboost|sanitize90|hints|graphncu|mma99h128|mma99|refs|verify|verify99|sanitize99|e2e99|pytest90|pytest99|oob|serving|peers|knobs|ab|split|m99rows|tests99|ncu|sglptx|timeline|chunks]...}
 shift
 parts=${*:-install verifyab chain graphncu sanitize90}
 rec=/tmp/device-round-records
+rm -rf "$rec"                  # a machine lent before may hold another session's records
 mkdir -p "$out" "$rec"
 source scripts/device-lib.sh
 want() { [[ " $parts " == *" $1 "* ]]; }
@@ -89,7 +93,7 @@ if want chain; then
 fi
 if want hints; then
   step 200 kd bench "$serving" -k chain "${wgmma2[@]}" --define bf16_wgmma2:WG2_KV_HINT=0 \
-      --define bf16_wgmma2:WG2_KV_HINT=1 --define bf16_wgmma2:WG2_KV_HINT=3 --time-limit 180 \
+      --define bf16_wgmma2:WG2_KV_HINT=1 --time-limit 180 \
       --json "$out/bench-hints.json"
   pack
 fi
@@ -109,6 +113,26 @@ if want graphncu; then
           --csv python3 scripts/graph-overlap.py "$serving" "$c" --impl "$impl" --profile > "$rec/ncu-graph/$c-$impl.csv" 2>&1
     done
   done
+  pack
+fi
+if want timeline; then
+  # where a call's time goes back to back: kernel times and the gaps between them, from the trace
+  for c in b32_h8_q4_p4096_mixed_chain b8_h8_q4_p8192_chain b1_h16_q4_p2048_chain b128_h16_q4_p16384_mixed_chain; do
+    step 60 python3 scripts/graph-overlap.py "$serving" "$c" --impl cuda --impl flashmla --timeline \
+        >> "$rec/timeline.jsonl"
+  done
+  pack
+fi
+if want chunks; then
+  # does a chunk under the even share (two or three waves, longest first) balance the mixed batches better?
+  lpt=bf16_wgmma2:WG2_LPT=1
+  step 100 kd bench "$serving" -k b32_h8_q4_p4096_mixed_chain "${wgmma2[@]}" --define "$lpt" \
+      --define "$lpt,CHUNK=256" --define "$lpt,CHUNK=384" --define "$lpt,CHUNK=768" --define "$lpt,CHUNK=1024" \
+      --time-limit 90 --json "$rec/bench-chunks-b32.json"
+  pack
+  step 100 kd bench "$serving" -k b128_h16_q4_p16384_mixed_chain "${wgmma2[@]}" --define "$lpt" \
+      --define "$lpt,CHUNK=2048" --define "$lpt,CHUNK=3072" --define "$lpt,CHUNK=4096" --define "$lpt,CHUNK=6144" \
+      --time-limit 90 --json "$rec/bench-chunks-b128.json"
   pack
 fi
 if want targets; then

@@ -12,7 +12,10 @@ Prints one JSON line an implementation (µs a call: `graph`, `separated`, `separ
 `overlap` = separated - separator - graph). With --profile it times nothing: it replays each
 implementation's graph 3 times inside an NVTX range `profile`, for a profiler that counts a whole
 graph (`ncu --graph-profiling graph --nvtx --nvtx-include profile/ ...`: what a call reads from DRAM
-and hits in L2 when the calls run back to back). Run on a GPU machine from the repo root; peers run in
+and hits in L2 when the calls run back to back). With --timeline it replays each graph under
+torch.profiler and prints, from the kernels' own start and end stamps, each kernel's mean time and
+the mean gap between consecutive kernels (negative: the later one started before the earlier one
+ended, as a programmatic dependent launch lets it), and a call's span. Run on a GPU machine from the repo root; peers run in
 this process (KDTREE_ISOLATE=0 is set here: a graph cannot capture a worker's calls). Exit 2 on bad
 usage or no GPU."""
 
@@ -32,6 +35,8 @@ def main() -> int:
     parser.add_argument("--replays", type=int, default=50, help="timed replays a figure (default 50)")
     parser.add_argument("--profile", action="store_true", help="only replay each graph 3 times in an NVTX "
                         "range `profile` (for ncu --graph-profiling graph)")
+    parser.add_argument("--timeline", action="store_true", help="replay each graph under torch.profiler: "
+                        "per-kernel times and the gaps between consecutive kernels")
     args = parser.parse_args()
     os.environ["KDTREE_ISOLATE"] = "0"
 
@@ -86,7 +91,45 @@ def main() -> int:
             torch.cuda.synchronize()
             torch.cuda.nvtx.range_pop()
 
-    separator = 0.0 if args.profile else timed(lambda i: tiny.add_(1))
+    def timeline(body) -> dict:
+        """Kernel times and gaps of 5 replays of the graph of body(i), from the profiler's trace."""
+        import tempfile
+
+        from torch.profiler import ProfilerActivity, profile
+
+        def traced(run) -> list:
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                run()
+                torch.cuda.synchronize()
+            with tempfile.NamedTemporaryFile(suffix=".json") as trace:
+                prof.export_chrome_trace(trace.name)
+                events = json.load(open(trace.name))["traceEvents"]
+            return sorted((e["ts"], e["ts"] + e["dur"], e["name"][:48]) for e in events
+                          if e.get("cat") == "kernel" and e.get("ph") == "X")
+
+        with torch.cuda.stream(stream):
+            graph = captured(body)
+            kernels, how = traced(lambda: [graph.replay() for _ in range(5)]), "graph"
+            if not kernels:                               # a profiler that does not see into graphs
+                kernels, how = traced(lambda: [body(i) for i in range(5 * args.calls)]), "stream"
+        return {"traced": how, **summary(kernels, 5 * args.calls)}
+
+    def summary(kernels, calls: int) -> dict:
+        """Mean µs of each kernel name, mean gap (start of the next less end of this one) of each
+        consecutive pair of names, and µs a call over the whole trace."""
+        if not kernels:
+            return {"kernels": 0}
+        times, gaps = {}, {}
+        for start, end, name in kernels:
+            times.setdefault(name, []).append(end - start)
+        for (_, end, a), (start, _, b) in zip(kernels, kernels[1:]):
+            gaps.setdefault(f"{a} -> {b}", []).append(start - end)
+        mean = lambda xs: round(sum(xs) / len(xs), 2)
+        return {"kernels": len(kernels), "per_call": round((kernels[-1][1] - kernels[0][0]) / calls, 2),
+                "time": {k: [len(v), mean(v)] for k, v in times.items()},
+                "gap": {k: [len(v), mean(v), round(min(v), 2)] for k, v in gaps.items()}}
+
+    separator = 0.0 if args.profile or args.timeline else timed(lambda i: tiny.add_(1))
     for name in args.impl or ["cuda"]:
         try:
             impl = resolve(name)
@@ -98,6 +141,9 @@ def main() -> int:
             if args.profile:
                 profiled(lambda i: calls[i % 2]())
                 figures = {"profiled": 3}
+            elif args.timeline:
+                figures = {"gpu": torch.cuda.get_device_name(), "calls": 5 * args.calls,
+                           **timeline(lambda i: calls[i % 2]())}
             else:
                 plain = timed(lambda i: calls[i % 2]())
                 separated = timed(lambda i: (calls[i % 2](), tiny.add_(1)))

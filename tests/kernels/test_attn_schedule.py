@@ -544,8 +544,6 @@ CASES_GPU = {   # name: (case parameters, defines)
     "mixed_b200_small": (dict(batch=200, heads=2, prefix=700, budget=4, prefix_mode="mixed"), {CHUNK_KNOB: "128"}),
     "equal_b6_lpt_off": (dict(batch=6, heads=16, prefix=1500, budget=16), {"WG2_LPT": "0"}),
     "equal_b6_pdl_off": (dict(batch=6, heads=16, prefix=1500, budget=16), {"WG2_PDL": "0"}),
-    "mixed_b5_hint_once": (dict(batch=5, heads=8, prefix=3000, budget=8, prefix_mode="mixed"),
-                           {"WG2_KV_HINT": "3"}),          # the gather's L2 policy made once a thread
 }
 
 
