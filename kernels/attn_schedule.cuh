@@ -143,3 +143,76 @@ __device__ __forceinline__ LptJob lpt_job(int job, const int* __restrict__ kv_in
                                            blockIdx.x, lse + (size_t)b * rows_req,                     \
                                            Store{out + (size_t)b * rows_req * ATTN_DV});               \
     }
+
+// The segment schedule (bf16_wgmma2's WG2_LPT 2; the shape of FlashMLA's metadata): the batch's key
+// tiles kt_b = ceil(kvlen_b / 64) laid end to end in request order, T in all; G = min(grid.y, T)
+// blocks a row tile, block y taking tiles [floor(y T / G), floor((y + 1) T / G)) (at least one: a
+// block past G returns), which it runs as (request, key range) segments in turn. Request b's pieces
+// are the blocks yf_b .. yl_b its tiles fall in (y(t) = floor(((t + 1) G - 1) / T) for tile t);
+// piece (b, y) is partial slot y + b, consecutive for a request and distinct over the batch (a later
+// request's blocks are never earlier ones), so G + B - 1 slots at most; a request inside one block is
+// written directly. Block (0, 0) writes meta[b] = (yf_b + b, yl_b - yf_b + 1): the balanced merge
+// reads it as it reads the LPT schedule's. Every block computes the prefix of the tiles itself (no
+// metadata kernel, no host read of device memory: the launch stays graph-capturable).
+struct SegRange {
+    int b;        // the request of the block's first tile (-1: this block has no tiles)
+    int cum;      // the tiles of the requests before b
+    int t0, t1;   // the block's tiles [t0, t1) of the batch's T
+};
+
+// Block y's range (above), computed by every thread of the block (it holds __syncthreads) in
+// `scratch` (B + 34 ints of shared memory, free again on return); `write_meta`: this block writes
+// meta[2b], meta[2b + 1] of every request.
+__device__ __forceinline__ SegRange seg_range(int y, int G, const int* __restrict__ kv_indptr, int B, int Q,
+                                              int* __restrict__ meta, bool write_meta, int* scratch) {
+    const int tid = threadIdx.x, nthr = blockDim.x, lane = tid & 31, warp = tid >> 5, nwarps = nthr >> 5;
+    int* s_cum = scratch;                 // [B + 1]: the tiles before each request, then T
+    int* s_red = scratch + B + 1;         // [32] each warp's tiles, [1] the picked request
+    const int per = (B + nthr - 1) / nthr;
+    const int r0 = min(tid * per, B), r1 = min(r0 + per, B);
+    int mine = 0;                         // the tiles of this thread's requests r0 .. r1 - 1
+    #pragma unroll 1
+    for (int r = r0; r < r1; ++r) mine += (kv_indptr[r + 1] - kv_indptr[r] + Q + 63) / 64;
+    int incl = mine;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+        const int v = __shfl_up_sync(0xffffffffu, incl, off);
+        if (lane >= off) incl += v;
+    }
+    if (lane == 31) s_red[warp] = incl;
+    if (tid == 0) s_red[32] = -1;
+    __syncthreads();
+    int before = 0, T = 0;
+    #pragma unroll 1
+    for (int w = 0; w < nwarps; ++w) {
+        before += w < warp ? s_red[w] : 0;
+        T += s_red[w];
+    }
+    int run = before + incl - mine;
+    #pragma unroll 1
+    for (int r = r0; r < r1; ++r) {
+        s_cum[r] = run;
+        run += (kv_indptr[r + 1] - kv_indptr[r] + Q + 63) / 64;
+    }
+    if (tid == 0) s_cum[B] = T;
+    __syncthreads();
+    const int g = min(G, T);
+    SegRange out;
+    out.t0 = (int)((long long)y * T / g);
+    out.t1 = (int)((long long)(y + 1) * T / g);
+    #pragma unroll 1
+    for (int r = tid; r < B; r += nthr) {
+        const long long c = s_cum[r], e = s_cum[r + 1];
+        if (y < g && c <= out.t0 && out.t0 < e) s_red[32] = r;
+        if (write_meta) {
+            const int yf = (int)(((c + 1) * g - 1) / T), yl = (int)((e * g - 1) / T);
+            meta[2 * r] = yf + r;
+            meta[2 * r + 1] = yl - yf + 1;
+        }
+    }
+    __syncthreads();
+    out.b = s_red[32];
+    out.cum = s_cum[max(out.b, 0)];
+    __syncthreads();                      // every thread has read: the caller may reuse the scratch
+    return out;
+}

@@ -26,7 +26,11 @@
 //   SMs of the fair share, 0: lpt_chunk as given). A request of one chunk writes out/lse, otherwise
 //   partials at slot y ([slot][Q*H rows]) and block (0, 0) writes lpt_meta; then
 //   verify_attn_bf16_wgmma2_merge_lpt (grid = (Q*H, B), block = 128) merges the requests
-//   it split. With WG2_PDL both wait for the grid before them, and the launch makes them programmatic
+//   it split. The segment schedule (WG2_LPT 2, n_splits == 0): grid = (ceil(Q*H / 64), G, 1), G
+//   about one block an SM (segment_blocks in cuda.py); block (x, y) takes an equal share of the
+//   batch's key tiles (seg_range in attn_schedule.cuh) and runs it as (request, key range) segments
+//   in turn, each a pass of prologue, loop and epilogue with the mbarrier phases carried on (J0);
+//   partial slot y + b, lpt_meta and the merge as the balanced schedule's. With WG2_PDL both wait for the grid before them, and the launch makes them programmatic
 //   dependents for one request: nothing global is read before griddepcontrol.wait (checked in the
 //   SASS of session 16's build: no load precedes its ACQBULK; and on the H100 in session 17 by graph
 //   replays of one request, hint build included, whose q a kernel rewrites right before each).
@@ -61,7 +65,7 @@
 //
 // Knobs (compile-time; the launch reads WG2_LPT and WG2_PDL, and sets WG2_KV_HINT by the call's size):
 //   WG2_LPT / WG2_PDL (also read by the launch, their defaults from this file): the balanced
-//     schedule / main and merge waiting for the grid before them (griddepcontrol), which the launch
+//     schedule (2: the segment schedule) / main and merge waiting for the grid before them (griddepcontrol), which the launch
 //     makes programmatic dependents for one request (PDL_MAX_BATCH in kdtr/ops/verify_attn/cuda.py).
 //     WG2_STAGED_STORE 1: the epilogue stores whole rows through shared memory (the same bytes).
 //     WG2_KV_HINT 1: the key gather's cp.async carry an L2 evict-first policy (2: and a 256 B L2
@@ -130,8 +134,11 @@
 #define WG2_PV_FIRST 1
 #endif
 // 1: the kernel can run the balanced schedule (attn_schedule.cuh), which the launch uses for batches
-// of 2 to LPT_MAX_BATCH requests; 0: the uniform grid only (the kernel as before it, SASS for SASS
-// with WG2_PDL 0). Also read by the launch (source_default: the value here is its default too).
+// of 2 to LPT_MAX_BATCH requests; 2: the segment schedule there instead (equal shares of the key
+// tiles a block, several requests' segments in turn; session 19, not yet timed); 0: the uniform grid
+// only (the kernel as before it, SASS for SASS with WG2_PDL 0). Also read by the launch
+// (source_default: the value here is its default too). The .text of the 0 and 1 builds is the same
+// with the segment code in the source (J0 is the constant 0 there).
 #ifndef WG2_LPT
 #define WG2_LPT 0
 #endif
@@ -145,6 +152,9 @@
 // thread stores its fragments (4 or 8 bytes, 8 rows a warp instruction). The same bytes.
 #ifndef WG2_STAGED_STORE
 #define WG2_STAGED_STORE 0
+#endif
+#if WG2_STAGED_STORE && WG2_LPT == 2
+#error "WG2_STAGED_STORE stages through the K ring, which the next segment of WG2_LPT 2 refills"
 #endif
 // 1: the key gather's cp.async carry an L2 evict-first policy; 2: that and a 256 B L2 prefetch size
 // (gather_rows; the same bytes loaded). Also read by the launch, which sets 1 for small calls.
@@ -255,6 +265,22 @@ verify_attn_bf16_wgmma2(ATTN_BF16_PAGED_PARAMS, int lpt_chunk, int lpt_sms, int*
     const int rows_req = Q * H;
     const int row0 = blockIdx.x * WG_ROWS;
     const int nrows = min(WG_ROWS, rows_req - row0);
+#if WG2_LPT == 2
+    // the segment schedule: this block's tiles [seg_t, seg_t1) of the batch, from request seg_b on
+    int seg_b = 0, seg_cum = 0, seg_t = 0, seg_t1 = 1, J0 = 0;
+    if (n_splits == 0) {
+        const SegRange range = seg_range(blockIdx.y, gridDim.y, kv_indptr, B, Q, lpt_meta,
+                                         blockIdx.x == 0 && blockIdx.y == 0, (int*)(smem + WG_OFF_K + WG_TILE));
+        if (range.b < 0) return;                          // past the last block with tiles
+        seg_b = range.b;
+        seg_cum = range.cum;
+        seg_t = range.t0;
+        seg_t1 = range.t1;
+    }
+    for (;;) {                                            // a segment a pass (one for the uniform grid)
+#else
+    constexpr int J0 = 0;                                 // tiles this block ran before this pass
+#endif
     int b, ibase, kvlen, kbeg, chunk;
     bool direct;
     size_t prow0;
@@ -266,7 +292,17 @@ verify_attn_bf16_wgmma2(ATTN_BF16_PAGED_PARAMS, int lpt_chunk, int lpt_sms, int*
         kbeg = (int)blockIdx.z * chunk;
         direct = n_splits == 1;
         prow0 = ((size_t)blockIdx.z * B + b) * rows_req + row0;
-    } else {                                              // the balanced schedule: job blockIdx.y
+    } else {
+#if WG2_LPT == 2                                          // segment (seg_b, tiles [seg_t, its end))
+        b = seg_b;
+        ibase = kv_indptr[b];
+        kvlen = kv_indptr[b + 1] - ibase + Q;
+        const int seg_end = min(seg_t1, seg_cum + (kvlen + WG_KEYS - 1) / WG_KEYS);
+        kbeg = (seg_t - seg_cum) * WG_KEYS;
+        chunk = (seg_end - seg_t) * WG_KEYS;
+        direct = seg_t == seg_cum && seg_end == seg_cum + (kvlen + WG_KEYS - 1) / WG_KEYS;
+        prow0 = ((size_t)blockIdx.y + b) * rows_req + row0;
+#else                                                     // the balanced schedule: job blockIdx.y
         const LptJob job = lpt_job(blockIdx.y, kv_indptr, B, Q, gridDim.x, lpt_chunk, lpt_sms, lpt_meta,
                                    blockIdx.x == 0 && blockIdx.y == 0, (int*)(smem + WG_OFF_K + WG_TILE));
         if (job.b < 0) return;                            // past the last job (the whole block)
@@ -277,9 +313,11 @@ verify_attn_bf16_wgmma2(ATTN_BF16_PAGED_PARAMS, int lpt_chunk, int lpt_sms, int*
         kbeg = job.z * chunk;
         direct = job.n == 1;
         prow0 = (size_t)blockIdx.y * rows_req + row0;
+#endif
     }
     const int P = kvlen - Q;
 #else
+    constexpr int J0 = 0;
     ATTN_PAGED_REQUEST(WG_ROWS)
     const int per_split = (kvlen + n_splits - 1) / n_splits;
     const int chunk = (per_split + WG_KEYS - 1) / WG_KEYS * WG_KEYS;
@@ -321,7 +359,7 @@ verify_attn_bf16_wgmma2(ATTN_BF16_PAGED_PARAMS, int lpt_chunk, int lpt_sms, int*
         auto publish_next = [&](int j) {
             if (j + 1 < T) {
                 cp_async_wait<0>();
-                publish((j & 1) ^ 1);
+                publish(((J0 + j) & 1) ^ 1);
             }
         };
         // prologue: Q, tiles 0 and 1, this thread's slots of tile 2
@@ -330,18 +368,18 @@ verify_attn_bf16_wgmma2(ATTN_BF16_PAGED_PARAMS, int lpt_chunk, int lpt_sms, int*
         for (int k = 0; k < 4; ++k) sl[k] = rg + 16 * k < nrows ? rg + 16 * k : 0;
         gather_rows(sbase + WG_OFF_Q + growoff, (const unsigned char*)(q + grow0 * ATTN_D) + cc * 16, sl, nrows - rg);
         slots_of(kbeg, sl);
-        if (T > 0) gather_rows(gdst, gsrc, sl, kend - kbeg - rg);
+        if (T > 0) gather_rows(gdst + (J0 & 1) * WG_TILE, gsrc, sl, kend - kbeg - rg);
         cp_async_commit();
         slots_of(kbeg + WG_KEYS, sl);
-        if (T > 1) gather_rows(gdst + WG_TILE, gsrc, sl, kend - kbeg - WG_KEYS - rg);
+        if (T > 1) gather_rows(gdst + ((J0 + 1) & 1) * WG_TILE, gsrc, sl, kend - kbeg - WG_KEYS - rg);
         cp_async_commit();
         slots_of(kbeg + 2 * WG_KEYS, sl);
         cp_async_wait<1>();                               // Q and tile 0 landed (this thread's part)
-        if (T > 0) publish(0);
+        if (T > 0) publish(J0 & 1);
 
         for (int j = 0; j < T; ++j) {
-            const int s = j & 1;
-            mbar_wait(mb_pfull, j & 1);                   // P_j (stage s, block 8) and alpha_j written
+            const int s = (J0 + j) & 1;                   // the tile's stage (J0: tiles of earlier segments)
+            mbar_wait(mb_pfull, (J0 + j) & 1);                   // P_j (stage s, block 8) and alpha_j written
 #if !WG2_PV_FIRST
             publish_next(j);                              // S_{j+1} need not wait for this P.V_j
 #endif
@@ -401,11 +439,11 @@ verify_attn_bf16_wgmma2(ATTN_BF16_PAGED_PARAMS, int lpt_chunk, int lpt_sms, int*
         };
 
         for (int j = 0; j < T; ++j) {
-            const int s = j & 1;
+            const int s = (J0 + j) & 1;                   // the tile's stage (J0: tiles of earlier segments)
             const int key0 = kbeg + j * WG_KEYS;
             if (j == 0) {                                 // inside the loop: no loop-entry copies of
-                mbar_wait(mb_kfull, 0);
-                issue_s(0);
+                mbar_wait(mb_kfull + 8 * (J0 & 1), (J0 >> 1) & 1);
+                issue_s(J0 & 1);
             }
             // tiles holding tree keys or the split end: the rows' mask bytes, all 32 loads issued
             // before S_j is waited for (clamped to a tree column of the row, so no load depends on
@@ -495,7 +533,7 @@ verify_attn_bf16_wgmma2(ATTN_BF16_PAGED_PARAMS, int lpt_chunk, int lpt_sms, int*
                 keep_alive(pa);
                 fence_operands(o);
                 if (j + 2 < T) bar_arrive(s ? BAR_SF1 : BAR_SF0, 256);
-                mbar_wait(mb_kfull + 8 * (s ^ 1), ((j + 1) >> 1) & 1);   // tile j+1 landed
+                mbar_wait(mb_kfull + 8 * (s ^ 1), ((J0 + j + 1) >> 1) & 1);   // tile j+1 landed
                 issue_s(s ^ 1);
             }
         }
@@ -594,6 +632,14 @@ verify_attn_bf16_wgmma2(ATTN_BF16_PAGED_PARAMS, int lpt_chunk, int lpt_sms, int*
         }
 #endif
     }
+#if WG2_LPT == 2
+    if (n_splits > 0) break;                              // the uniform grid: one pass
+    J0 += T;                                              // the segment's tiles: the phases go on
+    seg_t += T;
+    if (seg_t == seg_cum + (kvlen + WG_KEYS - 1) / WG_KEYS) { ++seg_b; seg_cum = seg_t; }
+    if (seg_t >= seg_t1) break;
+    }
+#endif
 #endif
 }
 

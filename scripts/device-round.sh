@@ -23,6 +23,8 @@
 #            (WG2_KV_HINT=0), evict-first (=1); FlashMLA in its worker
 #   timeline scripts/graph-overlap.py --timeline, ours and FlashMLA, on four chain cases: each kernel's
 #            time and the gaps between consecutive kernels in graph replays (torch.profiler)
+#   segments the segment schedule (WG2_LPT=2): its GPU tests (fresh inputs, poisoned outputs); if
+#            they pass, the chain cases: the default, WG2_LPT=1, WG2_LPT=2, FlashMLA in its worker
 #   chunks   the balanced schedule's chunk on the two mixed chain cases: the default (uniform grid),
 #            WG2_LPT=1 (its chunk, an even share of the SMs) and WG2_LPT=1 at forced chunks (keys)
 #   targets  results/suites/targets.yaml: the large bf16 and the fp32 serving targets, ours alone
@@ -55,7 +57,7 @@
 #   tests99    the GPU tests of tree_build and of isolation as sm_120; of isolation and the balanced
 #              schedule natively
 set -uo pipefail
-out=${1:?usage: scripts/device-round.sh OUT [install|verifyab|verify90|chain|targets|ncuboost|sanitize90|hints|graphncu|mma99h128|mma99|refs|verify|verify99|sanitize99|e2e99|pytest90|pytest99|oob|serving|peers|knobs|ab|split|m99rows|tests99|ncu|sglptx|timeline|chunks]...}
+out=${1:?usage: scripts/device-round.sh OUT [install|verifyab|verify90|chain|targets|ncuboost|sanitize90|hints|graphncu|mma99h128|mma99|refs|verify|verify99|sanitize99|e2e99|pytest90|pytest99|oob|serving|peers|knobs|ab|split|m99rows|tests99|ncu|sglptx|timeline|chunks|segments]...}
 shift
 parts=${*:-install verifyab chain graphncu sanitize90}
 rec=/tmp/device-round-records
@@ -121,6 +123,17 @@ if want timeline; then
     step 60 python3 scripts/graph-overlap.py "$serving" "$c" --impl cuda --impl flashmla --timeline \
         >> "$rec/timeline.jsonl"
   done
+  pack
+fi
+if want segments; then
+  step 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_attn_schedule.py -k seg \
+      --junitxml "$rec/pytest-segments.xml"
+  if grep -q 'errors="0" failures="0"' "$rec/pytest-segments.xml" 2>/dev/null; then
+    step 170 kd bench "$serving" -k chain "${wgmma2[@]}" --define bf16_wgmma2:WG2_LPT=1 \
+        --define bf16_wgmma2:WG2_LPT=2 --time-limit 140 --json "$out/bench-segments.json"
+  else
+    echo "== segments: the GPU tests did not all pass: no bench"
+  fi
   pack
 fi
 if want chunks; then

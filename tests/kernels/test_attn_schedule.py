@@ -45,6 +45,15 @@ extern "C" __global__ void lpt_probe(const int* kv_indptr, int B, int Q, int row
         o[0] = j.b; o[1] = j.z; o[2] = j.n; o[3] = j.chunk; o[4] = j.ibase; o[5] = j.kvlen;
     }
 }
+// Block (0, y) evaluates seg_range for block y of G and writes (b, cum, t0, t1); block (0, 0) the meta.
+extern "C" __global__ void seg_probe(const int* kv_indptr, int B, int Q, int G, int* meta, int* out) {
+    extern __shared__ int scratch[];
+    const SegRange r = seg_range(blockIdx.y, G, kv_indptr, B, Q, meta, blockIdx.y == 0, scratch);
+    if (threadIdx.x == 0) {
+        int* o = out + 4 * blockIdx.y;
+        o[0] = r.b; o[1] = r.cum; o[2] = r.t0; o[3] = r.t1;
+    }
+}
 """
 
 
@@ -137,6 +146,120 @@ def test_a_batch_of_the_largest_size_spans_several_passes_of_the_block(probe_dir
         expect = [list(want[y]) if y < len(want) else None for y in range(job0, job0 + 3)]
         for row, e in zip(got, expect):
             assert (row[0] == -1) if e is None else row[:4].tolist() == e
+
+
+# -- the segment schedule (WG2_LPT=2) ------------------------------------------------------------------
+
+def seg_model(kv, blocks):
+    """The header's rule in Python: each block's (request of its first tile, tiles before that
+    request, t0, t1), None past the last block with tiles; and the meta (first slot, pieces)."""
+    kt = [math.ceil(k / 64) for k in kv]
+    cum = [0, *np.cumsum(kt).tolist()]
+    total = cum[-1]
+    g = min(blocks, total)
+    out = []
+    for y in range(blocks):
+        if y >= g:
+            out.append(None)
+            continue
+        t0, t1 = y * total // g, (y + 1) * total // g
+        b = max(r for r in range(len(kv)) if cum[r] <= t0)
+        out.append((b, cum[b], t0, t1))
+    block_of = lambda t: ((t + 1) * g - 1) // total
+    meta = [(block_of(cum[r]) + r, block_of(cum[r + 1] - 1) - block_of(cum[r]) + 1) for r in range(len(kv))]
+    return out, meta
+
+
+def seg_probe(probe_dir, prefix, q_len, blocks, order=0):
+    """(blocks [G, 4], meta [B, 2]) from the emulated seg_range."""
+    import torch
+
+    batch = len(prefix)
+    indptr = torch.tensor(np.concatenate([[0], np.cumsum(prefix)]).astype(np.int32))
+    meta = torch.full((batch, 2), -7, dtype=torch.int32)
+    out = torch.full((blocks, 4), -7, dtype=torch.int32)
+    gpu = EmulatedGpu(*H100, order=order, kernels_dir=probe_dir)
+    kernel = EmulatedKernel("lpt_probe.cu", "seg_probe", {}, gpu)
+    kernel.launch((1, blocks), 256, [indptr, c_int(batch), c_int(q_len), c_int(blocks), meta, out],
+                  shared_mem=4 * (batch + 34))
+    return out.numpy(), meta.numpy()
+
+
+SEG_BATCHES = {   # name: (prefixes, Q, blocks a row tile)
+    "mixed_b32": (list(np.random.default_rng(3).integers(0, 4097, 32)), 4, 132),
+    "mixed_b5_few_blocks": ([4096, 10, 3000, 0, 77], 17, 7),
+    "fewer_tiles_than_blocks": ([0, 70, 5], 4, 132),
+    "equal": ([2000] * 6, 17, 26),
+    "over_a_thread_each": (list(np.random.default_rng(4).integers(0, 900, 700)), 5, 132),
+}
+
+
+def segments(kv, ranges):
+    """The kernel's pass over each block's segments (its loop's advance, in Python): per block y,
+    [(request, first key, end key, partial slot y + b, direct)]."""
+    kt = [math.ceil(k / 64) for k in kv]
+    out = {}
+    for y, r in enumerate(ranges):
+        if r is None or r[0] < 0:
+            continue
+        b, cum, t, t1 = r
+        while t < t1:
+            end = min(t1, cum + kt[b])
+            out.setdefault(y, []).append((b, (t - cum) * 64, min((end - cum) * 64, kv[b]), y + b,
+                                          t == cum and end == cum + kt[b]))
+            t = end
+            if t == cum + kt[b]:
+                b, cum = b + 1, cum + kt[b]
+    return out
+
+
+@emulator
+@pytest.mark.parametrize("name", SEG_BATCHES)
+def test_every_block_finds_its_range_of_the_modelled_segments(probe_dir, name):
+    prefix, q_len, blocks = SEG_BATCHES[name]
+    kv = [p + q_len for p in prefix]
+    want, want_meta = seg_model(kv, blocks)
+    got, meta = seg_probe(probe_dir, prefix, q_len, blocks)
+    for y, w in enumerate(want):
+        assert (got[y][0] == -1) if w is None else got[y].tolist() == list(w), (name, y)
+    assert meta.tolist() == [list(m) for m in want_meta]
+
+
+@emulator
+def test_the_segments_are_the_same_in_every_thread_order(probe_dir):
+    prefix, q_len, blocks = SEG_BATCHES["over_a_thread_each"]
+    runs = [seg_probe(probe_dir, prefix, q_len, blocks, order=o) for o in (0, 1, 7)]
+    for got, meta in runs[1:]:
+        np.testing.assert_array_equal(got, runs[0][0])
+        np.testing.assert_array_equal(meta, runs[0][1])
+
+
+@pytest.mark.parametrize("name", SEG_BATCHES)
+def test_the_segments_cover_every_key_once_in_equal_shares(name):
+    """Properties that do not lean on the model's arithmetic: every key of every request in exactly
+    one segment, in order; each block's tiles within one of an even share; the partial slots of a
+    request consecutive from its meta's first, as many as its meta says, distinct over the batch and
+    under G + B; a request is written directly exactly when its meta has one piece."""
+    prefix, q_len, blocks = SEG_BATCHES[name]
+    kv = [p + q_len for p in prefix]
+    ranges, meta = seg_model(kv, blocks)
+    segs = segments(kv, ranges)
+    total = sum(math.ceil(k / 64) for k in kv)
+    sizes = [r[3] - r[2] for r in ranges if r is not None]
+    assert max(sizes) - min(sizes) <= 1 and sum(sizes) == total
+    per_request = {}
+    for y in sorted(segs):
+        for b, k0, k1, slot, direct in segs[y]:
+            per_request.setdefault(b, []).append((k0, k1, slot, direct))
+    slots = [slot for pieces in per_request.values() for _, _, slot, direct in pieces if not direct]
+    assert len(slots) == len(set(slots)) and max(slots, default=0) < blocks + len(kv)
+    for b, k in enumerate(kv):
+        pieces = per_request[b]
+        assert pieces[0][0] == 0 and pieces[-1][1] == k and all(lo < hi for lo, hi, *_ in pieces)
+        assert all(pieces[i][1] == pieces[i + 1][0] for i in range(len(pieces) - 1))
+        first, n = meta[b]
+        assert len(pieces) == n and [p[2] for p in pieces] == list(range(first, first + n))
+        assert all(p[3] == (n == 1) for p in pieces)
 
 
 @pytest.mark.parametrize("name", BATCHES)
@@ -317,6 +440,7 @@ class RecordingGpu:
 ON = {"WG2_LPT": "1", "WG2_PDL": "1", "WG2_STAGED_STORE": "1"}
 HINT = {"WG2_KV_HINT": "1"}     # what the launch adds for a call of at most KV_HINT_MAX_BYTES of keys
 NO_KNOBS = {k: None for k in ON}   # `launches` / `gpu_run` defines: none of ON passed (the source defaults)
+SEG = {"WG2_LPT": "2", "WG2_STAGED_STORE": None}    # the segment schedule
 
 
 def launches(batch, defines=None, splits=None, seed=None, **params):
@@ -360,6 +484,24 @@ def test_a_mixed_batch_launches_the_schedule_and_its_merge():
     assert (merge["entry"], merge["grid"], merge["block"], merge["dependent"]) == (
         "verify_attn_bf16_wgmma2_merge_lpt", (rows, 4), 128, False)
     assert merge["args"][:4] == [ws_o, ws_m, ws_l, meta] and value(merge["args"][4]) == rows
+
+
+def test_the_segment_schedule_launches_a_block_an_sm_and_the_merge():
+    _, log = launches(4, defines=SEG, heads=16, prefix=1024, budget=16, prefix_mode="mixed")
+    main, merge = log
+    rows, blocks = 17 * 16, H100[1] // 5
+    assert (main["entry"], main["grid"]) == ("verify_attn_bf16_wgmma2", (5, blocks, 1))
+    assert value(main["args"][11]) == 0 and main["defines"]["WG2_LPT"] == "2"
+    ws_o, ws_m, ws_l, chunk_arg, sms_arg, meta = main["args"][-6:]
+    assert tuple(ws_o.shape) == (blocks + 4, rows, 512) and tuple(ws_l.shape) == (blocks + 4, rows)
+    assert (value(chunk_arg), value(sms_arg), tuple(meta.shape)) == (0, 0, (8,))
+    assert (merge["entry"], merge["grid"]) == ("verify_attn_bf16_wgmma2_merge_lpt", (rows, 4))
+    assert merge["args"][:4] == [ws_o, ws_m, ws_l, meta]
+
+
+def test_the_segment_schedule_takes_no_chunk():
+    with pytest.raises(ValueError, match="takes no chunk"):
+        launches(4, defines={**SEG, CHUNK_KNOB: "256"}, heads=16, prefix=1024, budget=16, prefix_mode="mixed")
 
 
 def test_one_request_launches_the_uniform_grid():
@@ -544,6 +686,14 @@ CASES_GPU = {   # name: (case parameters, defines)
     "mixed_b200_small": (dict(batch=200, heads=2, prefix=700, budget=4, prefix_mode="mixed"), {CHUNK_KNOB: "128"}),
     "equal_b6_lpt_off": (dict(batch=6, heads=16, prefix=1500, budget=16), {"WG2_LPT": "0"}),
     "equal_b6_pdl_off": (dict(batch=6, heads=16, prefix=1500, budget=16), {"WG2_PDL": "0"}),
+    # the segment schedule (its build refuses the staged epilogue): blocks across requests, requests
+    # across blocks, one block's several requests written directly, fewer tiles than blocks
+    "seg_mixed_b5": (dict(batch=5, heads=8, prefix=3000, budget=8, prefix_mode="mixed"), SEG),
+    "seg_mixed_b64_chain": (dict(batch=64, heads=16, prefix=2048, budget=3, prefix_mode="mixed", tree="chain",
+                                 slots="pages64"), SEG),
+    "seg_mixed_b200_small": (dict(batch=200, heads=2, prefix=700, budget=4, prefix_mode="mixed"), SEG),
+    "seg_equal_b6": (dict(batch=6, heads=16, prefix=1500, budget=16), SEG),
+    "seg_b3_under_a_block_each": (dict(batch=3, heads=8, prefix=40, budget=2, prefix_mode="mixed"), SEG),
 }
 
 

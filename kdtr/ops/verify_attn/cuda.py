@@ -288,6 +288,12 @@ def balanced(k: AttnKernel, batch: int, tiles: int, kv_mean: int, splits: int, s
     return 2 <= batch <= LPT_MAX_BATCH and (splits > 1 or work >= LPT_MIN_SHARE * sms)
 
 
+def segment_blocks(sms: int, tiles: int) -> int:
+    """The segment schedule's blocks a row tile (WG2_LPT=2, kernels/attn_schedule.cuh): about one
+    block an SM, each taking an equal share of the batch's key tiles."""
+    return max(1, sms // tiles)
+
+
 def balanced_chunk(k: AttnKernel, kv_mean: int, splits: int) -> int:
     """The balanced schedule's least chunk, in keys: the uniform grid's split of the mean request
     (so a batch of equal requests runs the very splits the uniform grid would)."""
@@ -334,7 +340,11 @@ def run_cuda(op, variant, inputs, params, outputs, kernel=None, splits=None, def
     lpt = (bool(k.balance_knob) and knob_on(k, defines, k.balance_knob) and not uniform
            and (balanced(k, batch, tiles, kv_mean, splits, sms)
                 or (forced_chunk is not None and 2 <= batch <= LPT_MAX_BATCH)))
+    segments = lpt and int(defines.get(k.balance_knob, source_default(k.source, k.balance_knob))) == 2
     if forced_chunk is not None:
+        if segments:
+            raise ValueError(f"{CHUNK_KNOB}={forced_chunk}: the segment schedule ({k.balance_knob}=2) cuts the "
+                             f"batch's key tiles in equal shares and takes no chunk")
         if not lpt:
             raise ValueError(f"{CHUNK_KNOB}={forced_chunk}: forces the balanced schedule's chunk, and this launch "
                              f"runs the uniform grid (the schedule serves {k.name} batches of 2 to "
@@ -362,14 +372,19 @@ def run_cuda(op, variant, inputs, params, outputs, kernel=None, splits=None, def
         import torch
 
         merger = get_kernel(k.source, k.merge + "_lpt", arch=arch, defines=defines)
-        chunk = int(forced_chunk) if forced_chunk is not None else balanced_chunk(k, kv_mean, auto_splits)
-        jobs = balanced_jobs(batch, kv_mean, chunk)
-        workspace = _partials(jobs, q_len * heads, device)
+        if segments:                                  # blocks of equal shares; slots y + b: G + B - 1 at most
+            blocks = segment_blocks(sms, tiles)
+            jobs, chunk, fair = blocks, 0, 0
+            workspace = _partials(blocks + batch, q_len * heads, device)
+        else:
+            chunk = int(forced_chunk) if forced_chunk is not None else balanced_chunk(k, kv_mean, auto_splits)
+            jobs = balanced_jobs(batch, kv_mean, chunk)
+            fair = 0 if forced_chunk is not None else sms
+            workspace = _partials(jobs, q_len * heads, device)
         meta = torch.empty(2 * batch, dtype=torch.int32, device=device)     # (first slot, chunks) a request
         args = operands + layout.kernel_tail(inputs, batch, q_len, heads, kv_bound, sm_scale, 0)
-        main.launch((tiles, jobs, 1), k.threads, args + out + workspace + [
-                    c_int(chunk), c_int(0 if forced_chunk is not None else sms), meta], shared_mem=k.smem,
-                    dependent=dependent)
+        main.launch((tiles, jobs, 1), k.threads, args + out + workspace + [c_int(chunk), c_int(fair), meta],
+                    shared_mem=k.smem, dependent=dependent)
         merger.launch((q_len * heads, batch), 128,
                       workspace + [meta, c_int(q_len * heads)] + out, dependent=dependent)
         return
