@@ -129,8 +129,8 @@ if want segments; then
   step 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_attn_schedule.py -k seg \
       --junitxml "$rec/pytest-segments.xml"
   if grep -q 'errors="0" failures="0"' "$rec/pytest-segments.xml" 2>/dev/null; then
-    step 170 kd bench "$serving" -k chain "${wgmma2[@]}" --define bf16_wgmma2:WG2_LPT=1 \
-        --define bf16_wgmma2:WG2_LPT=2 --time-limit 140 --json "$out/bench-segments.json"
+    step 140 kd bench "$serving" -k chain "${wgmma2[@]}" --define bf16_wgmma2:WG2_LPT=1 \
+        --define bf16_wgmma2:WG2_LPT=2 --time-limit 110 --json "$out/bench-segments.json"
   else
     echo "== segments: the GPU tests did not all pass: no bench"
   fi
