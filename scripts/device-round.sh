@@ -25,6 +25,7 @@
 #            time and the gaps between consecutive kernels in graph replays (torch.profiler)
 #   segments the segment schedule (WG2_LPT=2): its GPU tests (fresh inputs, poisoned outputs); if
 #            they pass, the chain cases: the default, WG2_LPT=1, WG2_LPT=2, FlashMLA in its worker
+#            (SEGMENTS_CASES: another -k pattern; SEGMENTS_SECONDS: the bench's time limit, 110)
 #   chunks   the balanced schedule's chunk on the two mixed chain cases: the default (uniform grid),
 #            WG2_LPT=1 (its chunk, an even share of the SMs) and WG2_LPT=1 at forced chunks (keys)
 #   targets  results/suites/targets.yaml: the large bf16 and the fp32 serving targets, ours alone
@@ -129,8 +130,8 @@ if want segments; then
   step 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_attn_schedule.py -k seg \
       --junitxml "$rec/pytest-segments.xml"
   if grep -q 'errors="0" failures="0"' "$rec/pytest-segments.xml" 2>/dev/null; then
-    step 140 kd bench "$serving" -k chain "${wgmma2[@]}" --define bf16_wgmma2:WG2_LPT=1 \
-        --define bf16_wgmma2:WG2_LPT=2 --time-limit 110 --json "$out/bench-segments.json"
+    step 140 kd bench "$serving" -k "${SEGMENTS_CASES:-chain}" "${wgmma2[@]}" --define bf16_wgmma2:WG2_LPT=1 \
+        --define bf16_wgmma2:WG2_LPT=2 --time-limit "${SEGMENTS_SECONDS:-110}" --json "$out/bench-segments.json"
   else
     echo "== segments: the GPU tests did not all pass: no bench"
   fi
