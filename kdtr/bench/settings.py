@@ -76,7 +76,10 @@ _VALUE = re.compile(r"[A-Za-z0-9_.+-]+")
 
 def _launch_value_ok(kernel, knob: str, value: str) -> bool:
     """A launch knob's value: 0 or 1 for a switch (its source's default is 0 or 1: bf16_wgmma2's
-    WG2_LPT, WG2_PDL), else a positive integer (SPLITS, CHUNK, M99_ROWS)."""
+    WG2_LPT, WG2_PDL; the balance knob also 2: WG2_LPT's segment schedule), else a positive integer
+    (SPLITS, CHUNK, M99_ROWS)."""
+    if knob == getattr(kernel, "balance_knob", None):
+        return value in ("0", "1", "2")
     if source_default(kernel.source, knob) in ("0", "1"):
         return value in ("0", "1")
     return value.isdigit() and int(value) >= 1

@@ -130,12 +130,15 @@ def test_a_launch_knob_is_a_positive_integer_and_may_round_differently(monkeypat
 def test_a_switch_launch_knob_takes_0_or_1():
     """bf16_wgmma2's WG2_LPT and WG2_PDL are switches (their source default is 0 or 1): 0 turns one
     off for an A/B whatever the default (the device round's split was refused for WG2_LPT=0);
-    anything but 0 or 1 exits 2; a count knob beside them (SPLITS) still takes only positives."""
+    anything but 0 or 1 exits 2, but for the balance knob's 2 (WG2_LPT's segment schedule, refused
+    until session 19's device call met it); a count knob beside them (SPLITS) still takes only
+    positives."""
     from kdtr.errors import UsageError
 
-    off, on = bench.kernel_builds([], ["bf16_wgmma2:WG2_LPT=0,WG2_PDL=0", "bf16_wgmma2:WG2_LPT=1"])
-    assert off.launch == ("WG2_LPT", "WG2_PDL") and on.launch == ("WG2_LPT",)
-    for bad in ("WG2_LPT=2", "WG2_PDL=-1", "WG2_LPT=yes", "SPLITS=0"):
+    off, on, seg = bench.kernel_builds([], ["bf16_wgmma2:WG2_LPT=0,WG2_PDL=0", "bf16_wgmma2:WG2_LPT=1",
+                                            "bf16_wgmma2:WG2_LPT=2"])
+    assert off.launch == ("WG2_LPT", "WG2_PDL") and on.launch == seg.launch == ("WG2_LPT",)
+    for bad in ("WG2_LPT=3", "WG2_PDL=2", "WG2_PDL=-1", "WG2_LPT=yes", "SPLITS=0"):
         with pytest.raises(UsageError, match=f"{bad}: a launch knob takes"):
             bench.kernel_builds([], [f"bf16_wgmma2:{bad}"])
 
