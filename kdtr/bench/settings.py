@@ -110,7 +110,7 @@ def kernel_builds(kernels: Iterable[str] = (), defines: Iterable[str] = ()) -> t
         bad = [f"{k}={v}" for k, v in build.defines if k in launch and not _launch_value_ok(kernel, k, v)]
         if bad:
             raise UsageError(f"--define {build.label}: {', '.join(bad)}: a launch knob takes a positive integer "
-                             "(a switch, one whose source default is 0 or 1, takes 0 or 1)")
+                             "(a switch, one whose source default is 0 or 1, takes 0 or 1; a balance knob also 2)")
         builds[i] = replace(build, launch=launch)
     twice = [label for label, n in Counter(b.label for b in builds).items() if n > 1]
     if twice:
