@@ -21,8 +21,9 @@
 # more parts (name them):
 #   hints    the chain cases: the default, and each forced on every call: no L2 hint
 #            (WG2_KV_HINT=0), evict-first (=1); FlashMLA in its worker
-#   timeline scripts/graph-overlap.py --timeline, ours and FlashMLA, on four chain cases: each kernel's
-#            time and the gaps between consecutive kernels in graph replays (torch.profiler)
+#   timeline scripts/graph-overlap.py --timeline, ours and FlashMLA, on four chain cases (on the mixed
+#            ones also the two schedules, WG2_LPT=1 and 2): each kernel's time and the gaps between
+#            consecutive kernels in graph replays (torch.profiler)
 #   segments the segment schedule (WG2_LPT=2): its GPU tests (fresh inputs, poisoned outputs); if
 #            they pass, the chain cases: the default, WG2_LPT=1, WG2_LPT=2, FlashMLA in its worker
 #            (SEGMENTS_CASES: another -k pattern; SEGMENTS_SECONDS: the bench's time limit, 110)
@@ -121,8 +122,10 @@ fi
 if want timeline; then
   # where a call's time goes back to back: kernel times and the gaps between them, from the trace
   for c in b32_h8_q4_p4096_mixed_chain b8_h8_q4_p8192_chain b1_h16_q4_p2048_chain b128_h16_q4_p16384_mixed_chain; do
-    step 60 python3 scripts/graph-overlap.py "$serving" "$c" --impl cuda --impl flashmla --timeline \
-        >> "$rec/timeline.jsonl"
+    schedules=()
+    [[ $c == *mixed* ]] && schedules=(--define bf16_wgmma2:WG2_LPT=1 --define bf16_wgmma2:WG2_LPT=2)
+    step 60 python3 scripts/graph-overlap.py "$serving" "$c" --impl cuda --impl flashmla "${schedules[@]}" \
+        --timeline >> "$rec/timeline.jsonl"
   done
   pack
 fi

@@ -6,7 +6,7 @@ calls over two input sets, timed once as is and once with a one-thread kernel be
 overlap); the second figure less the separator's own time is the calls' time without overlap.
 
     PYTHONPATH=. python3 scripts/graph-overlap.py specs/bench/verify_attn_serving.yaml \\
-        b32_h8_q4_p4096_mixed_chain --impl cuda --impl flashmla
+        b32_h8_q4_p4096_mixed_chain --impl cuda --impl flashmla [--define bf16_wgmma2:WG2_LPT=2]
 
 Prints one JSON line an implementation (µs a call: `graph`, `separated`, `separator`, and
 `overlap` = separated - separator - graph). With --profile it times nothing: it replays each
@@ -30,7 +30,10 @@ def main() -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("suite", help="a YAML suite")
     parser.add_argument("case", help="the name of one of its cases (or a glob matching one)")
-    parser.add_argument("--impl", action="append", help="as `kdtree bench --impl` names it (default: cuda)")
+    parser.add_argument("--impl", action="append", help="as `kdtree bench --impl` names it (default: cuda, "
+                        "unless --define is given)")
+    parser.add_argument("--define", action="append", default=[], metavar="KERNEL:KNOB=V[,KNOB=V]",
+                        help="one of our kernels forced with its knobs, as `kdtree bench --define` takes it")
     parser.add_argument("--calls", type=int, default=10, help="calls a graph (default 10)")
     parser.add_argument("--replays", type=int, default=50, help="timed replays a figure (default 50)")
     parser.add_argument("--profile", action="store_true", help="only replay each graph 3 times in an NVTX "
@@ -42,11 +45,22 @@ def main() -> int:
 
     import torch
 
+    from kdtr.bench.settings import kernel_builds
     from kdtr.errors import KdtreeError
     from kdtr.impl.backends import upload
+    from kdtr.impl.builtin import cuda_build
     from kdtr.impl.resolve import resolve
     from suite_case import one_case
 
+    impls = []
+    try:
+        for name in args.impl or ([] if args.define else ["cuda"]):
+            impls.append((name, resolve(name)))
+        for build in kernel_builds([], args.define):
+            impls.append((build.label, cuda_build(build.label, build.name, build.defines)))
+    except KdtreeError as err:
+        print(f"graph-overlap: {err}", file=sys.stderr)
+        return 2
     case, op, gen = one_case("graph-overlap", args.suite, args.case)
     tiny = torch.zeros(1, device="cuda")
 
@@ -130,12 +144,7 @@ def main() -> int:
                 "gap": {k: [len(v), mean(v), round(min(v), 2)] for k, v in gaps.items()}}
 
     separator = 0.0 if args.profile or args.timeline else timed(lambda i: tiny.add_(1))
-    for name in args.impl or ["cuda"]:
-        try:
-            impl = resolve(name)
-        except KdtreeError as err:
-            print(f"graph-overlap: --impl {name}: {err}", file=sys.stderr)
-            return 2
+    for name, impl in impls:
         with torch.no_grad():
             calls = [impl.prepare(op, case.variant, upload(gen.inputs, "cuda"), gen.params) for _ in range(2)]
             if args.profile:

@@ -48,3 +48,17 @@ def test_graph_overlap_takes_the_same_case_argument():
                           env={"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin"}, timeout=120)
     assert done.returncode == 2 and done.stderr.startswith("graph-overlap: ") and done.stderr.count("\n") == 1
     assert "matches" in done.stderr and "not one" in done.stderr
+
+
+@pytest.mark.parametrize("flag,says", [("--define=bf16_wgmma2:WG2_LPT=3", "WG2_LPT=3: a launch knob takes"),
+                                       ("--define=no_such_kernel:X=1", "unknown kernel 'no_such_kernel'"),
+                                       ("--impl=no_such_impl", "unknown implementation 'no_such_impl'")])
+def test_graph_overlap_refuses_a_bad_build_in_one_line(flag, says):
+    """--impl and --define (a forced build of ours, as `kdtree bench --define` takes it) are checked
+    before the case is generated or a GPU is looked for."""
+    script = REPO_ROOT / "scripts" / "graph-overlap.py"
+    done = subprocess.run([sys.executable, str(script), "specs/bench/verify_attn_serving.yaml",
+                           "b8_h8_q4_p8192_chain", flag], capture_output=True, text=True, cwd=REPO_ROOT,
+                          env={"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin"}, timeout=120)
+    assert done.returncode == 2 and done.stderr.startswith("graph-overlap: ") and done.stderr.count("\n") == 1
+    assert says in done.stderr, done.stderr
