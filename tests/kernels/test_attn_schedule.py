@@ -80,20 +80,24 @@ def model(kv, row_tiles, chunk_min, sms):
     return [(b, z, n[b], ch[b]) for b in order for z in range(n[b])]
 
 
-def probe(probe_dir, prefix, q_len, row_tiles, chunk, sms, job0, count, order=0):
-    """(jobs [count, 6], meta [B, 2]) from the emulated lpt_job."""
+def emulated(probe_dir, entry, prefix, count, width, args, shared_mem, order):
+    """A probe kernel of lpt_probe.cu run on the emulator, block (0, y) for y < count: (its rows
+    [count, width], meta [B, 2]); args go between (kv_indptr, B) and (meta, out)."""
     import torch
 
     batch = len(prefix)
     indptr = torch.tensor(np.concatenate([[0], np.cumsum(prefix)]).astype(np.int32))
     meta = torch.full((batch, 2), -7, dtype=torch.int32)
-    out = torch.full((count, 6), -7, dtype=torch.int32)
-    gpu = EmulatedGpu(*H100, order=order, kernels_dir=probe_dir)
-    kernel = EmulatedKernel("lpt_probe.cu", "lpt_probe", {}, gpu)
-    scratch = 4 * (128 + 4 * batch)
-    kernel.launch((1, count), 256, [indptr, c_int(batch), c_int(q_len), c_int(row_tiles), c_int(chunk), c_int(sms),
-                                   c_int(job0), meta, out], shared_mem=scratch)
+    out = torch.full((count, width), -7, dtype=torch.int32)
+    kernel = EmulatedKernel("lpt_probe.cu", entry, {}, EmulatedGpu(*H100, order=order, kernels_dir=probe_dir))
+    kernel.launch((1, count), 256, [indptr, c_int(batch), *map(c_int, args), meta, out], shared_mem=shared_mem)
     return out.numpy(), meta.numpy()
+
+
+def probe(probe_dir, prefix, q_len, row_tiles, chunk, sms, job0, count, order=0):
+    """(jobs [count, 6], meta [B, 2]) from the emulated lpt_job."""
+    return emulated(probe_dir, "lpt_probe", prefix, count, 6, (q_len, row_tiles, chunk, sms, job0),
+                    4 * (128 + 4 * len(prefix)), order)
 
 
 BATCHES = {   # name: (prefixes, Q, row tiles, least chunk, SMs)
@@ -172,17 +176,7 @@ def seg_model(kv, blocks):
 
 def seg_probe(probe_dir, prefix, q_len, blocks, order=0):
     """(blocks [G, 4], meta [B, 2]) from the emulated seg_range."""
-    import torch
-
-    batch = len(prefix)
-    indptr = torch.tensor(np.concatenate([[0], np.cumsum(prefix)]).astype(np.int32))
-    meta = torch.full((batch, 2), -7, dtype=torch.int32)
-    out = torch.full((blocks, 4), -7, dtype=torch.int32)
-    gpu = EmulatedGpu(*H100, order=order, kernels_dir=probe_dir)
-    kernel = EmulatedKernel("lpt_probe.cu", "seg_probe", {}, gpu)
-    kernel.launch((1, blocks), 256, [indptr, c_int(batch), c_int(q_len), c_int(blocks), meta, out],
-                  shared_mem=4 * (batch + 34))
-    return out.numpy(), meta.numpy()
+    return emulated(probe_dir, "seg_probe", prefix, blocks, 4, (q_len, blocks), 4 * (len(prefix) + 34), order)
 
 
 SEG_BATCHES = {   # name: (prefixes, Q, blocks a row tile)
