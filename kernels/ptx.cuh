@@ -74,6 +74,15 @@ __device__ __forceinline__ void named_barrier(int id, int count) {
     asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(count) : "memory");
 }
 
+// Named barrier `id` over `count` threads: sync waits for them all, arrive counts this thread in
+// and goes on (a producer / consumer hand-off between warpgroups).
+__device__ __forceinline__ void bar_sync(int id, int count) {
+    asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(count) : "memory");
+}
+__device__ __forceinline__ void bar_arrive(int id, int count) {
+    asm volatile("bar.arrive %0, %1;\n" :: "r"(id), "r"(count) : "memory");
+}
+
 // mbarrier (shared memory, CTA scope): arrive has release and try_wait acquire semantics, so a
 // hand-off through one orders ordinary shared-memory accesses both ways (and compute-sanitizer
 // racecheck tracks it). Phase k of a barrier completes when `count` arrivals have been made; a

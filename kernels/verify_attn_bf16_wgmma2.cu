@@ -64,9 +64,11 @@
 //      immediate offsets from 4 row pointers (~50 SASS instructions per thread).
 //
 // Knobs (compile-time; the launch reads WG2_LPT and WG2_PDL, and sets WG2_KV_HINT by the call's size):
-//   WG2_LPT / WG2_PDL (also read by the launch, their defaults from this file): the balanced
-//     schedule (2: the segment schedule) / main and merge waiting for the grid before them (griddepcontrol), which the launch
-//     makes programmatic dependents for one request (PDL_MAX_BATCH in kdtr/ops/verify_attn/cuda.py).
+//   WG2_LPT / WG2_PDL (also read by the launch, their defaults from this file): 1 the balanced
+//     schedule, 2 the segment schedule (J0, the tiles of earlier segments, is the constant 0 in the
+//     0 and 1 builds: their .text is what it was without it) / main and merge waiting for the grid
+//     before them (griddepcontrol), which the launch makes programmatic dependents for one request
+//     (PDL_MAX_BATCH in kdtr/ops/verify_attn/cuda.py).
 //     WG2_STAGED_STORE 1: the epilogue stores whole rows through shared memory (the same bytes).
 //     WG2_KV_HINT 1: the key gather's cp.async carry an L2 evict-first policy (2: and a 256 B L2
 //     prefetch); the launch builds 1 for calls of at most KV_HINT_MAX_BYTES (256 MB) of keys.
@@ -76,9 +78,11 @@
 //     host cannot tell apart); PDL gains 5-9% at B=1 and cost 3-6% at B=8 H=8 Q=4 (hence one
 //     request only); the hint gains 2-10% on calls of 2-153 MB of keys and costs 2-4% at 0.6-2.4 GB
 //     (not for its per-tile createpolicy: made once a thread it cost 1-2% more, session 19);
-//     the staged epilogue gains 3-4% at H=128 and costs 6-8% at B=1.
+//     the staged epilogue gains 3-4% at H=128 and costs 6-8% at B=1; the segment schedule gains 8%
+//     at mixed B=128 and 2% at mixed B=32, where the balanced one gains 7% (session 19).
 //     `--define bf16_wgmma2:WG2_LPT=1`, `…:WG2_PDL=0`, `…:WG2_KV_HINT=0`, etc.
-//   WG2_PV_FIRST 0: WG1 publishes tile j + 1 before it issues its P·V_j (design 3's A/B).
+//   WG2_PV_FIRST 0: WG1 publishes tile j + 1 before it issues its P·V_j (design 3's A/B: the same
+//     bits, 1.00-1.10x slower, results/ab-pv-first.json).
 //   WG2_SKIP_RESCALE 1: a warp skips O's rescale when all its alphas are 1; not through the GPU tests
 //     or racecheck. Off by default.
 //   WG_DIAG (timing only, wrong results): 1 = one S wgmma per tile instead of 36, 2 = no P·V wgmma,
@@ -124,48 +128,30 @@
 #define WG2_SMEM_BYTES (WG_USED + 1024)       // + alignment slack for the 1024 B swizzle atoms
 #define LN2_F 0.6931471805599453f
 
-// Compile-time knobs (see the header). The op's launch sets none.
+// Compile-time knobs: the header's "Knobs" says what each does and what it measured.
 #ifndef WG2_SKIP_RESCALE
-#define WG2_SKIP_RESCALE 0    // 1: a warp skips O's rescale when all its alphas are 1 (untested here)
+#define WG2_SKIP_RESCALE 0
 #endif
-// 1: WG1 issues its P.V_j before it waits for tile j+1 to land and publishes it; 0: it publishes
-// tile j+1 first (the same results bit for bit; 1.00-1.10x slower, results/ab-pv-first.json)
 #ifndef WG2_PV_FIRST
 #define WG2_PV_FIRST 1
 #endif
-// 1: the kernel can run the balanced schedule (attn_schedule.cuh), which the launch uses for batches
-// of 2 to LPT_MAX_BATCH requests; 2: the segment schedule there instead (equal shares of the key
-// tiles a block, several requests' segments in turn; session 19: 1.08x the default at mixed B=128,
-// 1.02x at mixed B=32, where the balanced schedule's 1.07x is better); 0: the uniform grid
-// only (the kernel as before it, SASS for SASS with WG2_PDL 0). Also read by the launch
-// (source_default: the value here is its default too). The .text of the 0 and 1 builds is the same
-// with the segment code in the source (J0 is the constant 0 there).
 #ifndef WG2_LPT
 #define WG2_LPT 0
 #endif
-// 1: main and merge wait for the grid before them (griddepcontrol) and the launch makes them
-// programmatic dependents, so a launch overlaps the previous grid's tail; 0: plain launches.
-// Also read by the launch.
 #ifndef WG2_PDL
 #define WG2_PDL 1
 #endif
-// 1: the epilogue stores the tile through shared memory, whole rows in 16-byte stores; 0: each
-// thread stores its fragments (4 or 8 bytes, 8 rows a warp instruction). The same bytes.
 #ifndef WG2_STAGED_STORE
 #define WG2_STAGED_STORE 0
 #endif
 #if WG2_STAGED_STORE && WG2_LPT == 2
 #error "WG2_STAGED_STORE stages through the K ring, which the next segment of WG2_LPT 2 refills"
 #endif
-// 1: the key gather's cp.async carry an L2 evict-first policy; 2: that and a 256 B L2 prefetch size
-// (gather_rows; the same bytes loaded). Also read by the launch, which sets 1 for small calls.
 #ifndef WG2_KV_HINT
 #define WG2_KV_HINT 0
 #endif
 #define WG2_OUT_PITCH (1024 + 16)             // bytes a staged bf16 row (padded: no bank conflicts)
 #define WG2_PART_PITCH (2048 + 32)            // ... a staged fp32 partial row
-// Timing diagnostics only (wrong results): 1 = one S wgmma per tile instead of 36, 2 = no P.V
-// wgmma, 3 = no K refills after the first two tiles.
 #ifndef WG_DIAG
 #define WG_DIAG 0
 #endif
@@ -173,13 +159,6 @@
 #define BAR_SF0 5       // WG0 done with K stage 0 (its P.V completed): WG0 arrives, WG1 syncs
 #define BAR_SF1 6       // ... stage 1
 #define BAR_FIN 8       // final l and m: WG0 arrives, WG1 syncs
-
-__device__ __forceinline__ void bar_sync(int id, int count) {
-    asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(count) : "memory");
-}
-__device__ __forceinline__ void bar_arrive(int id, int count) {
-    asm volatile("bar.arrive %0, %1;\n" :: "r"(id), "r"(count) : "memory");
-}
 
 // O *= alpha per row (two rows per thread); with WG2_SKIP_RESCALE a warp whose alphas are all 1 skips
 template <int N>
@@ -193,44 +172,7 @@ __device__ __forceinline__ void rescale(float (&o)[N], float al0, float al1) {
     }
 }
 
-// Row-fixed gather of WG1. Thread wt of a warpgroup owns rows rg + 16 k (k = 0..3, rg = wt >> 3)
-// of a 64-key tile and 16-byte chunk cc = wt & 7 of each of their 128-byte column blocks: a warp
-// instruction reads 4 whole 128-byte lines (4 rows x 8 lanes). Since r & 7 == rg & 7 for all four
-// rows, the swizzled destination of (k, block) is dst + 2048 k + 8192 block with dst = the stage base
-// + rg * 128 + ((cc ^ (rg & 7)) << 4), and the source is src + slot_k * 1152 + 128 block with
-// src = kv_buffer + 16 cc: one cp.async per chunk at immediate offsets from one pointer per row, no
-// index math per chunk. All 9 blocks of the four rows; rows with 16 k >= nvalid_rg = (valid keys
-// in the tile) - rg, keys past the split end, are zero-filled and read nothing. (No rope-first
-// order: K-full covers the whole tile, and S reads the rope block last.)
-// WG2_KV_HINT 1 marks the keys' lines evict-first in L2 (each is read once, so the partials and the
-// slots keep their lines; FlashMLA's TMA loads carry the same hint), 2 also asks L2 to fetch 256 B a
-// miss (no better than 1 on the H100: results/h100/s17/bench-hints.json).
-__device__ __forceinline__ void gather_rows(unsigned dst, const unsigned char* src, const int (&slot)[4],
-                                            int nvalid_rg) {
-#if WG2_KV_HINT
-    unsigned long long policy;
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
-#endif
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-        const unsigned char* row = src + (size_t)slot[k] * (ATTN_D * 2);
-        const int sz = 16 * k < nvalid_rg ? 16 : 0;
-#pragma unroll
-        for (int blk = 0; blk < WG_NCB; ++blk)
-#if WG2_KV_HINT == 2
-            asm volatile("cp.async.cg.shared.global.L2::cache_hint.L2::256B [%0], [%1], 16, %2, %3;\n"
-                         :: "r"(dst + k * 2048 + blk * WG_BLOCK), "l"(row + blk * 128), "r"(sz), "l"(policy)
-                         : "memory");
-#elif WG2_KV_HINT
-            asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n"
-                         :: "r"(dst + k * 2048 + blk * WG_BLOCK), "l"(row + blk * 128), "r"(sz), "l"(policy)
-                         : "memory");
-#else
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
-                         :: "r"(dst + k * 2048 + blk * WG_BLOCK), "l"(row + blk * 128), "r"(sz) : "memory");
-#endif
-    }
-}
+#include "wgmma2_gather.cuh"   // gather_rows: WG1's row-fixed tile gather
 
 extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
 verify_attn_bf16_wgmma2(ATTN_BF16_PAGED_PARAMS, int lpt_chunk, int lpt_sms, int* __restrict__ lpt_meta) {
