@@ -44,6 +44,10 @@ def verify_cmd(
                                      "gets the list of known ones) for the cases whose op and variant have "
                                      "it, e.g. a fallback the launch would not pick on this GPU; other cases "
                                      "run the launch's own choice. The table's config shows the kernel."),
+    define: List[str] = typer.Option([], "--define", help="Force this CUDA kernel built with these compile-time "
+                                     "and launch knobs, KERNEL:KNOB=VALUE\\[,KNOB=VALUE...] as bench takes them "
+                                     "(e.g. bf16_wgmma2:WG2_LPT=2, the segment schedule; one build a kernel); "
+                                     "with --sanitize too. The table's config shows the build."),
     impl: List[str] = typer.Option([], "--impl", help="Run this implementation instead of the backend "
                                    "(repeatable): a built-in (cuda, torch, numpy, sglang_triton, sgl_kernel, "
                                    "flashinfer_fa2), an entry point of the kdtree.implementations group, or "
@@ -102,19 +106,19 @@ def verify_cmd(
         note(f"{empty}: an empty record (--allow-empty-shard)")
     refuse_overwriting_inputs({"--json": json_path, "--junit": junit}, selected)
     resolved = backends.resolve_backend("cuda" if sanitize else backend)
-    forced = check_kernels(kernel, resolved)
+    forced, knobs = check_kernels(kernel, resolved, define)
     limit = mem_limit_bytes(mem_limit)
     from kdtr.bundle import memory
 
     for name in dict.fromkeys(impl or [resolved]):   # built-ins named like a backend have its estimate
         memory.check_bundles(files, name, limit)
-    refs = _implementations(impl, against, kernel, sanitize)
+    refs = _implementations(impl, against, kernel or define, sanitize)
     if sanitize:
         if not files:
             raise selection.nothing_selected()
-        _sanitized_verify(sanitize, files, atol, rtol, trials, forced, quiet, json_out)
+        _sanitized_verify(sanitize, files, atol, rtol, trials, forced, define, quiet, json_out)
     options = Options(backend=resolved, atol=atol, rtol=rtol, trials=trials, determinism=determinism,
-                      kernels=forced, keep_worst=keep_worst, impls=refs if impl else (),
+                      kernels=forced, defines=knobs, keep_worst=keep_worst, impls=refs if impl else (),
                       against=refs[0] if against else None, case_timeout=case_timeout,
                       invariance=invariance)
     device_list = parse_devices_option(devices, resolved)
@@ -169,16 +173,18 @@ def _implementations(specs, against, kernel, sanitize):
     if against and specs:
         raise UsageError("--against compares the backend with one implementation; it does not combine with --impl")
     if (specs or against) and (kernel or sanitize):
-        raise UsageError("--kernel and --sanitize run our backend; they do not combine with --impl or --against")
+        raise UsageError("--kernel, --define and --sanitize run our backend; they do not combine with --impl or "
+                         "--against")
     return resolve_refs([*specs, *([against] if against else [])])
 
 
-def _sanitized_verify(tool, files, atol, rtol, trials, kernels, quiet, json_out: JsonOut) -> None:
+def _sanitized_verify(tool, files, atol, rtol, trials, kernels, defines, quiet, json_out: JsonOut) -> None:
     """verify under compute-sanitizer in a child process; exits with the combined verdict."""
     from kdtr.records import report
     from kdtr.runtime import sanitize
 
     args = [str(f) for f in files] + [f"--trials={trials}"] + [f"--kernel={k}" for k in kernels]
+    args += [f"--define={d}" for d in defines]
     args += [f"--atol={atol}"] if atol is not None else []
     args += [f"--rtol={rtol}"] if rtol is not None else []
     result = sanitize.SanitizeResult(tool)

@@ -24,8 +24,9 @@
 #   timeline scripts/graph-overlap.py --timeline, ours and FlashMLA, on four chain cases (on the mixed
 #            ones also the two schedules, WG2_LPT=1 and 2): each kernel's time and the gaps between
 #            consecutive kernels in graph replays (torch.profiler)
-#   segments the segment schedule (WG2_LPT=2): its GPU tests (fresh inputs, poisoned outputs); if
-#            they pass, the chain cases: the default, WG2_LPT=1, WG2_LPT=2, FlashMLA in its worker
+#   segments the segment schedule (WG2_LPT=2): its GPU tests (fresh inputs, poisoned outputs), every
+#            verify_attn golden with it, racecheck / synccheck / memcheck of it on two mixed goldens; if
+#            the GPU tests pass, the chain cases: the default, WG2_LPT=1, WG2_LPT=2, FlashMLA in its worker
 #            (SEGMENTS_CASES: another -k pattern; SEGMENTS_SECONDS: the bench's time limit, 110)
 #   chunks   the balanced schedule's chunk on the two mixed chain cases: the default (uniform grid),
 #            WG2_LPT=1 (its chunk, an even share of the SMs) and WG2_LPT=1 at forced chunks (keys)
@@ -132,6 +133,15 @@ fi
 if want segments; then
   step 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_attn_schedule.py -k seg \
       --junitxml "$rec/pytest-segments.xml"
+  [ -e goldens/verify_attn/bf16_paged_b4_h16_p1024_n16_mixed.kdtr ] || step 50 kd gen-refs specs/verify_attn.yaml -j 16 -q
+  step 60 kd verify goldens/verify_attn --backend cuda --define bf16_wgmma2:WG2_LPT=2 --trials 2 -q \
+      --json "$rec/verify-attn-segments.json"
+  pick_goldens goldens-sanitize-seg verify_attn/bf16_paged_b4_h16_p1024_n16_mixed \
+      verify_attn/bf16_paged_b3_h128_p100_n1_mixed_chain_pages64
+  for tool in racecheck synccheck memcheck; do
+    step 90 kd verify goldens-sanitize-seg --define bf16_wgmma2:WG2_LPT=2 --sanitize "$tool" -q \
+        --json "$rec/sanitize-segments-$tool.json"
+  done
   if grep -q 'errors="0" failures="0"' "$rec/pytest-segments.xml" 2>/dev/null; then
     step 140 kd bench "$serving" -k "${SEGMENTS_CASES:-chain}" "${wgmma2[@]}" --define bf16_wgmma2:WG2_LPT=1 \
         --define bf16_wgmma2:WG2_LPT=2 --time-limit "${SEGMENTS_SECONDS:-110}" --json "$out/bench-segments.json"

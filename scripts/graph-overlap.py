@@ -45,9 +45,9 @@ def main() -> int:
 
     import torch
 
-    from kdtr.bench.settings import kernel_builds
     from kdtr.errors import KdtreeError
     from kdtr.impl.backends import upload
+    from kdtr.impl.builds import kernel_builds
     from kdtr.impl.builtin import cuda_build
     from kdtr.impl.resolve import resolve
     from suite_case import one_case

@@ -11,13 +11,14 @@ modules, `kdtr.runtime`, `kdtr.scaleout`, `kdtr.records`, `kdtr.ops`, `kdtr.impl
 
 from __future__ import annotations
 
+from ..impl.builds import kernel_builds
 from .ceilings import Ceilings
 from .record import (RECORD_KIND, BenchRecord, BenchRow, bench_csv, default_record_path, load_record, merge_records,
                      merge_shards, record_text, write_record)
 from .regression import compare_records, exit_status
 from .run import Selection, run_bench
 from .runner import bench_items
-from .settings import COMPUTE_UNITS, MODES, QUICK_TIMING, BenchSettings, TimingOptions, kernel_builds
+from .settings import COMPUTE_UNITS, MODES, QUICK_TIMING, BenchSettings, TimingOptions
 from .stats import Timing
 
 __all__ = ["COMPUTE_UNITS", "MODES", "QUICK_TIMING", "RECORD_KIND", "BenchRecord", "BenchRow", "BenchSettings",

@@ -12,7 +12,8 @@ import numpy as np
 from ..errors import UsageError
 from ..ops.base import Case
 from ..records.report import portable
-from .settings import QUICK_CASES_PER_SUITE, KernelBuild
+from ..impl.builds import KernelBuild
+from .settings import QUICK_CASES_PER_SUITE
 
 
 @dataclass(frozen=True)

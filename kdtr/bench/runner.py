@@ -22,7 +22,8 @@ from .record import (TIME_LIMIT_SKIP, BenchRecord, BenchRow, _jsonable, bench_me
                      with_speedups)
 from .sanity import sanity_rows
 from .schedule import Sampler, back_to_back, interleave
-from .settings import MODES, BenchSettings, KernelBuild, Progress
+from ..impl.builds import KernelBuild
+from .settings import MODES, BenchSettings, Progress
 from .stats import Timing, agree
 from .telemetry import watching
 from .timers import DEFAULT_L2_BYTES, DeviceTimer, HostTimer, rotation_sets

@@ -16,7 +16,10 @@ The public API (verify, bench and the CLI wire it in):
 - `evaluate(impl, CaseData(op, variant, inputs, params), expected, tolerances) -> Outcome`: the one
   evaluator (run, output contract, comparison; Status: passed, failed, error, skipped, not run);
 - `check_outputs(op, variant, outputs, expected_specs, provides=None, reference=None) -> str | None`;
-- `parity(op, variant, ours, theirs, reference=None, inputs=None, params=None) -> ParityReport`.
+- `parity(op, variant, ours, theirs, reference=None, inputs=None, params=None) -> ParityReport`;
+- `kernel_builds(kernels, defines) -> (KernelBuild, ...)` (kdtr.impl.builds): our kernels forced by
+  name with their knobs, as `--kernel` and `--define` give them to bench, verify and the GPU scripts,
+  checked once; `cuda_build(name, kernel, defines)` (kdtr.impl.builtin) runs one.
 Importing it imports neither torch nor any peer.
 """
 

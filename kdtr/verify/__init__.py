@@ -14,7 +14,8 @@ The public API (`kdtree verify` is a thin CLI over it; the pytest plugin uses `v
 - `verify_item(path, impl, options) -> [VerifyRow]`: one bundle with one resolved implementation
   (an Implementation or an ImplRef; None: the backend), the same comparison, tolerances and row
   fields as `kdtree verify`;
-- `Options`: backend, atol/rtol overrides, trials, determinism, forced kernels, `impls` and
+- `Options`: backend, atol/rtol overrides, trials, determinism, forced kernels and their knobs
+  (`defines`, from `check_kernels`), `impls` and
   `against` (ImplRefs from `kdtr.impl.resolve_refs`), `case_timeout`;
 - the record: `VerifyRow`, `VerifyRecord` (`to_plain`/`from_plain`), `load_verify`, `merge_verify`;
 - the tolerance policy: `default_tolerances`, `tolerances`, `loosened`;

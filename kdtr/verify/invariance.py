@@ -214,22 +214,25 @@ def with_invariance(row, outputs: Mapping[str, np.ndarray] | None, op: Op, varia
     if not options.invariance or outputs is None:
         return row
     if impl is None:
-        run = backend_runner(options.backend, op, variant, options.kernel_for(op, variant))
+        kernel = options.kernel_for(op, variant)
+        run = backend_runner(options.backend, op, variant, kernel, options.defines_for(kernel))
     else:
         run = impl_runner(lambda splits: impl, op, variant)
     why = split_knob_reason(op, variant, inputs, params, row.backend, ours=impl is None)
     return replace(row, invariance=to_plain(probe(op, variant, inputs, params, outputs, run, why)))
 
 
-def backend_runner(backend: str, op: Op, variant: str, kernel: str | None) -> Runner:
-    """A Runner of the built-in implementation the backend names (`kernel` as verify forced it; a
-    split count forces our kernels' SPLITS knob)."""
+def backend_runner(backend: str, op: Op, variant: str, kernel: str | None,
+                   defines: dict[str, str] | None = None) -> Runner:
+    """A Runner of the built-in implementation the backend names (`kernel` and its `defines` as verify
+    forced them; a split count forces our kernels' SPLITS knob)."""
     from ..impl.builtin import builtin, cuda_build
 
     def implementation(splits):
         if backend != "cuda" or (kernel is None and splits is None):
             return builtin(backend)
-        return cuda_build(kernel=kernel, defines={SPLIT_KNOB: splits} if splits is not None else None)
+        knobs = {**(defines or {}), **({SPLIT_KNOB: splits} if splits is not None else {})}
+        return cuda_build(kernel=kernel, defines=knobs or None)
     return impl_runner(implementation, op, variant)
 
 

@@ -3,6 +3,7 @@ kernels, the resolved implementations (--impl, --against) and the case timeout."
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable
 
@@ -22,6 +23,7 @@ class Options:
     trials: int = 0                   # fresh-input re-runs per case
     determinism: bool = False         # run twice, compare bitwise
     kernels: tuple[str, ...] = ()     # CUDA kernels to force where a case's op/variant has them
+    defines: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()   # (kernel, its knobs): --define
     keep_worst: bool = False          # keep worst elements of passing outputs too (records grow)
     impls: tuple[ImplRef, ...] = ()   # --impl, resolved: these implementations run instead of the backend
     against: ImplRef | None = None    # --against, resolved: run beside the backend, parity reported
@@ -35,17 +37,34 @@ class Options:
         """The forced kernel for this op/variant, or None for the launch's own choice."""
         return next((k for k in self.kernels if k in op.cuda_kernels(variant)), None)
 
+    def defines_for(self, kernel: str | None) -> dict[str, str] | None:
+        """The knobs --define gives the forced `kernel` (None: its plain build)."""
+        return next((dict(knobs) for name, knobs in self.defines if name == kernel), None)
 
-def check_kernels(names: Iterable[str], backend: str) -> tuple[str, ...]:
-    """--kernel names, each a kernel some op can force; UsageError naming the known ones."""
+    def kernel_label(self, kernel: str) -> str:
+        """The forced kernel as the table's config shows it: bf16_wgmma2, or bf16_wgmma2[WG2_LPT=2]."""
+        knobs = self.defines_for(kernel)
+        return f"{kernel}[{','.join(f'{k}={v}' for k, v in knobs.items())}]" if knobs else kernel
+
+
+def check_kernels(names: Iterable[str], backend: str, defines: Iterable[str] = ()
+                  ) -> tuple[tuple[str, ...], tuple[tuple[str, tuple[tuple[str, str], ...]], ...]]:
+    """--kernel names and --define builds (kdtr.impl.builds), each a kernel some op can force, one
+    build a kernel: (the forced names, (name, knobs) of each --define); UsageError naming the fault
+    (an unknown name: with the known ones)."""
+    from ..impl.builds import kernel_builds
     from ..ops import op_names
 
-    names = tuple(dict.fromkeys(names))
+    builds = kernel_builds((), defines)
+    names = tuple(dict.fromkeys([*names, *(b.name for b in builds)]))
+    twice = [name for name, n in Counter(b.name for b in builds).items() if n > 1]
+    if twice:
+        raise UsageError(f"--define {', '.join(twice)} more than once: verify runs one build a kernel")
     if names and backend != "cuda":
-        raise UsageError(f"--kernel forces a CUDA kernel; it needs the cuda backend, not {backend}")
+        raise UsageError(f"--kernel and --define force a CUDA kernel, which needs the cuda backend, not {backend}")
     known = {k: op.name for op in map(get_op, op_names()) for v in op.variants for k in op.cuda_kernels(v)}
     unknown = [n for n in names if n not in known]
     if unknown:
         raise UsageError(f"unknown kernel {', '.join(map(repr, unknown))}; known: "
                          + ", ".join(f"{k} ({op})" for k, op in known.items()))
-    return names
+    return names, tuple((b.name, b.defines) for b in builds)

@@ -62,10 +62,12 @@ def _candidates(paths: Iterable[str | Path]) -> Iterator[Path]:
 
 
 def _ours(options: Options, kernel: str | None) -> Implementation:
-    """The built-in implementation the backend names (`kernel`: one of our kernels forced)."""
+    """The built-in implementation the backend names (`kernel`: one of our kernels forced, built with
+    the knobs --define gives it)."""
     from ..impl.builtin import builtin, cuda_build
 
-    return cuda_build(kernel=kernel) if kernel is not None else builtin(options.backend)
+    return cuda_build(kernel=kernel, defines=options.defines_for(kernel)) if kernel is not None \
+        else builtin(options.backend)
 
 
 def _captured(name: str, stored: Mapping[str, np.ndarray]) -> Implementation:
@@ -101,7 +103,7 @@ def check_case(op: Op, variant: str, inputs: Mapping[str, np.ndarray], expected:
     if ours:
         kernel = options.kernel_for(op, variant)
         if kernel is not None:
-            config = config | {"kernel": kernel}
+            config = config | {"kernel": options.kernel_label(kernel)}
         impl = _ours(options, kernel)
     elif stored is not None:
         impl = _captured(stored_by or "unknown", stored)

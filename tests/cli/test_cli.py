@@ -131,6 +131,43 @@ def test_forced_kernel_names_are_checked_before_anything_runs(goldens):
     assert result.exit_code == 2 and "unknown kernel 'nope'" in result.output and "sorted (tree_build)" in result.output
 
 
+def test_a_define_is_checked_before_anything_runs(goldens):
+    """--define (a knob build of one of our kernels, as bench takes it): a bad one is one line, exit 2,
+    before any bundle is read or a GPU looked for."""
+    for args, says in [(["--backend", "torch", "--define", "bf16_wgmma2:WG2_LPT=2"], "needs the cuda backend"),
+                       (["--backend", "cuda", "--define", "bf16_wgmma2:WG2_LPT=3"], "WG2_LPT=3: a launch knob takes"),
+                       (["--backend", "cuda", "--define", "nope:X=1"], "unknown kernel 'nope'"),
+                       (["--backend", "cuda", "--define", "bf16_wgmma2:WG2_LPT=1", "--define",
+                         "bf16_wgmma2:WG2_LPT=2"], "verify runs one build a kernel"),
+                       (["--impl", "torch", "--define", "bf16_wgmma2:WG2_LPT=2"], "--define")]:
+        result = invoke("verify", goldens, *args)
+        assert result.exit_code == 2 and says in result.output, (args, result.output)
+        assert "Traceback" not in result.output and "passed" not in result.output
+
+
+def test_a_define_reaches_the_launch_with_its_knobs(monkeypatch):
+    """The forced build runs through cuda_build with the --define's knobs (the invariance probe's split
+    runs keep them and add SPLITS); the config names the build; a kernel forced plainly beside it
+    keeps its plain build."""
+    from kdtr.ops import get_op
+    from kdtr.verify import Options, check_kernels
+    from kdtr.verify.invariance import backend_runner
+    from kdtr.verify.run import _ours
+
+    names, knobs = check_kernels(["smem"], "cuda", ["bf16_wgmma2:WG2_LPT=2,WG2_PDL=0"])
+    options = Options(backend="cuda", kernels=names, defines=knobs)
+    assert names == ("smem", "bf16_wgmma2") and options.kernel_for(get_op("verify_attn"), "bf16_paged") == "bf16_wgmma2"
+    assert options.kernel_label("bf16_wgmma2") == "bf16_wgmma2[WG2_LPT=2,WG2_PDL=0]"
+    assert _ours(options, "bf16_wgmma2").prepare.keywords == {"kernel": "bf16_wgmma2",
+                                                              "defines": {"WG2_LPT": "2", "WG2_PDL": "0"}}
+    assert _ours(options, "smem").prepare.keywords == {"kernel": "smem", "defines": None}
+    monkeypatch.setattr("kdtr.verify.invariance.impl_runner", lambda implementation, op, variant: implementation)
+    implementation = backend_runner("cuda", get_op("verify_attn"), "bf16_paged", "bf16_wgmma2",
+                                    options.defines_for("bf16_wgmma2"))
+    built = implementation(3).prepare.keywords["defines"]
+    assert built == {"WG2_LPT": "2", "WG2_PDL": "0", "SPLITS": 3}
+
+
 def test_a_forced_kernel_reaches_run_cuda_only_for_ops_that_have_it(monkeypatch):
     """Options.kernel_for picks the forced name per op/variant, None where the op lacks it."""
     from kdtr.ops import get_op
@@ -365,3 +402,23 @@ def test_a_full_stdout_is_one_line_exit_2_and_the_record_is_written(goldens, tmp
     assert to_stdout.returncode == 2 and "Traceback" not in to_stdout.stderr
     assert to_stdout.stderr.strip().splitlines()[-1] == \
         "kdtree: error: --json -: cannot write to stdout: No space left on device"
+
+
+def test_a_sanitized_verify_passes_its_defines_on(monkeypatch, goldens, tmp_path):
+    """--sanitize runs verify again under compute-sanitizer: the child gets the same --kernel and
+    --define, so the sanitizer checks the build that was asked for."""
+    from kdtr.runtime import sanitize
+
+    seen = []
+
+    def fake_run(tool, args, result, cli_module="cli"):
+        seen.append(args)
+        result.errors = 0
+        return iter(())
+
+    monkeypatch.setattr(sanitize, "run", fake_run)
+    result = invoke("verify", goldens, "--sanitize", "racecheck", "--define", "bf16_wgmma2:WG2_LPT=2",
+                    "--kernel", "smem", "--json", str(tmp_path / "s.json"))
+    assert result.exit_code == 0, result.output
+    [args] = seen
+    assert "--kernel=smem" in args and "--kernel=bf16_wgmma2" in args and "--define=bf16_wgmma2:WG2_LPT=2" in args
