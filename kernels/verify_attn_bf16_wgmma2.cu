@@ -95,7 +95,8 @@
 // Shared memory (1024-aligned): Q [9][64][128 B]; K ring 2 x [9][64][128 B] (V = blocks 0-7, P_j in
 //   block 8 after S_j); alpha [2][64] f32; l, m [64] f32; 512 B unused (kept so that every offset, and
 //   so the code, is that of the GPU-verified build); mbarriers.
-// Hand-offs (tile j, stage s = j & 1, T tiles in this block's split):
+// Hand-offs (tile j, stage s = j & 1, T tiles in this block's split; with WG2_LPT 2, j counts on over
+// the block's segments: J0 + j, so every phase below is of the block's whole tile sequence):
 //   MB_KFULL[s] (mbarrier, 128 = WG1's threads, each after its cp.async of the tile completed and a
 //     proxy fence): phase k <-> tile 2k + s. WG0 waits parity (j >> 1) & 1 before S_j.
 //   MB_PFULL (mbarrier, 128 = WG0's threads, after P_j and alpha_j are written and proxy-fenced):
@@ -322,7 +323,7 @@ verify_attn_bf16_wgmma2(ATTN_BF16_PAGED_PARAMS, int lpt_chunk, int lpt_sms, int*
 
         for (int j = 0; j < T; ++j) {
             const int s = (J0 + j) & 1;                   // the tile's stage (J0: tiles of earlier segments)
-            mbar_wait(mb_pfull, (J0 + j) & 1);                   // P_j (stage s, block 8) and alpha_j written
+            mbar_wait(mb_pfull, (J0 + j) & 1);            // P_j (stage s, block 8) and alpha_j written
 #if !WG2_PV_FIRST
             publish_next(j);                              // S_{j+1} need not wait for this P.V_j
 #endif
