@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable
 
 from ..errors import UsageError
+from ..impl.builds import KernelBuild
 from ..ops import get_op
 from ..ops.base import Op
 
@@ -23,7 +24,7 @@ class Options:
     trials: int = 0                   # fresh-input re-runs per case
     determinism: bool = False         # run twice, compare bitwise
     kernels: tuple[str, ...] = ()     # CUDA kernels to force where a case's op/variant has them
-    defines: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()   # (kernel, its knobs): --define
+    defines: tuple[KernelBuild, ...] = ()   # --define: the forced kernels built with knobs
     keep_worst: bool = False          # keep worst elements of passing outputs too (records grow)
     impls: tuple[ImplRef, ...] = ()   # --impl, resolved: these implementations run instead of the backend
     against: ImplRef | None = None    # --against, resolved: run beside the backend, parity reported
@@ -37,21 +38,26 @@ class Options:
         """The forced kernel for this op/variant, or None for the launch's own choice."""
         return next((k for k in self.kernels if k in op.cuda_kernels(variant)), None)
 
+    def build_for(self, kernel: str | None) -> KernelBuild | None:
+        """The build --define gives the forced `kernel` (None: its plain build)."""
+        return next((b for b in self.defines if b.name == kernel), None)
+
     def defines_for(self, kernel: str | None) -> dict[str, str] | None:
         """The knobs --define gives the forced `kernel` (None: its plain build)."""
-        return next((dict(knobs) for name, knobs in self.defines if name == kernel), None)
+        build = self.build_for(kernel)
+        return dict(build.defines) if build else None
 
     def kernel_label(self, kernel: str) -> str:
         """The forced kernel as the table's config shows it: bf16_wgmma2, or bf16_wgmma2[WG2_LPT=2]."""
-        knobs = self.defines_for(kernel)
-        return f"{kernel}[{','.join(f'{k}={v}' for k, v in knobs.items())}]" if knobs else kernel
+        build = self.build_for(kernel)
+        return build.label if build else kernel
 
 
 def check_kernels(names: Iterable[str], backend: str, defines: Iterable[str] = ()
-                  ) -> tuple[tuple[str, ...], tuple[tuple[str, tuple[tuple[str, str], ...]], ...]]:
+                  ) -> tuple[tuple[str, ...], tuple[KernelBuild, ...]]:
     """--kernel names and --define builds (kdtr.impl.builds), each a kernel some op can force, one
-    build a kernel: (the forced names, (name, knobs) of each --define); UsageError naming the fault
-    (an unknown name: with the known ones)."""
+    build a kernel: (the forced names, the --define builds); UsageError naming the fault (an unknown
+    name: with the known ones)."""
     from ..impl.builds import kernel_builds
     from ..ops import op_names
 
@@ -67,4 +73,4 @@ def check_kernels(names: Iterable[str], backend: str, defines: Iterable[str] = (
     if unknown:
         raise UsageError(f"unknown kernel {', '.join(map(repr, unknown))}; known: "
                          + ", ".join(f"{k} ({op})" for k, op in known.items()))
-    return names, tuple((b.name, b.defines) for b in builds)
+    return names, builds

@@ -270,12 +270,17 @@ def serving(variant, gpu: Gpu) -> tuple[str, ...]:
     return tuple(out)
 
 
-def knob_on(k: AttnKernel, defines, name: str) -> bool:
-    """A 0/1 define that the kernel's build and its launch both read: the build's value, or the
-    default the kernel's source gives it (so the two cannot disagree; bf16_wgmma2's: WG2_PDL 1,
-    WG2_LPT 0, the measured trade-offs in kernels/NOTES.md, sessions 16-17)."""
+def knob_value(k: AttnKernel, defines, name: str) -> int:
+    """A define that the kernel's build and its launch both read: the build's value, or the default
+    the kernel's source gives it (so the two cannot disagree; bf16_wgmma2's: WG2_PDL 1, WG2_LPT 0,
+    the measured trade-offs in kernels/NOTES.md, sessions 16-19); 0 where neither gives one."""
     value = defines.get(name, source_default(k.source, name))
-    return value is not None and int(value) != 0
+    return 0 if value is None else int(value)
+
+
+def knob_on(k: AttnKernel, defines, name: str) -> bool:
+    """A switch knob (knob_value) not 0."""
+    return knob_value(k, defines, name) != 0
 
 
 def balanced(k: AttnKernel, batch: int, tiles: int, kv_mean: int, splits: int, sms: int) -> bool:
@@ -340,7 +345,7 @@ def run_cuda(op, variant, inputs, params, outputs, kernel=None, splits=None, def
     lpt = (bool(k.balance_knob) and knob_on(k, defines, k.balance_knob) and not uniform
            and (balanced(k, batch, tiles, kv_mean, splits, sms)
                 or (forced_chunk is not None and 2 <= batch <= LPT_MAX_BATCH)))
-    segments = lpt and int(defines.get(k.balance_knob, source_default(k.source, k.balance_knob))) == 2
+    segments = lpt and knob_value(k, defines, k.balance_knob) == 2
     if forced_chunk is not None:
         if segments:
             raise ValueError(f"{CHUNK_KNOB}={forced_chunk}: the segment schedule ({k.balance_knob}=2) cuts the "
