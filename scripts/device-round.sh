@@ -153,14 +153,14 @@ fi
 if want chunks; then
   # does a chunk under the even share (two or three waves, longest first) balance the mixed batches better?
   lpt=bf16_wgmma2:WG2_LPT=1
-  step 100 kd bench "$serving" -k b32_h8_q4_p4096_mixed_chain "${wgmma2[@]}" --define "$lpt" \
-      --define "$lpt,CHUNK=256" --define "$lpt,CHUNK=384" --define "$lpt,CHUNK=768" --define "$lpt,CHUNK=1024" \
-      --time-limit 90 --json "$rec/bench-chunks-b32.json"
-  pack
-  step 100 kd bench "$serving" -k b128_h16_q4_p16384_mixed_chain "${wgmma2[@]}" --define "$lpt" \
-      --define "$lpt,CHUNK=2048" --define "$lpt,CHUNK=3072" --define "$lpt,CHUNK=4096" --define "$lpt,CHUNK=6144" \
-      --time-limit 90 --json "$rec/bench-chunks-b128.json"
-  pack
+  for sweep in "b32_h8_q4_p4096_mixed_chain 256 384 768 1024" "b128_h16_q4_p16384_mixed_chain 2048 3072 4096 6144"; do
+    read -r c chunks <<< "$sweep"
+    defs=(--define "$lpt")
+    for n in $chunks; do defs+=(--define "$lpt,CHUNK=$n"); done
+    step 100 kd bench "$serving" -k "$c" "${wgmma2[@]}" "${defs[@]}" --time-limit 90 \
+        --json "$rec/bench-chunks-${c%%_*}.json"
+    pack
+  done
 fi
 if want targets; then
   step 150 kd bench results/suites/targets.yaml --no-baselines --no-sanity --time-limit 130 -q \
@@ -235,8 +235,8 @@ if want tests99; then
 fi
 if want sglptx; then
   # which tensor-core instructions SGLang's Triton kernel runs here (Triton's cache: its PTX), beside
-  # bf16_mma99 (sm_120's mma.sync) on the B=8 P=8192 cases, two of them at Q·H >= 136 where the
-  # 99 KB kernel misses 8x
+  # bf16_mma99 (mma.sync; launched natively here, not as sm_120) on the B=8 P=8192 cases, two of
+  # them at Q·H >= 136 where the 99 KB kernel misses 8x
   export TRITON_CACHE_DIR=/tmp/triton-sglptx
   rm -rf "$TRITON_CACHE_DIR"
   step 120 kd bench "$serving" -k 'b8_h*_p8192*' "${mma99[@]}" --impl sglang_triton --time-limit 100 \

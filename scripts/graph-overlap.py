@@ -15,14 +15,15 @@ graph (`ncu --graph-profiling graph --nvtx --nvtx-include profile/ ...`: what a 
 and hits in L2 when the calls run back to back). With --timeline it replays each graph under
 torch.profiler and prints, from the kernels' own start and end stamps, each kernel's mean time and
 the mean gap between consecutive kernels (negative: the later one started before the earlier one
-ended, as a programmatic dependent launch lets it), and a call's span. Run on a GPU machine from the repo root; peers run in
-this process (KDTREE_ISOLATE=0 is set here: a graph cannot capture a worker's calls). Exit 2 on bad
-usage or no GPU."""
+ended, as a programmatic dependent launch lets it), and a call's span. Run on a GPU machine from
+the repo root; peers run in this process (KDTREE_ISOLATE=0 is set here: a graph cannot capture a
+worker's calls). Exit 2 on bad usage or no GPU."""
 
 import argparse
 import json
 import os
 import sys
+from pathlib import Path
 
 
 def main() -> int:
@@ -117,7 +118,7 @@ def main() -> int:
                 torch.cuda.synchronize()
             with tempfile.NamedTemporaryFile(suffix=".json") as trace:
                 prof.export_chrome_trace(trace.name)
-                events = json.load(open(trace.name))["traceEvents"]
+                events = json.loads(Path(trace.name).read_text())["traceEvents"]
             return sorted((e["ts"], e["ts"] + e["dur"], e["name"][:48]) for e in events
                           if e.get("cat") == "kernel" and e.get("ph") == "X")
 

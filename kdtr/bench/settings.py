@@ -51,8 +51,6 @@ QUICK_TIMING = TimingOptions(budget_s=0.1, target=0.05, min_samples=5, max_sampl
 STOP_REASONS = ("converged", "budget", "max_samples", "max_rounds", "time_limit")
 
 
-
-
 @dataclass(frozen=True)
 class BenchSettings:
     backend: str = "auto"                 # auto | cuda | torch

@@ -681,7 +681,9 @@ CASES_GPU = {   # name: (case parameters, defines)
     "equal_b6_lpt_off": (dict(batch=6, heads=16, prefix=1500, budget=16), {"WG2_LPT": "0"}),
     "equal_b6_pdl_off": (dict(batch=6, heads=16, prefix=1500, budget=16), {"WG2_PDL": "0"}),
     # the segment schedule (its build refuses the staged epilogue): blocks across requests, requests
-    # across blocks, one block's several requests written directly, fewer tiles than blocks
+    # across blocks, one block's several requests written directly; b3: a batch the launch does not
+    # balance (3 one-tile requests), the 2 build's uniform grid in one pass (fewer tiles than blocks
+    # is the emulator's `fewer_tiles_than_blocks`)
     "seg_mixed_b5": (dict(batch=5, heads=8, prefix=3000, budget=8, prefix_mode="mixed"), SEG),
     "seg_mixed_b64_chain": (dict(batch=64, heads=16, prefix=2048, budget=3, prefix_mode="mixed", tree="chain",
                                  slots="pages64"), SEG),
