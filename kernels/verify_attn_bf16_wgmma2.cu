@@ -15,25 +15,23 @@
 //                           mask_indptr i32 [B+1], B, Q, H, sm_scale_log2 (= sm_scale*log2 e),
 //                           n_splits, out bf16 [B*Q,H,512], lse f32 [B*Q,H], ws_o, ws_m, ws_l,
 //                           lpt_chunk, lpt_sms, lpt_meta i32 [2B])
-//   The uniform grid (n_splits > 0): grid = (ceil(Q*H / 64), B, n_splits), split z of a request
-//   ceil(kvlen / n_splits) keys rounded up to 64; n_splits == 1 writes out/lse, otherwise partials
+//   The uniform grid (n_splits > 0; one request, SPLITS forced, or WG2_LPT 0): grid = (ceil(Q*H /
+//   64), B, n_splits), split z of a request ceil(kvlen / n_splits) keys rounded up to 64 (n_splits:
+//   splits_for in kdtr/ops/verify_attn/cuda.py); n_splits == 1 writes out/lse, otherwise partials
 //   [split][B*Q*H rows] (attn_common.cuh) that verify_attn_bf16_wgmma2_merge (grid = B*Q*H, block
-//   = 128) finishes. The host picks n_splits (splits_for in kdtr/ops/verify_attn/cuda.py: a wave
-//   model for grids under one wave) and this grid for one request (or SPLITS forced, or WG2_LPT 0).
-//   The balanced schedule (n_splits == 0; batches of 2 to LPT_MAX_BATCH requests): grid =
+//   = 128) finishes. The balanced schedule (n_splits == 0, 2 to LPT_MAX_BATCH requests): grid =
 //   (ceil(Q*H / 64), jobs >= the schedule's, 1); block (x, y) runs job y of attn_schedule.cuh's
 //   longest-first order (request b, chunk z of n_b; lpt_chunk the least chunk in keys, lpt_sms the
 //   SMs of the fair share, 0: lpt_chunk as given). A request of one chunk writes out/lse, otherwise
-//   partials at slot y ([slot][Q*H rows]) and block (0, 0) writes lpt_meta; then
-//   verify_attn_bf16_wgmma2_merge_lpt (grid = (Q*H, B), block = 128) merges the requests
-//   it split. The segment schedule (WG2_LPT 2, n_splits == 0): grid = (ceil(Q*H / 64), G, 1), G
-//   about one block an SM (segment_blocks in cuda.py); block (x, y) takes an equal share of the
-//   batch's key tiles (seg_range in attn_schedule.cuh) and runs it as (request, key range) segments
-//   in turn, each a pass of prologue, loop and epilogue with the mbarrier phases carried on (J0);
-//   partial slot y + b, lpt_meta and the merge as the balanced schedule's. With WG2_PDL both wait for the grid before them, and the launch makes them programmatic
-//   dependents for one request: nothing global is read before griddepcontrol.wait (checked in the
-//   SASS of session 16's build: no load precedes its ACQBULK; and on the H100 in session 17 by graph
-//   replays of one request, hint build included, whose q a kernel rewrites right before each).
+//   partials at slot y ([slot][Q*H rows]); block (0, 0) writes lpt_meta, and
+//   verify_attn_bf16_wgmma2_merge_lpt (grid = (Q*H, B), block = 128) merges the split requests.
+//   The segment schedule (WG2_LPT 2, n_splits == 0): grid = (ceil(Q*H / 64), G, 1), G about one
+//   block an SM (segment_blocks in cuda.py); block (x, y) takes an equal share of the batch's key
+//   tiles (seg_range) and runs it as (request, key range) segments in turn, each a pass of
+//   prologue, loop and epilogue with the mbarrier phases carried on (J0); partial slot y + b,
+//   lpt_meta and the merge as the balanced schedule's. With WG2_PDL both wait for the grid before
+//   them (programmatic dependents for one request): nothing global is read before
+//   griddepcontrol.wait (session 16's SASS; session 17's graph replays that rewrite q before each).
 //
 // Numerical contract: bf16 inputs, fp32 accumulation on tensor cores (wgmma m64nNk16 bf16); scores
 //   in the log2 domain: the row max m over the raw fp32 dot products, scaled once,
@@ -41,52 +39,34 @@
 //   under half an ulp of l >= 1, become 0); the row sum l adds the fp32 p while P·V uses p rounded to
 //   bf16 (as FlashAttention / FlashMLA / SGLang do); out = bf16_rn(O / l) with O / l correctly
 //   rounded (div_rn_by: one reciprocal a row), lse = ln 2 * (m + log2 l).
-//   No knob changes a result bit (WG2_SKIP_RESCALE skips multiplies by exactly 1.0).
+//   No knob changes a result bit.
 //
-// Design (kernels/NOTES.md has the measurements behind it):
-//   1. P_j lives in the rope block (column block 8, dims 512-575) of K stage j & 1: S_j is its only
-//      reader, so it is free once S_j completed, and it is 64 rows x 128 B like P. P therefore rides
-//      the K ring (its write-after-read is the stage refill's, which WG1 issues only after its own
-//      P·V_j completed) and the 8 KB P buffer and the P-free handshake are gone.
+// Design (kernels/NOTES.md has the measurements behind it, and the order's and the gather's A/Bs):
+//   1. P_j lives in the rope block (column block 8, dims 512-575) of K stage j & 1: S_j, its only
+//      other reader, completed before P_j is written, so P rides the K ring (its write-after-read is
+//      the stage refill's, which WG1 issues only after its own P·V_j completed).
 //   2. alpha is double-buffered by tile parity (sAlpha[2][64]). WG1's read of alpha_j precedes, in its
-//      program order, its arrive on K-full for tile j + 1 (j + 2 with WG2_PV_FIRST 0), which WG0
-//      waits on before it writes alpha_{j+2}: every cross-warpgroup hand-off of ordinary
-//      shared-memory data goes through an mbarrier (release arrive, acquire wait), which racecheck
-//      tracks.
-//   3. Order (the best measured: results/ab-order.json, ab-pv-first.json): once P_j is written, WG1
-//      issues its P·V_j, then waits for its part of tile j + 1 to land and publishes it while P·V_j
-//      runs, so S_{j+1} waits neither for WG1's P·V_j nor, where the loads lag (few rows a
-//      request), does P·V_j wait for them; WG0 waits for its P·V_j right after issuing it, frees
-//      stage j & 1 (named barrier SF), then waits for tile j + 1; WG1, after its own P·V_j and SF,
-//      issues tile j + 2's gather (one tile in flight while S runs).
-//   4. Row-fixed gather (gather_rows): each thread of WG1 owns 4 key rows and one 16-byte chunk
-//      column, loads its rows' slots from global one tile ahead, and refills a tile with 36 cp.async at
-//      immediate offsets from 4 row pointers (~50 SASS instructions per thread).
+//      program order, its arrive on K-full for tile j + 1, which WG0 waits on before it writes
+//      alpha_{j+2}: every cross-warpgroup hand-off of ordinary shared-memory data goes through an
+//      mbarrier (release arrive, acquire wait), which racecheck tracks.
+//   3. Order: once P_j is written, WG1 issues its P·V_j, then publishes tile j + 1 (its part landed)
+//      while P·V_j runs; WG0 waits for its P·V_j right after issuing it, frees stage j & 1 (named
+//      barrier SF), then waits for tile j + 1; WG1, after its own P·V_j and SF, issues tile j + 2's
+//      gather (wgmma2_gather.cuh), one tile in flight while S runs.
 //
-// Knobs (compile-time; the launch reads WG2_LPT and WG2_PDL, and sets WG2_KV_HINT by the call's size):
-//   WG2_LPT / WG2_PDL (also read by the launch, their defaults from this file): 1 the balanced
-//     schedule, 2 the segment schedule (J0, the tiles of earlier segments, is the constant 0 in the
-//     0 and 1 builds: their .text is what it was without it) / main and merge waiting for the grid
-//     before them (griddepcontrol), which the launch makes programmatic dependents for one request
-//     (PDL_MAX_BATCH in kdtr/ops/verify_attn/cuda.py).
-//     WG2_STAGED_STORE 1: the epilogue stores whole rows through shared memory (the same bytes).
-//     WG2_KV_HINT 1: the key gather's cp.async carry an L2 evict-first policy (2: and a 256 B L2
+// Knobs (compile-time; the launch reads WG2_LPT and WG2_PDL, and sets WG2_KV_HINT by the call's size;
+// what each gains and costs where: kernels/NOTES.md, sessions 16-20):
+//   WG2_LPT (default 0, the uniform grid): 1 the balanced schedule, 2 the segment schedule (J0, the
+//     tiles of earlier segments, is the constant 0 in the 0 and 1 builds: their .text is what it
+//     was without it). WG2_SEG_PREFETCH (default 1, read with WG2_LPT 2): WG1 gathers the next
+//     segment's Q once S of this segment's last tile completed, and the next segment's first tiles
+//     into the stages this segment's last two tiles free (see Hand-offs).
+//   WG2_PDL (default 1): main and merge wait for the grid before them (griddepcontrol), which the
+//     launch makes programmatic dependents for one request (PDL_MAX_BATCH in kdtr/ops/verify_attn/cuda.py).
+//   WG2_STAGED_STORE 1: the epilogue stores whole rows through shared memory (the same bytes).
+//   WG2_KV_HINT 1: the key gather's cp.async carry an L2 evict-first policy (2: and a 256 B L2
 //     prefetch); the launch builds 1 for calls of at most KV_HINT_MAX_BYTES (256 MB) of keys.
-//     Defaults: WG2_PDL 1, the others 0; WG2_PDL=0,WG2_KV_HINT=0 is the kernel of f651642 SASS for
-//     SASS. Measured on the H100 (kernels/NOTES.md, sessions 16-17; results/h100/s16, s17): the
-//     schedule gains 1-17% on mixed batches and costs 1-10% on batches of equal requests (which the
-//     host cannot tell apart); PDL gains 5-9% at B=1 and cost 3-6% at B=8 H=8 Q=4 (hence one
-//     request only); the hint gains 2-10% on calls of 2-153 MB of keys and costs 2-4% at 0.6-2.4 GB
-//     (not for its per-tile createpolicy: made once a thread it cost 1-2% more, session 19);
-//     the staged epilogue gains 3-4% at H=128 and costs 6-8% at B=1; the segment schedule gains 8%
-//     at mixed B=128 and 2% at mixed B=32, where the balanced one gains 7% (session 19).
-//     `--define bf16_wgmma2:WG2_LPT=1`, `…:WG2_PDL=0`, `…:WG2_KV_HINT=0`, etc.
-//   WG2_PV_FIRST 0: WG1 publishes tile j + 1 before it issues its P·V_j (design 3's A/B: the same
-//     bits, 1.00-1.10x slower, results/ab-pv-first.json).
-//   WG2_SKIP_RESCALE 1: a warp skips O's rescale when all its alphas are 1; not through the GPU tests
-//     or racecheck. Off by default.
-//   WG_DIAG (timing only, wrong results): 1 = one S wgmma per tile instead of 36, 2 = no P·V wgmma,
-//     3 = no K refills after the first two tiles.
+//   WG2_PDL=0,WG2_KV_HINT=0 is the kernel of f651642 SASS for SASS.
 //
 // Roles: WG0 (math): S = Q K^T (36 wgmma m64n64k16), mask, online softmax, P -> bf16 into the stage's
 //   block 8, alpha into sAlpha[j & 1]; O[:, 0:256) += P V with P from registers. WG1 (loads + right
@@ -101,14 +81,22 @@
 //     proxy fence): phase k <-> tile 2k + s. WG0 waits parity (j >> 1) & 1 before S_j.
 //   MB_PFULL (mbarrier, 128 = WG0's threads, after P_j and alpha_j are written and proxy-fenced):
 //     phase j. WG1 waits parity j & 1 before its P·V_j.
-//   BAR_SF0 / BAR_SF1 (named, 256: WG0 arrives, WG1 syncs) when j + 2 < T: WG0's P·V_j completed,
-//     stage s may be refilled with tile j + 2. WG1 refills only after its own P·V_j completed too.
+//   BAR_SF0 / BAR_SF1 (named, 256: WG0 arrives, WG1 syncs) when j + 2 < T + pre_next: WG0's P·V_j
+//     completed, stage s may take tile j + 2 (j + 2 >= T: the next segment's tile j + 2 - T); WG1
+//     refills after its own P·V_j too. pre_next (WG2_SEG_PREFETCH, else 0) = min(the next segment's
+//     tiles, 2) if this segment has two or more, else 0 (a stage is refilled only by the pass that
+//     ran its last tile); WG0 arrives for j = T - 1 after its last wgmma_wait.
 //   BAR_FIN (named, 256: WG0 arrives, WG1 syncs): final l and m.
+//   The next segment's Q (WG2_SEG_PREFETCH): WG1 gathers it after its PFULL wait of tile T - 1 (S of
+//     it, the last reader of Q, completed). WG1's cp.async groups stay in flight across the
+//     epilogue; the next prologue gathers the rest (its first `pre` tiles and, but in the first
+//     pass, Q were gathered) and waits for all groups but the newest: tile 1's, or an empty one.
 //   No side runs two phases ahead: WG0 arrives PFULL_{j+1} after waiting KFULL for tile j + 1, which
 //   WG1 arrives after waiting PFULL_j; WG1 arrives KFULL for tile j + 2 after PFULL_{j+1} (iteration
-//   j + 1), which WG0 arrives after waiting KFULL for tiles j and j + 1. Every arrive has one matching
-//   wait or sync: the conditions (j + 1 < T, j + 2 < T) are the same on both sides; T = 0 runs no
-//   loop iteration.
+//   j + 1), which WG0 arrives after waiting KFULL for tiles j and j + 1 (a prefetched tile's KFULL
+//   arrive is the next pass's, in the same order). Every arrive has one matching wait or sync: the
+//   conditions (j + 1 < T, j + 2 < T + pre_next) are the same on both sides; T = 0 runs no loop
+//   iteration.
 #include "attn_common.cuh"
 #include "attn_schedule.cuh"
 #include "wgmma_sm90.cuh"
@@ -130,12 +118,6 @@
 #define LN2_F 0.6931471805599453f
 
 // Compile-time knobs: the header's "Knobs" says what each does and what it measured.
-#ifndef WG2_SKIP_RESCALE
-#define WG2_SKIP_RESCALE 0
-#endif
-#ifndef WG2_PV_FIRST
-#define WG2_PV_FIRST 1
-#endif
 #ifndef WG2_LPT
 #define WG2_LPT 0
 #endif
@@ -145,28 +127,24 @@
 #ifndef WG2_STAGED_STORE
 #define WG2_STAGED_STORE 0
 #endif
+#ifndef WG2_SEG_PREFETCH
+#define WG2_SEG_PREFETCH 1
+#endif
+#define SEG_PF (WG2_LPT == 2 && WG2_SEG_PREFETCH)   // the next segment's Q and first tiles loaded early
 #if WG2_STAGED_STORE && WG2_LPT == 2
 #error "WG2_STAGED_STORE stages through the K ring, which the next segment of WG2_LPT 2 refills"
 #endif
 #ifndef WG2_KV_HINT
 #define WG2_KV_HINT 0
 #endif
-#define WG2_OUT_PITCH (1024 + 16)             // bytes a staged bf16 row (padded: no bank conflicts)
-#define WG2_PART_PITCH (2048 + 32)            // ... a staged fp32 partial row
-#ifndef WG_DIAG
-#define WG_DIAG 0
-#endif
 
 #define BAR_SF0 5       // WG0 done with K stage 0 (its P.V completed): WG0 arrives, WG1 syncs
 #define BAR_SF1 6       // ... stage 1
 #define BAR_FIN 8       // final l and m: WG0 arrives, WG1 syncs
 
-// O *= alpha per row (two rows per thread); with WG2_SKIP_RESCALE a warp whose alphas are all 1 skips
+// O *= alpha per row (two rows per thread)
 template <int N>
 __device__ __forceinline__ void rescale(float (&o)[N], float al0, float al1) {
-#if WG2_SKIP_RESCALE
-    if (!__any_sync(0xffffffffu, al0 != 1.f || al1 != 1.f)) return;
-#endif
 #pragma unroll
     for (int i = 0; i < N / 4; ++i) {
         o[4 * i] *= al0; o[4 * i + 1] *= al0; o[4 * i + 2] *= al1; o[4 * i + 3] *= al1;
@@ -174,6 +152,7 @@ __device__ __forceinline__ void rescale(float (&o)[N], float al0, float al1) {
 }
 
 #include "wgmma2_gather.cuh"   // gather_rows: WG1's row-fixed tile gather
+#include "wgmma2_staged_store.cuh"   // store_tile_staged: WG2_STAGED_STORE's epilogue
 
 extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
 verify_attn_bf16_wgmma2(ATTN_BF16_PAGED_PARAMS, int lpt_chunk, int lpt_sms, int* __restrict__ lpt_meta) {
@@ -211,7 +190,8 @@ verify_attn_bf16_wgmma2(ATTN_BF16_PAGED_PARAMS, int lpt_chunk, int lpt_sms, int*
     const int nrows = min(WG_ROWS, rows_req - row0);
 #if WG2_LPT == 2
     // the segment schedule: this block's tiles [seg_t, seg_t1) of the batch, from request seg_b on
-    int seg_b = 0, seg_cum = 0, seg_t = 0, seg_t1 = 1, J0 = 0;
+    int seg_b = 0, seg_cum = 0, seg_t = 0, seg_t1 = 1, J0 = 0, seg_req_end = 0;
+    int seg_pre = 0;    // WG2_SEG_PREFETCH: this pass's tiles the pass before gathered (0-2; and Q)
     if (n_splits == 0) {
         const SegRange range = seg_range(blockIdx.y, gridDim.y, kv_indptr, B, Q, lpt_meta,
                                          blockIdx.x == 0 && blockIdx.y == 0, (int*)(smem + WG_OFF_K + WG_TILE));
@@ -241,10 +221,11 @@ verify_attn_bf16_wgmma2(ATTN_BF16_PAGED_PARAMS, int lpt_chunk, int lpt_sms, int*
         b = seg_b;
         ibase = kv_indptr[b];
         kvlen = kv_indptr[b + 1] - ibase + Q;
-        const int seg_end = min(seg_t1, seg_cum + (kvlen + WG_KEYS - 1) / WG_KEYS);
+        seg_req_end = seg_cum + (kvlen + WG_KEYS - 1) / WG_KEYS;
+        const int seg_end = min(seg_t1, seg_req_end);
         kbeg = (seg_t - seg_cum) * WG_KEYS;
         chunk = (seg_end - seg_t) * WG_KEYS;
-        direct = seg_t == seg_cum && seg_end == seg_cum + (kvlen + WG_KEYS - 1) / WG_KEYS;
+        direct = seg_t == seg_cum && seg_end == seg_req_end;
         prow0 = ((size_t)blockIdx.y + b) * rows_req + row0;
 #else                                                     // the balanced schedule: job blockIdx.y
         const LptJob job = lpt_job(blockIdx.y, kv_indptr, B, Q, gridDim.x, lpt_chunk, lpt_sms, lpt_meta,
@@ -269,6 +250,19 @@ verify_attn_bf16_wgmma2(ATTN_BF16_PAGED_PARAMS, int lpt_chunk, int lpt_sms, int*
 #endif
     const int kend = min(kbeg + chunk, kvlen);
     const int T = kend > kbeg ? (kend - kbeg + WG_KEYS - 1) / WG_KEYS : 0;
+#if SEG_PF
+    // the block's next segment: WG1 gathers its Q once S of this segment's last tile completed, and
+    // its first pre_next tiles into the stages this segment's last two tiles free (only if this
+    // segment has two: a stage freed earlier belongs to the pass before)
+    const NextSeg nx = next_segment(kv_indptr, b, Q, n_splits == 0 && seg_req_end < seg_t1 ? seg_t1 - seg_req_end : 0);
+    const bool q_next = nx.T > 0;
+    const int pre_next = T >= 2 ? min(nx.T, 2) : 0;
+    const int pre = seg_pre;
+    const bool q_pre = J0 > 0;
+#else
+    constexpr bool q_next = false, q_pre = false;
+    constexpr int pre_next = 0, pre = 0;
+#endif
     const size_t grow0 = (size_t)b * rows_req + row0;
     const int r0 = wq * 16 + g, r1 = r0 + 8;              // this thread's two tile rows
 
@@ -291,6 +285,29 @@ verify_attn_bf16_wgmma2(ATTN_BF16_PAGED_PARAMS, int lpt_chunk, int lpt_sms, int*
 #pragma unroll
         for (int k = 0; k < 4; ++k) sl[k] = slot_of(key0 + rg + 16 * k);
     };
+#if SEG_PF
+    // this thread's slots of tile i of the pass; i >= T: of tile i - T of the next segment (0 past it)
+    auto tile_slots = [&](int i, int (&sl)[4]) {
+        if (i < T) {
+            slots_of(kbeg + i * WG_KEYS, sl);
+            return;
+        }
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            const int j = (i - T) * WG_KEYS + rg + 16 * k;
+            sl[k] = j >= nx.kend ? 0 : j < nx.P ? kv_indices[nx.ibase + j] : tree_slots[(size_t)(b + 1) * Q + (j - nx.P)];
+        }
+    };
+    // this thread's valid rows of tile i of the pass, less rg (as gather_rows takes them)
+    auto tile_valid = [&](int i) { return i < T ? kend - kbeg - i * WG_KEYS - rg : nx.kend - (i - T) * WG_KEYS - rg; };
+    // Q's rows of request rb into the Q buffer (rows past the request's: row 0, zero-filled)
+    auto gather_q = [&](int rb, int (&rows)[4]) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) rows[k] = rg + 16 * k < nrows ? rg + 16 * k : 0;
+        gather_rows(sbase + WG_OFF_Q + growoff,
+                    (const unsigned char*)(q + ((size_t)rb * rows_req + row0) * ATTN_D) + cc * 16, rows, nrows - rg);
+    };
+#endif
 
     if (wg == 1) {
         // ---------------------------------------------------------------- WG1: loads + right half
@@ -306,6 +323,23 @@ verify_attn_bf16_wgmma2(ATTN_BF16_PAGED_PARAMS, int lpt_chunk, int lpt_sms, int*
                 publish(((J0 + j) & 1) ^ 1);
             }
         };
+#if SEG_PF
+        // prologue: what the pass before did not gather of Q, tiles 0 and 1 (its groups, oldest
+        // first, were tile 0 (pre >= 1), Q, tile 1 (pre == 2)), this thread's slots of tile 2
+        int sl[4];                                        // this thread's rows of Q, then of the next tile
+        if (!q_pre) gather_q(b, sl);                      // (in tile 0's group)
+        if (pre == 0) {
+            tile_slots(0, sl);
+            if (T > 0) gather_rows(gdst + (J0 & 1) * WG_TILE, gsrc, sl, tile_valid(0));
+            cp_async_commit();
+        }
+        if (pre <= 1) {
+            tile_slots(1, sl);
+            if (T > 1) gather_rows(gdst + ((J0 + 1) & 1) * WG_TILE, gsrc, sl, tile_valid(1));
+            cp_async_commit();
+        }
+        tile_slots(2, sl);
+#else
         // prologue: Q, tiles 0 and 1, this thread's slots of tile 2
         int sl[4];                                        // this thread's rows of Q, then of the next tile
 #pragma unroll
@@ -318,41 +352,46 @@ verify_attn_bf16_wgmma2(ATTN_BF16_PAGED_PARAMS, int lpt_chunk, int lpt_sms, int*
         if (T > 1) gather_rows(gdst + ((J0 + 1) & 1) * WG_TILE, gsrc, sl, kend - kbeg - WG_KEYS - rg);
         cp_async_commit();
         slots_of(kbeg + 2 * WG_KEYS, sl);
+#endif
         cp_async_wait<1>();                               // Q and tile 0 landed (this thread's part)
         if (T > 0) publish(J0 & 1);
 
         for (int j = 0; j < T; ++j) {
             const int s = (J0 + j) & 1;                   // the tile's stage (J0: tiles of earlier segments)
             mbar_wait(mb_pfull, (J0 + j) & 1);            // P_j (stage s, block 8) and alpha_j written
-#if !WG2_PV_FIRST
-            publish_next(j);                              // S_{j+1} need not wait for this P.V_j
+#if SEG_PF
+            if (q_next && j == T - 1) {                   // S_j, the segment's last Q reader, completed
+                int rows[4];
+                gather_q(b + 1, rows);
+                cp_async_commit();
+            }
 #endif
             rescale(o, sAlpha[s * 64 + r0], sAlpha[s * 64 + r1]);
             const u64 dP = desc_sw128(sbase + WG_OFF_K + s * WG_TILE + 8 * WG_BLOCK, 16, 1024);
             const u64 dV = desc_sw128(sbase + WG_OFF_K + s * WG_TILE + 4 * WG_BLOCK, WG_BLOCK, 1024);
             fence_operands(o);                            // the rescale lands before the fence
             wgmma_fence();
-#if WG_DIAG != 2
 #pragma unroll
             for (int ks = 0; ks < 4; ++ks) wgmma_ss_n256_t(o, dP + 2 * ks, dV + 128 * ks, 1);
-#endif
             wgmma_commit();
-#if WG2_PV_FIRST
             publish_next(j);                              // while this P.V_j runs
-#endif
             wgmma_wait<0>();                              // this warpgroup's P.V_j (and its read of P_j)
             fence_operands(o);
-            if (j + 2 < T) {                              // refill stage s with tile j+2
+            if (j + 2 < T + pre_next) {                   // refill stage s with tile j+2 (maybe the next segment's)
                 bar_sync(s ? BAR_SF1 : BAR_SF0, 256);     // WG0's P.V_j completed
+#if SEG_PF
+                gather_rows(gdst + s * WG_TILE, gsrc, sl, tile_valid(j + 2));
+                cp_async_commit();
+                tile_slots(j + 3, sl);                    // this thread's rows of tile j+3
+#else
                 const int key2 = kbeg + (j + 2) * WG_KEYS;
-#if WG_DIAG != 3
                 gather_rows(gdst + s * WG_TILE, gsrc, sl, kend - key2 - rg);
-#endif
                 cp_async_commit();
                 slots_of(key2 + WG_KEYS, sl);             // this thread's rows of tile j+3
+#endif
             }
         }
-        cp_async_wait<0>();
+        if (!q_next) cp_async_wait<0>();                  // (the next segment's loads stay in flight)
         bar_sync(BAR_FIN, 256);
         m0 = sM[r0]; m1 = sM[r1];
         l0 = sL[r0]; l1 = sL[r1];
@@ -370,15 +409,11 @@ verify_attn_bf16_wgmma2(ATTN_BF16_PAGED_PARAMS, int lpt_chunk, int lpt_sms, int*
             const u64 dK = desc_sw128(sbase + WG_OFF_K + stage * WG_TILE, 16, 1024);
             fence_operands(sacc);                         // no accumulator writes inside the stage
             wgmma_fence();
-#if WG_DIAG != 1
 #pragma unroll
             for (int kk = 0; kk < 36; ++kk) {
                 const int off = (kk >> 2) * (WG_BLOCK >> 4) + (kk & 3) * 2;
                 wgmma_ss_n64(sacc, dQ + off, dK + off, kk > 0 ? 1 : 0);
             }
-#else
-            wgmma_ss_n64(sacc, dQ, dK, 0);
-#endif
             wgmma_commit();
         };
 
@@ -467,16 +502,14 @@ verify_attn_bf16_wgmma2(ATTN_BF16_PAGED_PARAMS, int lpt_chunk, int lpt_sms, int*
             fence_operands(o);                            // the rescale lands before the fence
             fence_regs(pa);
             wgmma_fence();
-#if WG_DIAG != 2
 #pragma unroll
             for (int ks = 0; ks < 4; ++ks) wgmma_rs_n256_t(o, pa[ks], dV + 128 * ks, 1);
-#endif
             wgmma_commit();
             if (j + 1 < T) {
                 wgmma_wait<0>();                          // P.V_j done: stage s is free for tile j+2
                 keep_alive(pa);
                 fence_operands(o);
-                if (j + 2 < T) bar_arrive(s ? BAR_SF1 : BAR_SF0, 256);
+                if (j + 2 < T + pre_next) bar_arrive(s ? BAR_SF1 : BAR_SF0, 256);
                 mbar_wait(mb_kfull + 8 * (s ^ 1), ((J0 + j + 1) >> 1) & 1);   // tile j+1 landed
                 issue_s(s ^ 1);
             }
@@ -484,6 +517,7 @@ verify_attn_bf16_wgmma2(ATTN_BF16_PAGED_PARAMS, int lpt_chunk, int lpt_sms, int*
         wgmma_wait<0>();
         if (T > 0) keep_alive(pa);
         fence_operands(o);
+        if (pre_next == 2) bar_arrive(((J0 + T - 1) & 1) ? BAR_SF1 : BAR_SF0, 256);   // for the next segment's tile 1
 #pragma unroll
         for (int off = 1; off < 4; off <<= 1) {
             l0 += __shfl_xor_sync(0xffffffffu, l0, off);
@@ -499,89 +533,60 @@ verify_attn_bf16_wgmma2(ATTN_BF16_PAGED_PARAMS, int lpt_chunk, int lpt_sms, int*
     const size_t rows_total = (size_t)B * rows_req;
     const bool direct = n_splits == 1;
 #endif
+#if WG2_STAGED_STORE
+#if WG2_LPT
+    const size_t prow = prow0;                            // the tile's first partial row
+#else
+    const size_t prow = (size_t)z * rows_total + grow0;
+#endif
+    store_tile_staged(o, l0, l1, m0, m1, direct, r0, r1, nrows, wg, t, grow0, prow, out, lse, ws_o, ws_m, ws_l,
+                      smem + WG_OFF_K);
+#else
     const bool rv0 = r0 < nrows, rv1 = r1 < nrows;
     const int colbase = wg * 256 + 2 * t;
-#if WG2_STAGED_STORE
-    // The tile leaves through shared memory: each thread's fragments into the K ring (free: every
-    // wgmma that read it and every cp.async into it completed before BAR_FIN and the sync below),
-    // rows padded by 16 B (bf16) / 32 B (fp32) so that a warp's 8 rows hit distinct banks; then
-    // whole rows out, a warp storing 512 contiguous bytes with 16-byte stores (instead of 8 rows x
-    // 16 or 32 bytes a store instruction). The same values as the direct stores, bit for bit.
-    unsigned char* stage = smem + WG_OFF_K;
-    __syncthreads();
-#endif
     if (direct) {
         const float inv0 = __frcp_rn(l0), inv1 = __frcp_rn(l1);
 #pragma unroll
         for (int i = 0; i < 32; ++i) {
             const int col = colbase + 8 * i;
-#if WG2_STAGED_STORE
-            *(u32*)(stage + r0 * WG2_OUT_PITCH + 2 * col) =
-                pack_bf16x2(div_rn_by(o[4 * i], l0, inv0), div_rn_by(o[4 * i + 1], l0, inv0));
-            *(u32*)(stage + r1 * WG2_OUT_PITCH + 2 * col) =
-                pack_bf16x2(div_rn_by(o[4 * i + 2], l1, inv1), div_rn_by(o[4 * i + 3], l1, inv1));
-#else
             if (rv0) *(u32*)(out + gr0 * ATTN_DV + col) =
                 pack_bf16x2(div_rn_by(o[4 * i], l0, inv0), div_rn_by(o[4 * i + 1], l0, inv0));
             if (rv1) *(u32*)(out + gr1 * ATTN_DV + col) =
                 pack_bf16x2(div_rn_by(o[4 * i + 2], l1, inv1), div_rn_by(o[4 * i + 3], l1, inv1));
-#endif
         }
         if (wg == 0 && t == 0) {
             if (rv0) lse[gr0] = LN2_F * (m0 + log2f(l0));
             if (rv1) lse[gr1] = LN2_F * (m1 + log2f(l1));
         }
-#if WG2_STAGED_STORE
-        __syncthreads();
-#pragma unroll 4
-        for (int c = tid; c < WG_ROWS * 64; c += WG_THREADS) {         // 64 16-byte chunks a row
-            const int row = c >> 6, k = c & 63;
-            if (row < nrows)
-                *(uint4*)(out + (grow0 + row) * ATTN_DV + 8 * k) = *(const uint4*)(stage + row * WG2_OUT_PITCH + 16 * k);
-        }
-#endif
     } else {
 #if WG2_LPT
         const size_t pr0 = prow0 + r0, pr1 = prow0 + r1;  // partial rows
 #else
         const size_t pr0 = (size_t)z * rows_total + gr0, pr1 = (size_t)z * rows_total + gr1;
 #endif
-#if !WG2_STAGED_STORE
         float* w0 = ws_o + pr0 * ATTN_DV;
         float* w1 = ws_o + pr1 * ATTN_DV;
-#endif
 #pragma unroll
         for (int i = 0; i < 32; ++i) {
             const int col = colbase + 8 * i;
-#if WG2_STAGED_STORE
-            *(float2*)(stage + r0 * WG2_PART_PITCH + 4 * col) = make_float2(o[4 * i], o[4 * i + 1]);
-            *(float2*)(stage + r1 * WG2_PART_PITCH + 4 * col) = make_float2(o[4 * i + 2], o[4 * i + 3]);
-#else
             if (rv0) *(float2*)(w0 + col) = make_float2(o[4 * i], o[4 * i + 1]);
             if (rv1) *(float2*)(w1 + col) = make_float2(o[4 * i + 2], o[4 * i + 3]);
-#endif
         }
         if (wg == 0 && t == 0) {
             if (rv0) { ws_m[pr0] = m0 * LN2_F; ws_l[pr0] = l0; }
             if (rv1) { ws_m[pr1] = m1 * LN2_F; ws_l[pr1] = l1; }
         }
-#if WG2_STAGED_STORE
-        __syncthreads();
-        const size_t prow = pr0 - r0;                                   // the tile's first partial row
-#pragma unroll 4
-        for (int c = tid; c < WG_ROWS * 128; c += WG_THREADS) {        // 128 16-byte chunks a row
-            const int row = c >> 7, k = c & 127;
-            if (row < nrows)
-                *(float4*)(ws_o + (prow + row) * ATTN_DV + 4 * k) = *(const float4*)(stage + row * WG2_PART_PITCH + 16 * k);
-        }
-#endif
     }
+#endif
 #if WG2_LPT == 2
     if (n_splits > 0) break;                              // the uniform grid: one pass
     J0 += T;                                              // the segment's tiles: the phases go on
     seg_t += T;
-    if (seg_t == seg_cum + (kvlen + WG_KEYS - 1) / WG_KEYS) { ++seg_b; seg_cum = seg_t; }
+    if (seg_t == seg_req_end) { ++seg_b; seg_cum = seg_t; }
     if (seg_t >= seg_t1) break;
+#if SEG_PF
+    seg_pre = pre_next;
+#endif
     }
 #endif
 #endif

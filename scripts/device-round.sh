@@ -24,10 +24,12 @@
 #   timeline scripts/graph-overlap.py --timeline, ours and FlashMLA, on four chain cases (on the mixed
 #            ones also the two schedules, WG2_LPT=1 and 2): each kernel's time and the gaps between
 #            consecutive kernels in graph replays (torch.profiler)
-#   segments the segment schedule (WG2_LPT=2): its GPU tests (fresh inputs, poisoned outputs), every
-#            verify_attn golden with it, racecheck / synccheck / memcheck of it on two mixed goldens; if
-#            the GPU tests pass, the chain cases: the default, WG2_LPT=1, WG2_LPT=2, FlashMLA in its worker
-#            (SEGMENTS_CASES: another -k pattern; SEGMENTS_SECONDS: the bench's time limit, 110)
+#   segments the segment schedule (WG2_LPT=2): the schedules' GPU tests (fresh inputs, poisoned
+#            outputs: the balanced and staged builds' too); if they
+#            pass, the chain cases: the default, WG2_LPT=1, WG2_LPT=2 and it without the next
+#            segment's prefetch (WG2_SEG_PREFETCH=0), FlashMLA in its worker (SEGMENTS_CASES: another
+#            -k pattern; SEGMENTS_SECONDS: the bench's time limit, 180); then every verify_attn golden
+#            with it, racecheck / synccheck / memcheck of it on two mixed goldens
 #   chunks   the balanced schedule's chunk on the two mixed chain cases: the default (uniform grid),
 #            WG2_LPT=1 (its chunk, an even share of the SMs) and WG2_LPT=1 at forced chunks (keys)
 #   targets  results/suites/targets.yaml: the large bf16 and the fp32 serving targets, ours alone
@@ -131,24 +133,29 @@ if want timeline; then
   pack
 fi
 if want segments; then
-  step 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_attn_schedule.py -k seg \
+  # the GPU tests first; the bench only if they pass (every row's outputs are checked there too);
+  # then every golden and the sanitizers, packed part by part (a call cut short keeps what ended)
+  step 160 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_attn_schedule.py \
       --junitxml "$rec/pytest-segments.xml"
+  pack
+  if grep -q 'errors="0" failures="0"' "$rec/pytest-segments.xml" 2>/dev/null; then
+    step 200 kd bench "$serving" -k "${SEGMENTS_CASES:-chain}" "${wgmma2[@]}" --define bf16_wgmma2:WG2_LPT=1 \
+        --define bf16_wgmma2:WG2_LPT=2 --define bf16_wgmma2:WG2_LPT=2,WG2_SEG_PREFETCH=0 \
+        --time-limit "${SEGMENTS_SECONDS:-180}" --json "$out/bench-segments.json"
+  else
+    echo "== segments: the GPU tests did not all pass: no bench"
+  fi
   [ -e goldens/verify_attn/bf16_paged_b4_h16_p1024_n16_mixed.kdtr ] || step 50 kd gen-refs specs/verify_attn.yaml -j 16 -q
   step 60 kd verify goldens/verify_attn --backend cuda --define bf16_wgmma2:WG2_LPT=2 --trials 2 -q \
       --json "$rec/verify-attn-segments.json"
+  pack
   pick_goldens goldens-sanitize-seg verify_attn/bf16_paged_b4_h16_p1024_n16_mixed \
       verify_attn/bf16_paged_b3_h128_p100_n1_mixed_chain_pages64
   for tool in racecheck synccheck memcheck; do
     step 90 kd verify goldens-sanitize-seg --define bf16_wgmma2:WG2_LPT=2 --sanitize "$tool" -q \
         --json "$rec/sanitize-segments-$tool.json"
+    pack
   done
-  if grep -q 'errors="0" failures="0"' "$rec/pytest-segments.xml" 2>/dev/null; then
-    step 140 kd bench "$serving" -k "${SEGMENTS_CASES:-chain}" "${wgmma2[@]}" --define bf16_wgmma2:WG2_LPT=1 \
-        --define bf16_wgmma2:WG2_LPT=2 --time-limit "${SEGMENTS_SECONDS:-110}" --json "$out/bench-segments.json"
-  else
-    echo "== segments: the GPU tests did not all pass: no bench"
-  fi
-  pack
 fi
 if want chunks; then
   # does a chunk under the even share (two or three waves, longest first) balance the mixed batches better?

@@ -690,6 +690,12 @@ CASES_GPU = {   # name: (case parameters, defines)
     "seg_mixed_b200_small": (dict(batch=200, heads=2, prefix=700, budget=4, prefix_mode="mixed"), SEG),
     "seg_equal_b6": (dict(batch=6, heads=16, prefix=1500, budget=16), SEG),
     "seg_b3_under_a_block_each": (dict(batch=3, heads=8, prefix=40, budget=2, prefix_mode="mixed"), SEG),
+    # the next segment's Q and first tiles gathered during this one (WG2_SEG_PREFETCH, on in SEG): 256
+    # requests of 1 to 10 tiles (a tenth of one), so blocks run segments of one tile after longer ones
+    # (each prefetch count, 0 to 2); and the build without the prefetch
+    "seg_b256_short_requests": (dict(batch=256, heads=2, prefix=600, budget=4, prefix_mode="mixed"), SEG),
+    "seg_no_prefetch_mixed_b5": (dict(batch=5, heads=8, prefix=3000, budget=8, prefix_mode="mixed"),
+                                 {**SEG, "WG2_SEG_PREFETCH": "0"}),
 }
 
 
