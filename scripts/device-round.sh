@@ -28,7 +28,7 @@
 #            outputs: the balanced and staged builds' too); if they
 #            pass, the chain cases: the default, WG2_LPT=1, WG2_LPT=2 and it without the next
 #            segment's prefetch (WG2_SEG_PREFETCH=0), FlashMLA in its worker (SEGMENTS_CASES: another
-#            -k pattern; SEGMENTS_SECONDS: the bench's time limit, 180); then every verify_attn golden
+#            -k pattern; SEGMENTS_SECONDS: the bench's time limit, 150); then every verify_attn golden
 #            with it, racecheck / synccheck / memcheck of it on two mixed goldens
 #   chunks   the balanced schedule's chunk on the two mixed chain cases: the default (uniform grid),
 #            WG2_LPT=1 (its chunk, an even share of the SMs) and WG2_LPT=1 at forced chunks (keys)
@@ -141,7 +141,7 @@ if want segments; then
   if grep -q 'errors="0" failures="0"' "$rec/pytest-segments.xml" 2>/dev/null; then
     step 200 kd bench "$serving" -k "${SEGMENTS_CASES:-chain}" "${wgmma2[@]}" --define bf16_wgmma2:WG2_LPT=1 \
         --define bf16_wgmma2:WG2_LPT=2 --define bf16_wgmma2:WG2_LPT=2,WG2_SEG_PREFETCH=0 \
-        --time-limit "${SEGMENTS_SECONDS:-180}" --json "$out/bench-segments.json"
+        --time-limit "${SEGMENTS_SECONDS:-150}" --json "$out/bench-segments.json"
   else
     echo "== segments: the GPU tests did not all pass: no bench"
   fi
