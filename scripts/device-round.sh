@@ -26,10 +26,11 @@
 #            consecutive kernels in graph replays (torch.profiler)
 #   segments the segment schedule (WG2_LPT=2): the schedules' GPU tests (fresh inputs, poisoned
 #            outputs: the balanced and staged builds' too); if they
-#            pass, the chain cases: the default, WG2_LPT=1, WG2_LPT=2 and it without the next
-#            segment's prefetch (WG2_SEG_PREFETCH=0), FlashMLA in its worker (SEGMENTS_CASES: another
-#            -k pattern; SEGMENTS_SECONDS: the bench's time limit, 150); then every verify_attn golden
-#            with it, racecheck / synccheck / memcheck of it on two mixed goldens
+#            pass, the mixed chain cases (SEGMENTS_CASES: another -k pattern), then the B=8 and B=32
+#            H=16 ones (equal requests): the default, WG2_LPT=1, WG2_LPT=2 and it without the next segment's prefetch
+#            (WG2_SEG_PREFETCH=0), FlashMLA in its worker (SEGMENTS_SECONDS: each bench's time limit,
+#            60); then every verify_attn golden with it, racecheck / synccheck / memcheck of it on two
+#            mixed goldens
 #   chunks   the balanced schedule's chunk on the two mixed chain cases: the default (uniform grid),
 #            WG2_LPT=1 (its chunk, an even share of the SMs) and WG2_LPT=1 at forced chunks (keys)
 #   targets  results/suites/targets.yaml: the large bf16 and the fp32 serving targets, ours alone
@@ -139,9 +140,12 @@ if want segments; then
       --junitxml "$rec/pytest-segments.xml"
   pack
   if grep -q 'errors="0" failures="0"' "$rec/pytest-segments.xml" 2>/dev/null; then
-    step 200 kd bench "$serving" -k "${SEGMENTS_CASES:-chain}" "${wgmma2[@]}" --define bf16_wgmma2:WG2_LPT=1 \
-        --define bf16_wgmma2:WG2_LPT=2 --define bf16_wgmma2:WG2_LPT=2,WG2_SEG_PREFETCH=0 \
-        --time-limit "${SEGMENTS_SECONDS:-150}" --json "$out/bench-segments.json"
+    # the mixed chain cases, then batches of equal requests (B=8, B=32 H=16: does it cost there?)
+    for sel in "mixed:${SEGMENTS_CASES:-mixed_chain}" "b8:b8_*chain" "b32:b32_h16*chain"; do
+      step 100 kd bench "$serving" -k "${sel#*:}" "${wgmma2[@]}" --define bf16_wgmma2:WG2_LPT=1 \
+          --define bf16_wgmma2:WG2_LPT=2 --define bf16_wgmma2:WG2_LPT=2,WG2_SEG_PREFETCH=0 \
+          --time-limit "${SEGMENTS_SECONDS:-60}" --json "$out/bench-segments-${sel%%:*}.json"
+    done
   else
     echo "== segments: the GPU tests did not all pass: no bench"
   fi
