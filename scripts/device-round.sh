@@ -31,6 +31,8 @@
 #            (WG2_SEG_PREFETCH=0), FlashMLA in its worker (SEGMENTS_SECONDS: each bench's time limit,
 #            60); then every verify_attn golden with it, racecheck / synccheck / memcheck of it on two
 #            mixed goldens
+#   segquick segments cut to a short call: the segment GPU tests, the mixed chain cases (the default,
+#            WG2_LPT=2 with and without the prefetch, FlashMLA; 45 s), racecheck on one mixed golden
 #   chunks   the balanced schedule's chunk on the two mixed chain cases: the default (uniform grid),
 #            WG2_LPT=1 (its chunk, an even share of the SMs) and WG2_LPT=1 at forced chunks (keys)
 #   targets  results/suites/targets.yaml: the large bf16 and the fp32 serving targets, ours alone
@@ -63,7 +65,7 @@
 #   tests99    the GPU tests of tree_build and of isolation as sm_120; of isolation and the balanced
 #              schedule natively
 set -uo pipefail
-out=${1:?usage: scripts/device-round.sh OUT [install|verifyab|verify90|chain|targets|ncuboost|sanitize90|hints|graphncu|mma99h128|mma99|refs|verify|verify99|sanitize99|e2e99|pytest90|pytest99|oob|serving|peers|knobs|ab|split|m99rows|tests99|ncu|sglptx|timeline|chunks|segments]...}
+out=${1:?usage: scripts/device-round.sh OUT [install|verifyab|verify90|chain|targets|ncuboost|sanitize90|hints|graphncu|mma99h128|mma99|refs|verify|verify99|sanitize99|e2e99|pytest90|pytest99|oob|serving|peers|knobs|ab|split|m99rows|tests99|ncu|sglptx|timeline|chunks|segments|segquick]...}
 shift
 parts=${*:-install verifyab chain graphncu sanitize90}
 rec=/tmp/device-round-records
@@ -160,6 +162,21 @@ if want segments; then
         --json "$rec/sanitize-segments-$tool.json"
     pack
   done
+fi
+if want segquick; then
+  # the segments part cut to a short call: its GPU tests, the mixed chain cases, racecheck on one golden
+  step 60 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_attn_schedule.py -k seg \
+      --junitxml "$rec/pytest-segments.xml"
+  pack
+  if grep -q 'errors="0" failures="0"' "$rec/pytest-segments.xml" 2>/dev/null; then
+    step 70 kd bench "$serving" -k mixed_chain "${wgmma2[@]}" --define bf16_wgmma2:WG2_LPT=2 \
+        --define bf16_wgmma2:WG2_LPT=2,WG2_SEG_PREFETCH=0 --time-limit 45 --json "$out/bench-segments-mixed.json"
+  fi
+  [ -e goldens/verify_attn/bf16_paged_b4_h16_p1024_n16_mixed.kdtr ] || step 50 kd gen-refs specs/verify_attn.yaml -j 16 -q
+  pick_goldens goldens-sanitize-seg verify_attn/bf16_paged_b4_h16_p1024_n16_mixed
+  step 60 kd verify goldens-sanitize-seg --define bf16_wgmma2:WG2_LPT=2 --sanitize racecheck -q \
+      --json "$rec/sanitize-segments-racecheck.json"
+  pack
 fi
 if want chunks; then
   # does a chunk under the even share (two or three waves, longest first) balance the mixed batches better?
