@@ -216,22 +216,3 @@ __device__ __forceinline__ SegRange seg_range(int y, int G, const int* __restric
     __syncthreads();                      // every thread has read: the caller may reuse the scratch
     return out;
 }
-
-// The segment after one that ends at request b's last key tile, for bf16_wgmma2's prefetch of it
-// (WG2_SEG_PREFETCH): request b + 1 from key 0, of its tiles at most `left` (the block's tiles after
-// this segment; 0: no next segment, all fields 0). Its prefix keys are [0, P), its keys [0, kend).
-struct NextSeg {
-    int ibase, P, kend, T;    // kv_indices offset, prefix keys, keys run, 64-key tiles run
-};
-
-__device__ __forceinline__ NextSeg next_segment(const int* __restrict__ kv_indptr, int b, int Q, int left) {
-    NextSeg nx = {0, 0, 0, 0};
-    if (left > 0) {
-        nx.ibase = kv_indptr[b + 1];
-        const int kvlen = kv_indptr[b + 2] - nx.ibase + Q;
-        nx.T = min(left, (kvlen + 63) / 64);
-        nx.P = kvlen - Q;
-        nx.kend = min(nx.T * 64, kvlen);
-    }
-    return nx;
-}

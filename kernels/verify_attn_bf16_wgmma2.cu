@@ -57,10 +57,8 @@
 // Knobs (compile-time; the launch reads WG2_LPT and WG2_PDL, and sets WG2_KV_HINT by the call's size;
 // what each gains and costs where: kernels/NOTES.md, sessions 16-20):
 //   WG2_LPT (default 0, the uniform grid): 1 the balanced schedule, 2 the segment schedule (J0, the
-//     tiles of earlier segments, is the constant 0 in the 0 and 1 builds: their .text is what it
-//     was without it). WG2_SEG_PREFETCH (default 1, read with WG2_LPT 2): WG1 gathers the next
-//     segment's Q once S of this segment's last tile completed, and the next segment's first tiles
-//     into the stages this segment's last two tiles free (see Hand-offs).
+//     tiles of earlier segments, is the constant 0 in the 0 and 1 builds). WG2_SEG_PREFETCH 1 (with
+//     WG2_LPT 2; not yet run on a GPU): WG1 loads the next segment's Q and first tiles early.
 //   WG2_PDL (default 1): main and merge wait for the grid before them (griddepcontrol), which the
 //     launch makes programmatic dependents for one request (PDL_MAX_BATCH in kdtr/ops/verify_attn/cuda.py).
 //   WG2_STAGED_STORE 1: the epilogue stores whole rows through shared memory (the same bytes).
@@ -82,15 +80,9 @@
 //   MB_PFULL (mbarrier, 128 = WG0's threads, after P_j and alpha_j are written and proxy-fenced):
 //     phase j. WG1 waits parity j & 1 before its P·V_j.
 //   BAR_SF0 / BAR_SF1 (named, 256: WG0 arrives, WG1 syncs) when j + 2 < T + pre_next: WG0's P·V_j
-//     completed, stage s may take tile j + 2 (j + 2 >= T: the next segment's tile j + 2 - T); WG1
-//     refills after its own P·V_j too. pre_next (WG2_SEG_PREFETCH, else 0) = min(the next segment's
-//     tiles, 2) if this segment has two or more, else 0 (a stage is refilled only by the pass that
-//     ran its last tile); WG0 arrives for j = T - 1 after its last wgmma_wait.
+//     completed, stage s may take tile j + 2; WG1 refills after its own P·V_j too. pre_next is 0
+//     but with WG2_SEG_PREFETCH (wgmma2_prefetch.cuh: the next segment's tiles and Q, and why).
 //   BAR_FIN (named, 256: WG0 arrives, WG1 syncs): final l and m.
-//   The next segment's Q (WG2_SEG_PREFETCH): WG1 gathers it after its PFULL wait of tile T - 1 (S of
-//     it, the last reader of Q, completed). WG1's cp.async groups stay in flight across the
-//     epilogue; the next prologue gathers the rest (its first `pre` tiles and, but in the first
-//     pass, Q were gathered) and waits for all groups but the newest: tile 1's, or an empty one.
 //   No side runs two phases ahead: WG0 arrives PFULL_{j+1} after waiting KFULL for tile j + 1, which
 //   WG1 arrives after waiting PFULL_j; WG1 arrives KFULL for tile j + 2 after PFULL_{j+1} (iteration
 //   j + 1), which WG0 arrives after waiting KFULL for tiles j and j + 1 (a prefetched tile's KFULL
@@ -128,7 +120,7 @@
 #define WG2_STAGED_STORE 0
 #endif
 #ifndef WG2_SEG_PREFETCH
-#define WG2_SEG_PREFETCH 1
+#define WG2_SEG_PREFETCH 0
 #endif
 #define SEG_PF (WG2_LPT == 2 && WG2_SEG_PREFETCH)   // the next segment's Q and first tiles loaded early
 #if WG2_STAGED_STORE && WG2_LPT == 2
@@ -137,6 +129,9 @@
 #ifndef WG2_KV_HINT
 #define WG2_KV_HINT 0
 #endif
+
+#define WG2_OUT_PITCH (1024 + 16)             // bytes a staged bf16 row (padded: no bank conflicts)
+#define WG2_PART_PITCH (2048 + 32)            // ... a staged fp32 partial row
 
 #define BAR_SF0 5       // WG0 done with K stage 0 (its P.V completed): WG0 arrives, WG1 syncs
 #define BAR_SF1 6       // ... stage 1
@@ -152,7 +147,9 @@ __device__ __forceinline__ void rescale(float (&o)[N], float al0, float al1) {
 }
 
 #include "wgmma2_gather.cuh"   // gather_rows: WG1's row-fixed tile gather
-#include "wgmma2_staged_store.cuh"   // store_tile_staged: WG2_STAGED_STORE's epilogue
+#if SEG_PF
+#include "wgmma2_prefetch.cuh" // WG1's gathers of the next segment
+#endif
 
 extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
 verify_attn_bf16_wgmma2(ATTN_BF16_PAGED_PARAMS, int lpt_chunk, int lpt_sms, int* __restrict__ lpt_meta) {
@@ -190,7 +187,7 @@ verify_attn_bf16_wgmma2(ATTN_BF16_PAGED_PARAMS, int lpt_chunk, int lpt_sms, int*
     const int nrows = min(WG_ROWS, rows_req - row0);
 #if WG2_LPT == 2
     // the segment schedule: this block's tiles [seg_t, seg_t1) of the batch, from request seg_b on
-    int seg_b = 0, seg_cum = 0, seg_t = 0, seg_t1 = 1, J0 = 0, seg_req_end = 0;
+    int seg_b = 0, seg_cum = 0, seg_t = 0, seg_t1 = 1, J0 = 0;
     int seg_pre = 0;    // WG2_SEG_PREFETCH: this pass's tiles the pass before gathered (0-2; and Q)
     if (n_splits == 0) {
         const SegRange range = seg_range(blockIdx.y, gridDim.y, kv_indptr, B, Q, lpt_meta,
@@ -221,11 +218,10 @@ verify_attn_bf16_wgmma2(ATTN_BF16_PAGED_PARAMS, int lpt_chunk, int lpt_sms, int*
         b = seg_b;
         ibase = kv_indptr[b];
         kvlen = kv_indptr[b + 1] - ibase + Q;
-        seg_req_end = seg_cum + (kvlen + WG_KEYS - 1) / WG_KEYS;
-        const int seg_end = min(seg_t1, seg_req_end);
+        const int seg_end = min(seg_t1, seg_cum + (kvlen + WG_KEYS - 1) / WG_KEYS);
         kbeg = (seg_t - seg_cum) * WG_KEYS;
         chunk = (seg_end - seg_t) * WG_KEYS;
-        direct = seg_t == seg_cum && seg_end == seg_req_end;
+        direct = seg_t == seg_cum && seg_end == seg_cum + (kvlen + WG_KEYS - 1) / WG_KEYS;
         prow0 = ((size_t)blockIdx.y + b) * rows_req + row0;
 #else                                                     // the balanced schedule: job blockIdx.y
         const LptJob job = lpt_job(blockIdx.y, kv_indptr, B, Q, gridDim.x, lpt_chunk, lpt_sms, lpt_meta,
@@ -251,14 +247,9 @@ verify_attn_bf16_wgmma2(ATTN_BF16_PAGED_PARAMS, int lpt_chunk, int lpt_sms, int*
     const int kend = min(kbeg + chunk, kvlen);
     const int T = kend > kbeg ? (kend - kbeg + WG_KEYS - 1) / WG_KEYS : 0;
 #if SEG_PF
-    // the block's next segment: WG1 gathers its Q once S of this segment's last tile completed, and
-    // its first pre_next tiles into the stages this segment's last two tiles free (only if this
-    // segment has two: a stage freed earlier belongs to the pass before)
-    const NextSeg nx = next_segment(kv_indptr, b, Q, n_splits == 0 && seg_req_end < seg_t1 ? seg_t1 - seg_req_end : 0);
-    const bool q_next = nx.T > 0;
-    const int pre_next = T >= 2 ? min(nx.T, 2) : 0;
-    const int pre = seg_pre;
-    const bool q_pre = J0 > 0;
+    const NextSeg nx = next_segment(kv_indptr, b, Q, n_splits == 0 ? seg_t1 - (seg_cum + (kvlen + WG_KEYS - 1) / WG_KEYS) : 0);
+    const bool q_next = nx.T > 0, q_pre = J0 > 0;         // Q: this pass's by the pass before, but the first
+    const int pre_next = T >= 2 ? min(nx.T, 2) : 0, pre = seg_pre;
 #else
     constexpr bool q_next = false, q_pre = false;
     constexpr int pre_next = 0, pre = 0;
@@ -286,26 +277,14 @@ verify_attn_bf16_wgmma2(ATTN_BF16_PAGED_PARAMS, int lpt_chunk, int lpt_sms, int*
         for (int k = 0; k < 4; ++k) sl[k] = slot_of(key0 + rg + 16 * k);
     };
 #if SEG_PF
-    // this thread's slots of tile i of the pass; i >= T: of tile i - T of the next segment (0 past it)
-    auto tile_slots = [&](int i, int (&sl)[4]) {
-        if (i < T) {
-            slots_of(kbeg + i * WG_KEYS, sl);
-            return;
-        }
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            const int j = (i - T) * WG_KEYS + rg + 16 * k;
-            sl[k] = j >= nx.kend ? 0 : j < nx.P ? kv_indices[nx.ibase + j] : tree_slots[(size_t)(b + 1) * Q + (j - nx.P)];
-        }
+    auto tile_slots = [&](int i, int (&sl)[4]) {          // tile i of the pass; i >= T: the next segment's
+        if (i < T) slots_of(kbeg + i * WG_KEYS, sl);
+        else next_segment_slots(nx, b + 1, Q, i - T, rg, kv_indices, tree_slots, sl);
     };
-    // this thread's valid rows of tile i of the pass, less rg (as gather_rows takes them)
     auto tile_valid = [&](int i) { return i < T ? kend - kbeg - i * WG_KEYS - rg : nx.kend - (i - T) * WG_KEYS - rg; };
-    // Q's rows of request rb into the Q buffer (rows past the request's: row 0, zero-filled)
-    auto gather_q = [&](int rb, int (&rows)[4]) {
-#pragma unroll
-        for (int k = 0; k < 4; ++k) rows[k] = rg + 16 * k < nrows ? rg + 16 * k : 0;
-        gather_rows(sbase + WG_OFF_Q + growoff,
-                    (const unsigned char*)(q + ((size_t)rb * rows_req + row0) * ATTN_D) + cc * 16, rows, nrows - rg);
+    auto gather_q = [&](int rb, int (&rows)[4]) {         // request rb's Q into the Q buffer
+        gather_q_rows(sbase + WG_OFF_Q + growoff, (const unsigned char*)(q + ((size_t)rb * rows_req + row0) * ATTN_D) + cc * 16,
+                      nrows, rg, rows);
     };
 #endif
 
@@ -324,21 +303,9 @@ verify_attn_bf16_wgmma2(ATTN_BF16_PAGED_PARAMS, int lpt_chunk, int lpt_sms, int*
             }
         };
 #if SEG_PF
-        // prologue: what the pass before did not gather of Q, tiles 0 and 1 (its groups, oldest
-        // first, were tile 0 (pre >= 1), Q, tile 1 (pre == 2)), this thread's slots of tile 2
         int sl[4];                                        // this thread's rows of Q, then of the next tile
-        if (!q_pre) gather_q(b, sl);                      // (in tile 0's group)
-        if (pre == 0) {
-            tile_slots(0, sl);
-            if (T > 0) gather_rows(gdst + (J0 & 1) * WG_TILE, gsrc, sl, tile_valid(0));
-            cp_async_commit();
-        }
-        if (pre <= 1) {
-            tile_slots(1, sl);
-            if (T > 1) gather_rows(gdst + ((J0 + 1) & 1) * WG_TILE, gsrc, sl, tile_valid(1));
-            cp_async_commit();
-        }
-        tile_slots(2, sl);
+        prefetched_prologue(pre, q_pre, T, J0, gdst, gsrc, tile_slots, tile_valid,
+                            [&](int (&rows)[4]) { gather_q(b, rows); }, sl);
 #else
         // prologue: Q, tiles 0 and 1, this thread's slots of tile 2
         int sl[4];                                        // this thread's rows of Q, then of the next tile
@@ -533,56 +500,88 @@ verify_attn_bf16_wgmma2(ATTN_BF16_PAGED_PARAMS, int lpt_chunk, int lpt_sms, int*
     const size_t rows_total = (size_t)B * rows_req;
     const bool direct = n_splits == 1;
 #endif
-#if WG2_STAGED_STORE
-#if WG2_LPT
-    const size_t prow = prow0;                            // the tile's first partial row
-#else
-    const size_t prow = (size_t)z * rows_total + grow0;
-#endif
-    store_tile_staged(o, l0, l1, m0, m1, direct, r0, r1, nrows, wg, t, grow0, prow, out, lse, ws_o, ws_m, ws_l,
-                      smem + WG_OFF_K);
-#else
     const bool rv0 = r0 < nrows, rv1 = r1 < nrows;
     const int colbase = wg * 256 + 2 * t;
+#if WG2_STAGED_STORE
+    // The tile leaves through shared memory: each thread's fragments into the K ring (free: every
+    // wgmma that read it and every cp.async into it completed before BAR_FIN and the sync below),
+    // rows padded by 16 B (bf16) / 32 B (fp32) so that a warp's 8 rows hit distinct banks; then
+    // whole rows out, a warp storing 512 contiguous bytes with 16-byte stores (instead of 8 rows x
+    // 16 or 32 bytes a store instruction). The same values as the direct stores, bit for bit.
+    unsigned char* stage = smem + WG_OFF_K;
+    __syncthreads();
+#endif
     if (direct) {
         const float inv0 = __frcp_rn(l0), inv1 = __frcp_rn(l1);
 #pragma unroll
         for (int i = 0; i < 32; ++i) {
             const int col = colbase + 8 * i;
+#if WG2_STAGED_STORE
+            *(u32*)(stage + r0 * WG2_OUT_PITCH + 2 * col) =
+                pack_bf16x2(div_rn_by(o[4 * i], l0, inv0), div_rn_by(o[4 * i + 1], l0, inv0));
+            *(u32*)(stage + r1 * WG2_OUT_PITCH + 2 * col) =
+                pack_bf16x2(div_rn_by(o[4 * i + 2], l1, inv1), div_rn_by(o[4 * i + 3], l1, inv1));
+#else
             if (rv0) *(u32*)(out + gr0 * ATTN_DV + col) =
                 pack_bf16x2(div_rn_by(o[4 * i], l0, inv0), div_rn_by(o[4 * i + 1], l0, inv0));
             if (rv1) *(u32*)(out + gr1 * ATTN_DV + col) =
                 pack_bf16x2(div_rn_by(o[4 * i + 2], l1, inv1), div_rn_by(o[4 * i + 3], l1, inv1));
+#endif
         }
         if (wg == 0 && t == 0) {
             if (rv0) lse[gr0] = LN2_F * (m0 + log2f(l0));
             if (rv1) lse[gr1] = LN2_F * (m1 + log2f(l1));
         }
+#if WG2_STAGED_STORE
+        __syncthreads();
+#pragma unroll 4
+        for (int c = tid; c < WG_ROWS * 64; c += WG_THREADS) {         // 64 16-byte chunks a row
+            const int row = c >> 6, k = c & 63;
+            if (row < nrows)
+                *(uint4*)(out + (grow0 + row) * ATTN_DV + 8 * k) = *(const uint4*)(stage + row * WG2_OUT_PITCH + 16 * k);
+        }
+#endif
     } else {
 #if WG2_LPT
         const size_t pr0 = prow0 + r0, pr1 = prow0 + r1;  // partial rows
 #else
         const size_t pr0 = (size_t)z * rows_total + gr0, pr1 = (size_t)z * rows_total + gr1;
 #endif
+#if !WG2_STAGED_STORE
         float* w0 = ws_o + pr0 * ATTN_DV;
         float* w1 = ws_o + pr1 * ATTN_DV;
+#endif
 #pragma unroll
         for (int i = 0; i < 32; ++i) {
             const int col = colbase + 8 * i;
+#if WG2_STAGED_STORE
+            *(float2*)(stage + r0 * WG2_PART_PITCH + 4 * col) = make_float2(o[4 * i], o[4 * i + 1]);
+            *(float2*)(stage + r1 * WG2_PART_PITCH + 4 * col) = make_float2(o[4 * i + 2], o[4 * i + 3]);
+#else
             if (rv0) *(float2*)(w0 + col) = make_float2(o[4 * i], o[4 * i + 1]);
             if (rv1) *(float2*)(w1 + col) = make_float2(o[4 * i + 2], o[4 * i + 3]);
+#endif
         }
         if (wg == 0 && t == 0) {
             if (rv0) { ws_m[pr0] = m0 * LN2_F; ws_l[pr0] = l0; }
             if (rv1) { ws_m[pr1] = m1 * LN2_F; ws_l[pr1] = l1; }
         }
-    }
+#if WG2_STAGED_STORE
+        __syncthreads();
+        const size_t prow = pr0 - r0;                                   // the tile's first partial row
+#pragma unroll 4
+        for (int c = tid; c < WG_ROWS * 128; c += WG_THREADS) {        // 128 16-byte chunks a row
+            const int row = c >> 7, k = c & 127;
+            if (row < nrows)
+                *(float4*)(ws_o + (prow + row) * ATTN_DV + 4 * k) = *(const float4*)(stage + row * WG2_PART_PITCH + 16 * k);
+        }
 #endif
+    }
 #if WG2_LPT == 2
     if (n_splits > 0) break;                              // the uniform grid: one pass
     J0 += T;                                              // the segment's tiles: the phases go on
     seg_t += T;
-    if (seg_t == seg_req_end) { ++seg_b; seg_cum = seg_t; }
+    if (seg_t == seg_cum + (kvlen + WG_KEYS - 1) / WG_KEYS) { ++seg_b; seg_cum = seg_t; }
     if (seg_t >= seg_t1) break;
 #if SEG_PF
     seg_pre = pre_next;

@@ -24,15 +24,16 @@
 #   timeline scripts/graph-overlap.py --timeline, ours and FlashMLA, on four chain cases (on the mixed
 #            ones also the two schedules, WG2_LPT=1 and 2): each kernel's time and the gaps between
 #            consecutive kernels in graph replays (torch.profiler)
-#   segments the segment schedule (WG2_LPT=2): the schedules' GPU tests (fresh inputs, poisoned
-#            outputs: the balanced and staged builds' too); if they
+#   segments the segment schedule (WG2_LPT=2) and it loading the next segment early
+#            (WG2_SEG_PREFETCH=1): the schedules' GPU tests (fresh inputs, poisoned outputs); if they
 #            pass, the mixed chain cases (SEGMENTS_CASES: another -k pattern), then the B=8 and B=32
-#            H=16 ones (equal requests): the default, WG2_LPT=1, WG2_LPT=2 and it without the next segment's prefetch
-#            (WG2_SEG_PREFETCH=0), FlashMLA in its worker (SEGMENTS_SECONDS: each bench's time limit,
-#            60); then every verify_attn golden with it, racecheck / synccheck / memcheck of it on two
-#            mixed goldens
+#            H=16 ones (equal requests): the default, WG2_LPT=1, WG2_LPT=2 and the prefetch build,
+#            FlashMLA in its worker (SEGMENTS_SECONDS: each bench's time limit, 60); then every
+#            verify_attn golden with both segment builds, racecheck / synccheck / memcheck of the
+#            prefetch build and racecheck / synccheck of the other on two mixed goldens
 #   segquick segments cut to a short call: the segment GPU tests, the mixed chain cases (the default,
-#            WG2_LPT=2 with and without the prefetch, FlashMLA; 45 s), racecheck on one mixed golden
+#            WG2_LPT=2 with and without the prefetch, FlashMLA; 45 s), racecheck of the prefetch build
+#            on one mixed golden
 #   chunks   the balanced schedule's chunk on the two mixed chain cases: the default (uniform grid),
 #            WG2_LPT=1 (its chunk, an even share of the SMs) and WG2_LPT=1 at forced chunks (keys)
 #   targets  results/suites/targets.yaml: the large bf16 and the fp32 serving targets, ours alone
@@ -77,6 +78,7 @@ unset KDTREE_GPU
 serving=specs/bench/verify_attn_serving.yaml
 ab_suite=specs/ab/wgmma2_vs_flashmla.yaml
 new_wgmma2=bf16_wgmma2:WG2_LPT=1,WG2_PDL=1,WG2_STAGED_STORE=1
+seg_prefetch=bf16_wgmma2:WG2_LPT=2,WG2_SEG_PREFETCH=1    # the segment schedule loading the next segment early
 wgmma2=(--no-baselines --no-sanity --kernel bf16_wgmma2 --impl flashmla -q)
 mma99=(--no-baselines --no-sanity --no-back-to-back --kernel bf16_mma --kernel bf16_mma99 -q)   # same card, same run
 pack() { tar -czf "$out/records.tgz.tmp" -C "$rec" . && mv "$out/records.tgz.tmp" "$out/records.tgz"; }
@@ -145,21 +147,25 @@ if want segments; then
     # the mixed chain cases, then batches of equal requests (B=8, B=32 H=16: does it cost there?)
     for sel in "mixed:${SEGMENTS_CASES:-mixed_chain}" "b8:b8_*chain" "b32:b32_h16*chain"; do
       step 100 kd bench "$serving" -k "${sel#*:}" "${wgmma2[@]}" --define bf16_wgmma2:WG2_LPT=1 \
-          --define bf16_wgmma2:WG2_LPT=2 --define bf16_wgmma2:WG2_LPT=2,WG2_SEG_PREFETCH=0 \
+          --define bf16_wgmma2:WG2_LPT=2 --define "$seg_prefetch" \
           --time-limit "${SEGMENTS_SECONDS:-60}" --json "$out/bench-segments-${sel%%:*}.json"
     done
   else
     echo "== segments: the GPU tests did not all pass: no bench"
   fi
   [ -e goldens/verify_attn/bf16_paged_b4_h16_p1024_n16_mixed.kdtr ] || step 50 kd gen-refs specs/verify_attn.yaml -j 16 -q
-  step 60 kd verify goldens/verify_attn --backend cuda --define bf16_wgmma2:WG2_LPT=2 --trials 2 -q \
-      --json "$rec/verify-attn-segments.json"
-  pack
+  for build in bf16_wgmma2:WG2_LPT=2 "$seg_prefetch"; do
+    tag=${build//[^A-Za-z0-9]/-}
+    step 60 kd verify goldens/verify_attn --backend cuda --define "$build" --trials 2 -q --json "$rec/verify-attn-$tag.json"
+    pack
+  done
   pick_goldens goldens-sanitize-seg verify_attn/bf16_paged_b4_h16_p1024_n16_mixed \
       verify_attn/bf16_paged_b3_h128_p100_n1_mixed_chain_pages64
-  for tool in racecheck synccheck memcheck; do
-    step 90 kd verify goldens-sanitize-seg --define bf16_wgmma2:WG2_LPT=2 --sanitize "$tool" -q \
-        --json "$rec/sanitize-segments-$tool.json"
+  for run in "$seg_prefetch racecheck" "$seg_prefetch synccheck" "$seg_prefetch memcheck" \
+             "bf16_wgmma2:WG2_LPT=2 racecheck" "bf16_wgmma2:WG2_LPT=2 synccheck"; do
+    read -r build tool <<< "$run"
+    step 90 kd verify goldens-sanitize-seg --define "$build" --sanitize "$tool" -q \
+        --json "$rec/sanitize-${build//[^A-Za-z0-9]/-}-$tool.json"
     pack
   done
 fi
@@ -170,11 +176,11 @@ if want segquick; then
   pack
   if grep -q 'errors="0" failures="0"' "$rec/pytest-segments.xml" 2>/dev/null; then
     step 70 kd bench "$serving" -k mixed_chain "${wgmma2[@]}" --define bf16_wgmma2:WG2_LPT=2 \
-        --define bf16_wgmma2:WG2_LPT=2,WG2_SEG_PREFETCH=0 --time-limit 45 --json "$out/bench-segments-mixed.json"
+        --define "$seg_prefetch" --time-limit 45 --json "$out/bench-segments-mixed.json"
   fi
   [ -e goldens/verify_attn/bf16_paged_b4_h16_p1024_n16_mixed.kdtr ] || step 50 kd gen-refs specs/verify_attn.yaml -j 16 -q
   pick_goldens goldens-sanitize-seg verify_attn/bf16_paged_b4_h16_p1024_n16_mixed
-  step 60 kd verify goldens-sanitize-seg --define bf16_wgmma2:WG2_LPT=2 --sanitize racecheck -q \
+  step 60 kd verify goldens-sanitize-seg --define "$seg_prefetch" --sanitize racecheck -q \
       --json "$rec/sanitize-segments-racecheck.json"
   pack
 fi

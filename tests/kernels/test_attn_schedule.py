@@ -435,6 +435,7 @@ ON = {"WG2_LPT": "1", "WG2_PDL": "1", "WG2_STAGED_STORE": "1"}
 HINT = {"WG2_KV_HINT": "1"}     # what the launch adds for a call of at most KV_HINT_MAX_BYTES of keys
 NO_KNOBS = {k: None for k in ON}   # `launches` / `gpu_run` defines: none of ON passed (the source defaults)
 SEG = {"WG2_LPT": "2", "WG2_STAGED_STORE": None}    # the segment schedule
+SEG_PREFETCH = {**SEG, "WG2_SEG_PREFETCH": "1"}     # ... loading the next segment early
 
 
 def launches(batch, defines=None, splits=None, seed=None, **params):
@@ -690,12 +691,16 @@ CASES_GPU = {   # name: (case parameters, defines)
     "seg_mixed_b200_small": (dict(batch=200, heads=2, prefix=700, budget=4, prefix_mode="mixed"), SEG),
     "seg_equal_b6": (dict(batch=6, heads=16, prefix=1500, budget=16), SEG),
     "seg_b3_under_a_block_each": (dict(batch=3, heads=8, prefix=40, budget=2, prefix_mode="mixed"), SEG),
-    # the next segment's Q and first tiles gathered during this one (WG2_SEG_PREFETCH, on in SEG): 256
-    # requests of 1 to 10 tiles (a tenth of one), so blocks run segments of one tile after longer ones
-    # (each prefetch count, 0 to 2); and the build without the prefetch
+    # 256 requests of 1 to 10 tiles (a tenth of one): blocks run segments of one tile after longer ones
     "seg_b256_short_requests": (dict(batch=256, heads=2, prefix=600, budget=4, prefix_mode="mixed"), SEG),
-    "seg_no_prefetch_mixed_b5": (dict(batch=5, heads=8, prefix=3000, budget=8, prefix_mode="mixed"),
-                                 {**SEG, "WG2_SEG_PREFETCH": "0"}),
+    # the next segment's Q and first tiles gathered during this one (WG2_SEG_PREFETCH=1): each prefetch
+    # count (0 to 2 tiles) in the short requests, the partials of requests across blocks, equal requests
+    "seg_prefetch_b256_short_requests": (dict(batch=256, heads=2, prefix=600, budget=4, prefix_mode="mixed"),
+                                         SEG_PREFETCH),
+    "seg_prefetch_mixed_b5": (dict(batch=5, heads=8, prefix=3000, budget=8, prefix_mode="mixed"), SEG_PREFETCH),
+    "seg_prefetch_mixed_b64_chain": (dict(batch=64, heads=16, prefix=2048, budget=3, prefix_mode="mixed",
+                                          tree="chain", slots="pages64"), SEG_PREFETCH),
+    "seg_prefetch_equal_b6": (dict(batch=6, heads=16, prefix=1500, budget=16), SEG_PREFETCH),
 }
 
 

@@ -33,7 +33,7 @@ ATTN_SEEDS = (11, FRESH_SEED)
 # Kernels to leave out (comma-separated registry names), e.g. one that hung in a smoke run.
 SKIP_KERNELS = {k for k in os.environ.get("KDTREE_SKIP_KERNELS", "").split(",") if k}
 # Compile-time knobs to test a verify_attn or tree_build kernel with before it becomes its default, e.g.
-# KDTREE_TEST_DEFINES="bf16_wgmma2:WG2_SKIP_RESCALE=1" or "sorted:TB_FORCE_EXACT=1"
+# KDTREE_TEST_DEFINES="bf16_wgmma2:WG2_LPT=2,WG2_SEG_PREFETCH=1" or "sorted:TB_FORCE_EXACT=1"
 # (kernel:NAME=VALUE,...; ';' between kernels).
 KERNEL_DEFINES = {kernel: dict(pair.split("=", 1) for pair in knobs.split(","))
                   for kernel, _, knobs in (item.partition(":") for item in

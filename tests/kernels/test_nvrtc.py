@@ -113,7 +113,7 @@ def test_sm90a_kernels_build_for_sm90a_without_spills_or_serialized_wgmma(source
     assert "wgmma.mma_async instructions are serialized" not in module.log, module.log
 
 
-@pytest.mark.parametrize("defines", [{}, {"WG2_LPT": 2}, {"WG2_LPT": 2, "WG2_SEG_PREFETCH": 0}])
+@pytest.mark.parametrize("defines", [{}, {"WG2_LPT": 2}, {"WG2_LPT": 2, "WG2_SEG_PREFETCH": 1}])
 def test_wgmma_kernel_real_body_is_large_and_stub_is_small(defines, cache_dir):
     real = nvrtc.compile_kernel("verify_attn_bf16_wgmma2.cu", "sm_90a", defines=defines)
     stub = nvrtc.compile_kernel("verify_attn_bf16_wgmma2.cu", "sm_90", defines=defines)
