@@ -16,7 +16,8 @@
 // The block's segment after one of request b (the segment schedule walks requests in order): request
 // b + 1 from key 0, of its tiles at most `left` (the block's tiles after request b's last; none
 // left, or this segment ends before request b does: `left` <= 0, all fields 0). Its prefix keys are
-// [0, P), its keys run [0, kend).
+// [0, P), its keys run [0, kend). Every request has a tile (its Q >= 1 tree keys), so a block whose
+// tiles go on past request b has a next segment, and the next pass's Q is the one gathered here.
 struct NextSeg {
     int ibase, P, kend, T;    // kv_indices offset, prefix keys, keys run, 64-key tiles run
 };

@@ -694,13 +694,16 @@ CASES_GPU = {   # name: (case parameters, defines)
     # 256 requests of 1 to 10 tiles (a tenth of one): blocks run segments of one tile after longer ones
     "seg_b256_short_requests": (dict(batch=256, heads=2, prefix=600, budget=4, prefix_mode="mixed"), SEG),
     # the next segment's Q and first tiles gathered during this one (WG2_SEG_PREFETCH=1): each prefetch
-    # count (0 to 2 tiles) in the short requests, the partials of requests across blocks, equal requests
+    # count (0 to 2 tiles) in the short requests, the partials of requests across blocks, equal
+    # requests, and the build's one-pass uniform grid
     "seg_prefetch_b256_short_requests": (dict(batch=256, heads=2, prefix=600, budget=4, prefix_mode="mixed"),
                                          SEG_PREFETCH),
     "seg_prefetch_mixed_b5": (dict(batch=5, heads=8, prefix=3000, budget=8, prefix_mode="mixed"), SEG_PREFETCH),
     "seg_prefetch_mixed_b64_chain": (dict(batch=64, heads=16, prefix=2048, budget=3, prefix_mode="mixed",
                                           tree="chain", slots="pages64"), SEG_PREFETCH),
     "seg_prefetch_equal_b6": (dict(batch=6, heads=16, prefix=1500, budget=16), SEG_PREFETCH),
+    "seg_prefetch_b3_under_a_block_each": (dict(batch=3, heads=8, prefix=40, budget=2, prefix_mode="mixed"),
+                                           SEG_PREFETCH),     # its uniform grid: no next segment
 }
 
 
