@@ -109,7 +109,7 @@
 #define WG2_SMEM_BYTES (WG_USED + 1024)       // + alignment slack for the 1024 B swizzle atoms
 #define LN2_F 0.6931471805599453f
 
-// Compile-time knobs: the header's "Knobs" says what each does and what it measured.
+// Compile-time knobs: the header's "Knobs" says what each does (kernels/NOTES.md what it measured).
 #ifndef WG2_LPT
 #define WG2_LPT 0
 #endif
@@ -302,16 +302,13 @@ verify_attn_bf16_wgmma2(ATTN_BF16_PAGED_PARAMS, int lpt_chunk, int lpt_sms, int*
                 publish(((J0 + j) & 1) ^ 1);
             }
         };
-#if SEG_PF
         int sl[4];                                        // this thread's rows of Q, then of the next tile
+#if SEG_PF
         prefetched_prologue(pre, q_pre, T, J0, gdst, gsrc, tile_slots, tile_valid,
                             [&](int (&rows)[4]) { gather_q(b, rows); }, sl);
 #else
         // prologue: Q, tiles 0 and 1, this thread's slots of tile 2
-        int sl[4];                                        // this thread's rows of Q, then of the next tile
-#pragma unroll
-        for (int k = 0; k < 4; ++k) sl[k] = rg + 16 * k < nrows ? rg + 16 * k : 0;
-        gather_rows(sbase + WG_OFF_Q + growoff, (const unsigned char*)(q + grow0 * ATTN_D) + cc * 16, sl, nrows - rg);
+        gather_q_rows(sbase + WG_OFF_Q + growoff, (const unsigned char*)(q + grow0 * ATTN_D) + cc * 16, nrows, rg, sl);
         slots_of(kbeg, sl);
         if (T > 0) gather_rows(gdst + (J0 & 1) * WG_TILE, gsrc, sl, kend - kbeg - rg);
         cp_async_commit();

@@ -1,6 +1,6 @@
 // bf16_wgmma2's key gather (verify_attn_bf16_wgmma2.cu includes it after its tile macros: WG_NCB,
 // WG_BLOCK, and the knob WG2_KV_HINT): how WG1 moves one 64-key tile of 576 bf16 columns from the
-// paged pool into a swizzled stage of the K ring with cp.async.
+// paged pool into a swizzled stage of the K ring with cp.async, and a request's Q rows into Q's.
 #pragma once
 
 // Row-fixed gather of WG1. Thread wt of a warpgroup owns rows rg + 16 k (k = 0..3, rg = wt >> 3)
@@ -40,4 +40,13 @@ __device__ __forceinline__ void gather_rows(unsigned dst, const unsigned char* s
                          :: "r"(dst + k * 2048 + blk * WG_BLOCK), "l"(row + blk * 128), "r"(sz) : "memory");
 #endif
     }
+}
+
+// WG1's part of a request's Q rows into the Q buffer (Q's rows are its "slots": src is the row tile's
+// first row in q, plus 16 cc bytes); rows past nrows read row 0 and are zero-filled.
+__device__ __forceinline__ void gather_q_rows(unsigned dst, const unsigned char* src, int nrows, int rg,
+                                              int (&rows)[4]) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) rows[k] = rg + 16 * k < nrows ? rg + 16 * k : 0;
+    gather_rows(dst, src, rows, nrows - rg);
 }

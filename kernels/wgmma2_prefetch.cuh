@@ -46,15 +46,6 @@ __device__ __forceinline__ void next_segment_slots(const NextSeg& nx, int b1, in
     }
 }
 
-// This thread's part of a request's Q rows into the Q buffer (src: the row tile's first row in q,
-// plus 16 cc bytes); rows past nrows read row 0 and are zero-filled.
-__device__ __forceinline__ void gather_q_rows(unsigned dst, const unsigned char* src, int nrows, int rg,
-                                              int (&rows)[4]) {
-#pragma unroll
-    for (int k = 0; k < 4; ++k) rows[k] = rg + 16 * k < nrows ? rg + 16 * k : 0;
-    gather_rows(dst, src, rows, nrows - rg);
-}
-
 // The prologue of a pass whose first `pre` tiles (0-2) the pass before gathered, and Q unless q_pre
 // is false (the block's first pass): what is left of Q and tiles 0 and 1, a cp.async group for each
 // tile (the pass before's groups, oldest first: tile 0, Q, tile 1), then this thread's slots of tile

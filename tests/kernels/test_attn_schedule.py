@@ -691,7 +691,8 @@ CASES_GPU = {   # name: (case parameters, defines)
     "seg_mixed_b200_small": (dict(batch=200, heads=2, prefix=700, budget=4, prefix_mode="mixed"), SEG),
     "seg_equal_b6": (dict(batch=6, heads=16, prefix=1500, budget=16), SEG),
     "seg_b3_under_a_block_each": (dict(batch=3, heads=8, prefix=40, budget=2, prefix_mode="mixed"), SEG),
-    # 256 requests of 1 to 10 tiles (a tenth of one): blocks run segments of one tile after longer ones
+    # 256 requests of 1 to 10 tiles (about a tenth of them one tile): blocks run one-tile segments after
+    # longer ones
     "seg_b256_short_requests": (dict(batch=256, heads=2, prefix=600, budget=4, prefix_mode="mixed"), SEG),
     # the next segment's Q and first tiles gathered during this one (WG2_SEG_PREFETCH=1): each prefetch
     # count (0 to 2 tiles) in the short requests, the partials of requests across blocks, equal
