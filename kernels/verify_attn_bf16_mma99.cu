@@ -66,12 +66,48 @@
 #ifndef M99_SKIP_RESCALE
 #define M99_SKIP_RESCALE 1
 #endif
+#ifndef M99_SUM_SCATTER
+#define M99_SUM_SCATTER 0
+#endif
 #define M99_STR 584                 // bf16 per shared row of a K/V tile
 #define M99_KEYS 16                 // keys a step
 #define M99_THREADS(rows) (8 * (rows))
 // Dynamic shared memory (the host's launch computes the same, kdtr/ops/verify_attn/cuda.py)
 #define M99_SMEM_BYTES(rows, stages) \
     ((stages) * M99_KEYS * M99_STR * 2 + (rows) / 4 * (M99_KEYS / 8) * 32 * 16 + (2 * (stages) - 2) * M99_KEYS * 4)
+
+#if M99_SUM_SCATTER
+// The row group's scores, each warp adding one quarter: quarter k of the 16 x 16 tile is n-tile k / 2,
+// rows g + 8 (k % 2), a float2 a lane. sQ [4 quarters][4 warps][32 lanes] float2 is the row group's
+// part of sX (the same 4,096 B). Warp qd writes its partial of quarter k to sQ[k][qd]; after the
+// barrier it adds column qd's four partials in the order (q0 + q1) + (q2 + q3) and writes the sum over
+// its own partial, sQ[qd][qd]; after the second barrier every warp reads the four sums. The same
+// bits as every warp adding all four partials, in 26 shared-memory wavefronts a warp where that takes
+// 40 (the exchange was 480 of the 48-row step's ~1,300 wavefronts; kernels/NOTES.md). The next step's
+// writes follow its __syncthreads, after every read of this one.
+__device__ __forceinline__ void scores_sum_scatter(float (&s)[2][4], const float (&sp)[2][2][4], float2* sQ,
+                                                   int qd, int lane, int rg) {
+    float2 part[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        const int n = k >> 1, e = 2 * (k & 1);
+        part[k] = make_float2(sp[0][n][e] + sp[1][n][e], sp[0][n][e + 1] + sp[1][n][e + 1]);
+    }
+#pragma unroll
+    for (int k = 0; k < 4; ++k) sQ[(k * 4 + qd) * 32 + lane] = part[k];
+    named_barrier(1 + rg, 128);
+    const float2* x = sQ + qd * 4 * 32 + lane;
+    const float2 x0 = x[0], x1 = x[32], x2 = x[64], x3 = x[96];
+    sQ[(qd * 4 + qd) * 32 + lane] = make_float2((x0.x + x1.x) + (x2.x + x3.x), (x0.y + x1.y) + (x2.y + x3.y));
+    named_barrier(1 + rg, 128);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        const float2 v = sQ[(k * 4 + k) * 32 + lane];
+        s[k >> 1][2 * (k & 1)] = v.x;
+        s[k >> 1][2 * (k & 1) + 1] = v.y;
+    }
+}
+#endif
 
 template <int RG, int NSTAGE>
 __device__ __forceinline__ void bf16_mma99_block(ATTN_BF16_PAGED_PARAMS) {
@@ -180,6 +216,9 @@ __device__ __forceinline__ void bf16_mma99_block(ATTN_BF16_PAGED_PARAMS) {
             mma_bf16_16816(sp[ks & 1][1], qf[ks], bk[2], bk[3]);
         }
         float s[NT][4];
+#if M99_SUM_SCATTER
+        scores_sum_scatter(s, sp, (float2*)sX + rg * 16 * 32, qd, lane, rg);
+#else
 #pragma unroll
         for (int n = 0; n < NT; ++n) {
 #pragma unroll
@@ -197,6 +236,7 @@ __device__ __forceinline__ void bf16_mma99_block(ATTN_BF16_PAGED_PARAMS) {
             s[n][2] = (x0.z + x1.z) + (x2.z + x3.z);
             s[n][3] = (x0.w + x1.w) + (x2.w + x3.w);
         }
+#endif
 
         // scale, mask, row max over the 16 keys. A tile of prefix keys inside the split needs no mask:
         // rows past the request (Q zero-filled) get finite scores and are never stored.

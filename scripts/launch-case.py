@@ -6,6 +6,8 @@ results/profiles.json):
         python3 scripts/launch-case.py specs/bench/verify_attn.yaml b64_h16_q65_p32768
     ncu --kernel-name regex:flash --launch-count 3 --metrics ... \\
         python3 scripts/launch-case.py --impl flashmla specs/bench/verify_attn.yaml b64_h16_q65_p32768
+    ncu --kernel-name verify_attn_bf16_mma99 --launch-count 1 --set full \\
+        python3 scripts/launch-case.py --define bf16_mma99:M99_SUM_SCATTER=1 SUITE CASE
 
 Run from the repo root with PYTHONPATH=. on a GPU machine. Prints the kernel and grid the launch
 picked. Exit 2 on bad usage, a case name that matches no case or several, or no GPU."""
@@ -22,21 +24,34 @@ def main() -> int:
     parser.add_argument("--times", type=int, default=4, help="launches (default 4)")
     parser.add_argument("--impl", default="cuda", help="the implementation launched, as `kdtree bench --impl` "
                         "names it (default: cuda, our kernel; e.g. flashmla, sglang_triton)")
+    parser.add_argument("--kernel", help="launch this kernel of ours forced by name instead (as `kdtree bench "
+                        "--kernel` takes it)")
+    parser.add_argument("--define", metavar="KERNEL:KNOB=V[,KNOB=V]", help="launch this build of one of our "
+                        "kernels instead (as `kdtree bench --define` takes it)")
     args = parser.parse_args()
 
     import torch
 
-    from kdtr.errors import KdtreeError
+    from kdtr.errors import KdtreeError, UsageError
     from kdtr.impl.backends import upload
+    from kdtr.impl.builds import kernel_builds
+    from kdtr.impl.builtin import cuda_build
     from kdtr.impl.resolve import resolve
     from suite_case import one_case
 
-    case, op, gen = one_case("launch-case", args.suite, args.case)
     try:
-        impl = resolve(args.impl)
+        builds = kernel_builds([args.kernel] if args.kernel else [], [args.define] if args.define else [])
+        if len(builds) > 1:
+            raise UsageError("--kernel and --define: one build at a time")
+        if builds:
+            impl = cuda_build(builds[0].label, builds[0].name, builds[0].defines)
+            args.impl = builds[0].label
+        else:
+            impl = resolve(args.impl)
     except KdtreeError as err:
-        print(f"launch-case: --impl {args.impl}: {err}", file=sys.stderr)
+        print(f"launch-case: {err}", file=sys.stderr)
         return 2
+    case, op, gen = one_case("launch-case", args.suite, args.case)
     with torch.no_grad():
         call = impl.prepare(op, case.variant, upload(gen.inputs, "cuda"), gen.params)
         for _ in range(args.times):

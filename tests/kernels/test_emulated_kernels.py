@@ -111,14 +111,15 @@ def test_forced_splits_and_the_merge(kernel, splits):
     check_attn(variant, f"{kernel} emulated, splits {splits}, seed {FRESH_SEED}", got, want, gen.inputs, gen.params)
 
 
+SUM_SCATTER = {"M99_SUM_SCATTER": "1"}
 MMA99_BUILDS = [{"M99_ROWS": "32"}, {"M99_STAGES": "2"}, {"M99_STAGES": "3", "M99_SKIP_RESCALE": "0"},
-                {"M99_ROWS": "32", "M99_STAGES": "3"}]
+                {"M99_ROWS": "32", "M99_STAGES": "3"}, SUM_SCATTER, {**SUM_SCATTER, "M99_ROWS": "32"}]
 
 
 @pytest.mark.parametrize("splits", [1, 4])
 def test_bf16_mma99_knob_builds_give_the_default_builds_bytes(splits):
-    """Rows a block, ring stages and the rescale skip change who computes what and when, never a
-    row's arithmetic: at one split count every build gives the default's bytes (4 splits of 3 tiles
+    """Rows a block, ring stages, the rescale skip and the scores summed a quarter a warp change who
+    computes what and when, never a row's arithmetic: at one split count every build gives the default's bytes (4 splits of 3 tiles
     run the ring's prologue past the split's tiles; the mixed prefixes give tiles of prefix and tree
     keys together, the masked path)."""
     gen = generated(VERIFY_ATTN, "bf16_paged", FRESH_SEED, batch=2, heads=5, prefix=130, budget=12,
@@ -205,6 +206,13 @@ MMA99_MUTANTS = {
     "no barrier before the partials are added": ("        named_barrier(1 + rg, 128);\n", ""),
     # a tile's slot indices land in the buffer of the tile being copied this step
     "slots fetched into the wrong buffer": ("sSlot + (ahead % SLOTS) * KEYS", "sSlot + (next % SLOTS) * KEYS"),
+    # M99_SUM_SCATTER: the quarter sums read before their warps wrote them
+    "scatter: no barrier before the sums are read": (
+        "    named_barrier(1 + rg, 128);\n#pragma unroll\n    for (int k = 0; k < 4; ++k) {", "#pragma unroll\n"
+        "    for (int k = 0; k < 4; ++k) {"),
+    # M99_SUM_SCATTER: a warp adds its quarter before the other three wrote their partials
+    "scatter: no barrier before a quarter is added": (
+        "    named_barrier(1 + rg, 128);\n    const float2* x =", "    const float2* x ="),
 }
 
 
@@ -213,8 +221,9 @@ def test_a_broken_bf16_mma99_fails_on_the_emulator(tmp_path, mutant):
     gen = generated(VERIFY_ATTN, "bf16_paged", 11, batch=2, heads=5, prefix=200, budget=8)
     want = VERIFY_ATTN.reference("bf16_paged", gen.inputs, gen.params)
     kernels_dir = mutated_kernels(tmp_path, *MMA99_MUTANTS[mutant], source=MMA99)
-    runs = [run("bf16_mma99", "bf16_paged", gen, RTX_PRO_6000, order=o, kernels_dir=kernels_dir, splits=1)
-            for o in ORDERS]
+    defines = SUM_SCATTER if mutant.startswith("scatter") else None
+    runs = [run("bf16_mma99", "bf16_paged", gen, RTX_PRO_6000, order=o, kernels_dir=kernels_dir, splits=1,
+                defines=defines) for o in ORDERS]
     with pytest.raises(AssertionError):
         for got in runs:
             check_attn("bf16_paged", mutant, got, want, gen.inputs, gen.params)

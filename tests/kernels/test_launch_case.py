@@ -62,3 +62,16 @@ def test_graph_overlap_refuses_a_bad_build_in_one_line(flag, says):
                           env={"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin"}, timeout=120)
     assert done.returncode == 2 and done.stderr.startswith("graph-overlap: ") and done.stderr.count("\n") == 1
     assert says in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("flags,says", [(["--define=bf16_mma99:M99_ROWS=x"], "M99_ROWS=x: a launch knob takes"),
+                                        (["--kernel=no_such_kernel"], "unknown kernel 'no_such_kernel'"),
+                                        (["--kernel=bf16_mma", "--define=bf16_mma99:M99_SUM_SCATTER=1"],
+                                         "one build at a time"),
+                                        (["--impl=no_such_impl"], "unknown implementation 'no_such_impl'")])
+def test_launch_case_refuses_a_bad_build_in_one_line(flags, says):
+    """A forced build (what ncu profiles in scripts/device-round.sh) is checked before the case is
+    generated or a GPU is looked for."""
+    done = run("specs/bench/verify_attn_serving.yaml", "b8_h8_q33_p8192", *flags)
+    assert done.returncode == 2 and done.stderr.startswith("launch-case: ") and done.stderr.count("\n") == 1
+    assert says in done.stderr, done.stderr
