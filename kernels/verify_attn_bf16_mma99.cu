@@ -23,6 +23,12 @@
 //   M99_STAGES 4 (default), 2 or 3: stages of the K/V ring, M99_STAGES - 1 tiles in flight.
 //   M99_SKIP_RESCALE 1 (default) or 0 (a compile knob): skip O *= alpha where no row of the warp
 //   moved its max (alpha = 1: the same bits).
+//   Written in session 21, run on the CPU emulator but not yet on a GPU (compile knobs, off):
+//   M99_SUM_SCATTER 1: each warp of a row group adds one quarter of the scores from the four
+//   partials and shares the sum (26 shared-memory wavefronts a warp a step instead of 40).
+//   M99_SKEW 1 (M99_STAGES >= 3): the odd row groups run a step's P.V at the start of the next step,
+//   while the even ones compute S, so the softmax of some warps of a sub-partition overlaps the MMAs
+//   of others; the ring keeps the previous tile's stage for them (M99_STAGES - 2 tiles in flight).
 //   Every (row, key) gets the same arithmetic under every knob: the outputs differ only through the
 //   split count the launch picks for the grid (the merge's rounding); with the split count forced
 //   (SPLITS) every build gives the same bytes (tests/kernels/test_emulated_kernels.py).
@@ -69,6 +75,9 @@
 #ifndef M99_SUM_SCATTER
 #define M99_SUM_SCATTER 0
 #endif
+#ifndef M99_SKEW
+#define M99_SKEW 0
+#endif
 #define M99_STR 584                 // bf16 per shared row of a K/V tile
 #define M99_KEYS 16                 // keys a step
 #define M99_THREADS(rows) (8 * (rows))
@@ -113,9 +122,12 @@ template <int RG, int NSTAGE>
 __device__ __forceinline__ void bf16_mma99_block(ATTN_BF16_PAGED_PARAMS) {
     constexpr int ROWS = 16 * RG, WARPS = 4 * RG, THREADS = 32 * WARPS;
     constexpr int KEYS = M99_KEYS, NT = KEYS / 8;
-    constexpr int SLOTS = 2 * NSTAGE - 2;                  // slot-index buffers
+    // M99_SKEW: the odd row groups run P.V a step late, so a stage stays for them one step more
+    constexpr int LEAD = NSTAGE - (M99_SKEW ? 1 : 0);      // the ring's depth for loads: LEAD - 1 in flight
+    constexpr int SLOTS = 2 * LEAD - 2;                    // slot-index buffers
     static_assert(RG >= 1 && RG <= 3, "1 to 3 row groups (4 spills), 128 to 384 threads");
-    static_assert(NSTAGE >= 2 && SLOTS * KEYS <= THREADS, "the prologue loads SLOTS tiles' slots, one a thread");
+    static_assert(LEAD >= 2, "M99_SKEW needs M99_STAGES >= 3: a stage held one step more, one in flight");
+    static_assert(SLOTS * KEYS <= THREADS, "the prologue loads SLOTS tiles' slots, one a thread");
     extern __shared__ __align__(16) u16 smem_h[];
     u16* sK = smem_h;                                      // [NSTAGE][KEYS][584]
     float4* sX = (float4*)(sK + NSTAGE * KEYS * M99_STR);  // [WARPS][NT][32 lanes]
@@ -148,7 +160,7 @@ __device__ __forceinline__ void bf16_mma99_block(ATTN_BF16_PAGED_PARAMS) {
             if ((ATTN_D / 8) % TPK == 0 || my_c + i * TPK < ATTN_D / 8) cp_async16(dst + i * TPK * 8, src + i * TPK * 8, ok);
     };
 
-    // prologue: the slots of tiles 0 .. SLOTS-1 (plain loads), Q's fragments, tiles 0 .. NSTAGE-2
+    // prologue: the slots of tiles 0 .. SLOTS-1 (plain loads), Q's fragments, tiles 0 .. LEAD-2
     if (tid < SLOTS * KEYS) {
         const int j = kbeg + tid;
         sSlot[tid] = j < kend ? *slot_src(j) : 0;
@@ -169,7 +181,7 @@ __device__ __forceinline__ void bf16_mma99_block(ATTN_BF16_PAGED_PARAMS) {
     }
     __syncthreads();
 #pragma unroll
-    for (int s = 0; s < NSTAGE - 1; ++s) {                 // group s: tile s (empty past the split)
+    for (int s = 0; s < LEAD - 1; ++s) {                   // group s: tile s (empty past the split)
         if (s < ntiles) load_tile(s);
         cp_async_commit();
     }
@@ -186,14 +198,31 @@ __device__ __forceinline__ void bf16_mma99_block(ATTN_BF16_PAGED_PARAMS) {
     const int mi = lane >> 3;
     const int vb_off = ((mi & 1) * 8 + (lane & 7)) * M99_STR + qd * 128 + (mi >> 1) * 8;
 
+    // O += P V from a tile's V (rows 0-15 of the stage, dims [128 qd, 128 qd + 128))
+    auto pv = [&](const u16* Vt, const u32 (&pa)[4]) {
+#pragma unroll
+        for (int np = 0; np < 8; ++np) {
+            u32 bv[4];
+            ldmatrix_x4_trans(bv, Vt + vb_off + np * 16);
+            mma_bf16_16816(o[2 * np], pa, bv[0], bv[1]);
+            mma_bf16_16816(o[2 * np + 1], pa, bv[2], bv[3]);
+        }
+    };
+#if M99_SKEW
+    // The odd row groups add step it's P V at the start of step it + 1, while the even ones compute S:
+    // the row groups' tensor work and softmax overlap instead of running in step. The same operations
+    // on O in the same order (O += P_{it-1} V_{it-1}, then O *= alpha_it): the same bits.
+    const bool late = rg & 1;
+    u32 pa_late[4] = {0u, 0u, 0u, 0u};
+#endif
     for (int it = 0; it < ntiles; ++it) {
         const int key0 = kbeg + it * KEYS;
-        cp_async_wait<NSTAGE - 2>();                       // group it: tile it, slots of tile it + NSTAGE - 1
+        cp_async_wait<LEAD - 2>();                         // group it: tile it, slots of tile it + LEAD - 1
         __syncthreads();                                   // ... for everyone; step it-1 fully done
         {
-            const int next = it + NSTAGE - 1;              // into the stage step it-1 read
+            const int next = it + LEAD - 1;                // into the stage step it-1 read (skew: it-2)
             if (next < ntiles) load_tile(next);
-            const int ahead = next + NSTAGE - 1;           // its slots into buffer it % SLOTS (tile it's)
+            const int ahead = next + LEAD - 1;             // its slots into buffer it % SLOTS (tile it's)
             if (tid < KEYS && ahead < ntiles) {
                 const int j = kbeg + ahead * KEYS + tid;
                 cp_async4(sSlot + (ahead % SLOTS) * KEYS + tid, j < kend ? slot_src(j) : kv_indptr, j < kend);
@@ -201,6 +230,9 @@ __device__ __forceinline__ void bf16_mma99_block(ATTN_BF16_PAGED_PARAMS) {
             cp_async_commit();
         }
         const u16* Kt = sK + (it % NSTAGE) * KEYS * M99_STR;
+#if M99_SKEW
+        if (late && it > 0) pv(sK + ((it - 1) % NSTAGE) * KEYS * M99_STR, pa_late);
+#endif
 
         // partial S over this quarter's 144 dims: 16 rows x 16 keys
         float sp[2][NT][4];
@@ -295,14 +327,17 @@ __device__ __forceinline__ void bf16_mma99_block(ATTN_BF16_PAGED_PARAMS) {
 
         // O += P V for 16 rows x this quarter's 128 dims (the two n-tiles of P form one k16 A fragment)
         const u32 pa[4] = {pf[0][0], pf[0][1], pf[1][0], pf[1][1]};
-#pragma unroll
-        for (int np = 0; np < 8; ++np) {
-            u32 bv[4];
-            ldmatrix_x4_trans(bv, Kt + vb_off + np * 16);
-            mma_bf16_16816(o[2 * np], pa, bv[0], bv[1]);
-            mma_bf16_16816(o[2 * np + 1], pa, bv[2], bv[3]);
+#if M99_SKEW
+        if (late) {                                        // at the start of the next step
+            pa_late[0] = pa[0]; pa_late[1] = pa[1]; pa_late[2] = pa[2]; pa_late[3] = pa[3];
+            continue;
         }
+#endif
+        pv(Kt, pa);
     }
+#if M99_SKEW
+    if (late && ntiles > 0) pv(sK + ((ntiles - 1) % NSTAGE) * KEYS * M99_STR, pa_late);
+#endif
     cp_async_wait<0>();
 
     // row sums: the quad holds one row's 16 keys; the four warps of a row group hold identical sums

@@ -61,19 +61,20 @@
 #   m99rows    the serving suite, bf16_mma then bf16_mma99 forced, and bf16_mma99 at 32-row tiles
 #              (its row tile's A/B: 48 rows waste a third of a 64-row request)
 #   ncu        ncu sections of ours and FlashMLA on two chain cases FlashMLA wins (mixed B=32, H=128)
-#   mma99sum   bf16_mma99 with the scores summed a quarter a warp (M99_SUM_SCATTER=1, the same bits
-#              by design): every bf16 golden with that build as sm_120 (--trials 2); the cases where
-#              bf16_mma99 misses 8x SGLang (results/suites/mma99-8x.yaml): bf16_mma, bf16_mma99, the
-#              build and SGLang's Triton kernel in one run (bench refuses builds whose bytes differ);
-#              racecheck and synccheck of the build as sm_120 on two goldens
-#   mma99ncu   ncu --set full of one call of bf16_mma99 and of the M99_SUM_SCATTER build (natively,
-#              as the bench forces them) on B=8 H=8 Q=33 P=8192: where a 16-key step's time goes
+#   mma99ab    bf16_mma99's session-21 builds (the same bits by design): the scores summed a quarter
+#              a warp (M99_SUM_SCATTER=1), P.V a step late in the odd row groups (M99_SKEW=1), both:
+#              every bf16 golden with each build as sm_120 (--trials 2); the cases where bf16_mma99
+#              misses 8x SGLang (results/suites/mma99-8x.yaml): bf16_mma, bf16_mma99, the three
+#              builds and SGLang's Triton kernel in one run (bench refuses builds whose bytes
+#              differ); racecheck and synccheck of the two-knob build as sm_120 on two goldens
+#   mma99ncu   ncu --set full of one call of bf16_mma99 and of the two-knob build (natively, as the
+#              bench forces them) on B=8 H=8 Q=33 P=8192: where a 16-key step's time goes
 #   sglptx     bf16_mma, bf16_mma99 and SGLang's Triton kernel on the B=8 P=8192 cases, and the
 #              tensor-core instructions in the PTX Triton compiled for SGLang (wgmma or mma.sync)
 #   tests99    the GPU tests of tree_build and of isolation as sm_120; of isolation and the balanced
 #              schedule natively
 set -uo pipefail
-out=${1:?usage: scripts/device-round.sh OUT [install|verifyab|verify90|chain|targets|ncuboost|sanitize90|hints|graphncu|mma99h128|mma99|refs|verify|verify99|sanitize99|e2e99|pytest90|pytest99|oob|serving|peers|knobs|ab|split|m99rows|tests99|ncu|sglptx|timeline|chunks|segments|segquick|mma99sum|mma99ncu]...}
+out=${1:?usage: scripts/device-round.sh OUT [install|verifyab|verify90|chain|targets|ncuboost|sanitize90|hints|graphncu|mma99h128|mma99|refs|verify|verify99|sanitize99|e2e99|pytest90|pytest99|oob|serving|peers|knobs|ab|split|m99rows|tests99|ncu|sglptx|timeline|chunks|segments|segquick|mma99ab|mma99ncu]...}
 shift
 parts=${*:-install verifyab chain graphncu sanitize90}
 rec=/tmp/device-round-records
@@ -301,30 +302,35 @@ if want ncu; then
   done
   pack
 fi
-sum99=bf16_mma99:M99_SUM_SCATTER=1       # bf16_mma99, each warp adding a quarter of the scores
-if want mma99sum; then
+m99builds=(bf16_mma99:M99_SUM_SCATTER=1 bf16_mma99:M99_SKEW=1)   # bf16_mma99's session-21 builds, then both
+m99both=bf16_mma99:M99_SUM_SCATTER=1,M99_SKEW=1
+if want mma99ab; then
   [ -e goldens/verify_attn/bf16_paged_b4_h16_p1024_n16_mixed.kdtr ] || step 50 kd gen-refs specs/verify_attn.yaml -j 16 -q
-  KDTREE_GPU=sm_120 step 60 kd verify goldens/verify_attn -k 'bf16_paged*' --define "$sum99" --trials 2 -q \
-      --json "$rec/verify-sum-scatter-as-sm120.json"
+  for build in "${m99builds[@]}" "$m99both"; do
+    tag=${build#*:}
+    KDTREE_GPU=sm_120 step 60 kd verify goldens/verify_attn -k 'bf16_paged*' --define "$build" --trials 2 -q \
+        --json "$rec/verify-as-sm120-${tag//[,=]/-}.json"
+  done
   pack
-  step 130 kd bench results/suites/mma99-8x.yaml "${mma99[@]}" --define "$sum99" --impl sglang_triton \
-      --time-limit 110 --json "$rec/bench-mma99-sum.json"
+  step 170 kd bench results/suites/mma99-8x.yaml "${mma99[@]}" --define "${m99builds[0]}" \
+      --define "${m99builds[1]}" --define "$m99both" --impl sglang_triton --time-limit 150 \
+      --json "$rec/bench-mma99-ab.json"
   pack
-  pick_goldens goldens-sanitize-sum verify_attn/bf16_paged_b2_h16_p2048_n16 verify_attn/bf16_paged_b4_h16_p1024_n16_mixed
+  pick_goldens goldens-sanitize-m99 verify_attn/bf16_paged_b2_h16_p2048_n16 verify_attn/bf16_paged_b4_h16_p1024_n16_mixed
   for tool in racecheck synccheck; do
-    KDTREE_GPU=sm_120 step 75 kd verify goldens-sanitize-sum --define "$sum99" --sanitize "$tool" -q \
-        --json "$rec/sanitize-sum-scatter-as-sm120-$tool.json"
+    KDTREE_GPU=sm_120 step 75 kd verify goldens-sanitize-m99 --define "$m99both" --sanitize "$tool" -q \
+        --json "$rec/sanitize-as-sm120-m99both-$tool.json"
   done
   pack
 fi
 if want mma99ncu; then
   mkdir -p "$rec/ncu-mma99"
-  for build in bf16_mma99 "$sum99"; do
-    flag=--kernel=$build; [ "$build" = "$sum99" ] && flag=--define=$build
+  for build in bf16_mma99 "$m99both"; do
+    flag=--kernel=$build; [ "$build" = "$m99both" ] && flag=--define=$build
     step 150 ncu --kernel-name verify_attn_bf16_mma99 --launch-skip 1 --launch-count 1 --set full --csv \
         --page details python3 scripts/launch-case.py --times 2 "$flag" "$serving" b8_h8_q33_p8192 \
-        > "$rec/ncu-mma99/b8_h8_q33_p8192-${build//[:=]/-}.csv" 2>&1
-    gzip -f "$rec/ncu-mma99/b8_h8_q33_p8192-${build//[:=]/-}.csv"
+        > "$rec/ncu-mma99/b8_h8_q33_p8192-${build//[:=,]/-}.csv" 2>&1
+    gzip -f "$rec/ncu-mma99/b8_h8_q33_p8192-${build//[:=,]/-}.csv"
     pack
   done
 fi

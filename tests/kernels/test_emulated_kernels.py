@@ -6,7 +6,9 @@ memory) as on the GPU it serves, on fresh random inputs with poisoned outputs, a
 reference with the GPU tests' checks (tests/kernels/test_cuda_kernels.py: fp32 within its
 tolerance, bf16 within a few ulps plus the bound of P's rounding, the tree ops bit for bit). Every
 case runs in three thread orders and must give the same bits in each: a race between two barriers
-would not.
+would not. The two fixed orders land each async copy at its wait (the latest the hardware may: a
+missing wait reads poison), the shuffled ones as it is issued (the earliest: a buffer refilled while
+a thread still reads it hands that thread the new data).
 
 Then the emulator itself must be able to fail: a kernel with a wait, a barrier or a thread's share of
 the work taken out fails these checks, and a barrier only some threads reach is a deadlock."""
@@ -33,7 +35,7 @@ KERNEL_GPUS = {"fp32_ffma99": ("fp32", [RTX_PRO_6000, A100]), "bf16_mma99": ("bf
 # Verified on the H200; emulated as on B200, which builds them for sm_100a. Forced (the launch picks
 # one or the other by the grid's fill); two of the cases, to keep the CPU time down.
 FORCED_GPUS = {"fp32_bf16x3": ("fp32", [B200]), "fp32_dmma": ("fp32", [B200])}
-ORDERS = (0, 1, 7)                        # threads ascending, descending, shuffled (seed 7)
+ORDERS = (0, 1, 7)                        # threads ascending, descending, shuffled (seed 7; copies early)
 CASES = [
     dict(batch=2, heads=5, prefix=0, budget=4),                              # no prefix; rows % 16 != 0
     dict(batch=1, heads=16, prefix=37, budget=32, sharpness=0.2),            # bushy tree, odd prefix
@@ -59,7 +61,7 @@ def run(kernel, variant, gen, gpu, order=0, splits=None, kernels_dir=KERNELS_DIR
     outputs = poisoned_outputs(op, variant, gen.inputs, gen.params, device="cpu")
     forced = {} if choose else {"kernel": kernel}
     extra = {**({"splits": splits} if splits else {}), **({"defines": defines} if defines else {})}
-    with emulated(*gpu, order=order, kernels_dir=kernels_dir) as emu:
+    with emulated(*gpu, order=order, kernels_dir=kernels_dir, early_copies=order >= 2) as emu:
         op.run_cuda(variant, inputs, gen.params, outputs, **forced, **extra)
     assert f"{op.name}_{kernel}" in [name for name, *_ in emu.launches], emu.launches
     return {name: to_numpy(t) for name, t in outputs.items()}
@@ -111,15 +113,16 @@ def test_forced_splits_and_the_merge(kernel, splits):
     check_attn(variant, f"{kernel} emulated, splits {splits}, seed {FRESH_SEED}", got, want, gen.inputs, gen.params)
 
 
-SUM_SCATTER = {"M99_SUM_SCATTER": "1"}
+SUM_SCATTER, SKEW = {"M99_SUM_SCATTER": "1"}, {"M99_SKEW": "1"}
 MMA99_BUILDS = [{"M99_ROWS": "32"}, {"M99_STAGES": "2"}, {"M99_STAGES": "3", "M99_SKIP_RESCALE": "0"},
-                {"M99_ROWS": "32", "M99_STAGES": "3"}, SUM_SCATTER, {**SUM_SCATTER, "M99_ROWS": "32"}]
+                {"M99_ROWS": "32", "M99_STAGES": "3"}, SUM_SCATTER, {**SUM_SCATTER, "M99_ROWS": "32"}, SKEW,
+                {**SKEW, "M99_ROWS": "32"}, {**SKEW, "M99_STAGES": "3"}, {**SKEW, **SUM_SCATTER}]
 
 
 @pytest.mark.parametrize("splits", [1, 4])
 def test_bf16_mma99_knob_builds_give_the_default_builds_bytes(splits):
-    """Rows a block, ring stages, the rescale skip and the scores summed a quarter a warp change who
-    computes what and when, never a row's arithmetic: at one split count every build gives the default's bytes (4 splits of 3 tiles
+    """Rows a block, ring stages, the rescale skip, the scores summed a quarter a warp and P.V a step
+    late change who computes what and when, never a row's arithmetic: at one split count every build gives the default's bytes (4 splits of 3 tiles
     run the ring's prologue past the split's tiles; the mixed prefixes give tiles of prefix and tree
     keys together, the masked path)."""
     gen = generated(VERIFY_ATTN, "bf16_paged", FRESH_SEED, batch=2, heads=5, prefix=130, budget=12,
@@ -201,7 +204,7 @@ def test_a_broken_kernel_fails_on_the_emulator(tmp_path, mutant):
 MMA99 = "verify_attn_bf16_mma99.cu"
 MMA99_MUTANTS = {
     # step it waits for one group too few: tile it has not landed (the ring's depth off by one)
-    "the ring waited one tile short": ("cp_async_wait<NSTAGE - 2>();", "cp_async_wait<NSTAGE - 1>();"),
+    "the ring waited one tile short": ("cp_async_wait<LEAD - 2>();", "cp_async_wait<LEAD - 1>();"),
     # a warp adds its row group's partials before the other three wrote them
     "no barrier before the partials are added": ("        named_barrier(1 + rg, 128);\n", ""),
     # a tile's slot indices land in the buffer of the tile being copied this step
@@ -213,15 +216,23 @@ MMA99_MUTANTS = {
     # M99_SUM_SCATTER: a warp adds its quarter before the other three wrote their partials
     "scatter: no barrier before a quarter is added": (
         "    named_barrier(1 + rg, 128);\n    const float2* x =", "    const float2* x ="),
+    # M99_SKEW: the late row groups' P.V from this step's V instead of the previous step's
+    "skew: the late P.V from the wrong stage": ("if (late && it > 0) pv(sK + ((it - 1) % NSTAGE)",
+                                                "if (late && it > 0) pv(sK + (it % NSTAGE)"),
+    # M99_SKEW: the ring refills the stage the late row groups still read (one more tile in flight)
+    "skew: the held stage refilled": ("NSTAGE - (M99_SKEW ? 1 : 0)", "NSTAGE - 0"),
+    # M99_SKEW: the split's last P.V of the late row groups left out
+    "skew: the last late P.V dropped": ("    if (late && ntiles > 0) pv(", "    if (false) pv("),
 }
 
 
 @pytest.mark.parametrize("mutant", sorted(MMA99_MUTANTS))
 def test_a_broken_bf16_mma99_fails_on_the_emulator(tmp_path, mutant):
-    gen = generated(VERIFY_ATTN, "bf16_paged", 11, batch=2, heads=5, prefix=200, budget=8)
+    # 199 + 9 keys: the last tile holds prefix keys, which every row sees (a lost last P.V shows)
+    gen = generated(VERIFY_ATTN, "bf16_paged", 11, batch=2, heads=5, prefix=199, budget=8)
     want = VERIFY_ATTN.reference("bf16_paged", gen.inputs, gen.params)
     kernels_dir = mutated_kernels(tmp_path, *MMA99_MUTANTS[mutant], source=MMA99)
-    defines = SUM_SCATTER if mutant.startswith("scatter") else None
+    defines = {"scatter": SUM_SCATTER, "skew": SKEW}.get(mutant.split(":")[0])
     runs = [run("bf16_mma99", "bf16_paged", gen, RTX_PRO_6000, order=o, kernels_dir=kernels_dir, splits=1,
                 defines=defines) for o in ORDERS]
     with pytest.raises(AssertionError):

@@ -7,7 +7,8 @@ as the emulated GPU would answer them (through its one hook for that, `stand_in`
 
 It is evidence of another kind than a GPU run: it executes every line of the kernel, its index
 arithmetic, masking, splits and merge, barriers (a deadlock fails) and async-copy waits (a copy lands
-only when its thread waits for it), and a race shows as a difference between thread orders; it does
+only when its thread waits for it; with `early_copies`, as it is issued, so that a buffer refilled
+while another thread still reads it shows), and a race shows as a difference between thread orders; it does
 not model the hardware's timing, its MMA rounding or anything across blocks. docs/gpus.md says where
 it stands between "compile-checked" and "verified".
 """
@@ -126,7 +127,8 @@ class EmulatedKernel:
         pointers = (ctypes.c_void_p * max(1, len(values)))(*[ctypes.addressof(v) for v in values])
         error = ctypes.create_string_buffer(512)
         rc = self.function(pointers, *map(ctypes.c_uint, g + b), ctypes.c_uint(int(shared_mem)),
-                           ctypes.c_int(self.gpu.order), error, ctypes.c_uint(len(error)))
+                           ctypes.c_int(self.gpu.order), ctypes.c_int(int(self.gpu.early_copies)), error,
+                           ctypes.c_uint(len(error)))
         if rc != 0:
             raise self._fail(f"grid {g} block {b}: {error.value.decode()}")
         self.gpu.launches.append((self.name, g, b, int(shared_mem)))
@@ -138,11 +140,14 @@ class EmulatedKernel:
 class EmulatedGpu:
     """The stand-in for a GPU while the emulator runs (kdtr.runtime.device.stand_in): its arch, SM
     count and shared-memory limit, and its get_kernel building for the CPU; `order` is the thread
-    order of every block (0 ascending, 1 descending, >= 2 a seeded shuffle). `launches` records
-    (entry, grid, block, shared memory) per launch."""
+    order of every block (0 ascending, 1 descending, >= 2 a seeded shuffle); `early_copies` lands a
+    cp.async copy as it is issued instead of at its wait. `launches` records (entry, grid, block,
+    shared memory) per launch."""
 
-    def __init__(self, arch: int, sms: int, smem_optin: int, order: int = 0, kernels_dir: Path = KERNELS_DIR):
+    def __init__(self, arch: int, sms: int, smem_optin: int, order: int = 0, kernels_dir: Path = KERNELS_DIR,
+                 early_copies: bool = False):
         self.arch, self.sms, self.smem_optin, self.order = arch, sms, smem_optin, order
+        self.early_copies = early_copies
         self.kernels_dir = kernels_dir
         self.launches: list[tuple[str, tuple, tuple, int]] = []
 
@@ -151,11 +156,11 @@ class EmulatedGpu:
 
 
 @contextlib.contextmanager
-def emulated(arch: int, sms: int, smem_optin: int, order: int = 0,
-             kernels_dir: Path = KERNELS_DIR) -> Iterator[EmulatedGpu]:
+def emulated(arch: int, sms: int, smem_optin: int, order: int = 0, kernels_dir: Path = KERNELS_DIR,
+             early_copies: bool = False) -> Iterator[EmulatedGpu]:
     """kdtr.runtime.device answering as the emulated GPU, and its get_kernel building for the CPU
     (from kernels_dir: kernels/, or a mutated copy)."""
     from kdtr.runtime import device
 
-    with device.stand_in(EmulatedGpu(arch, sms, smem_optin, order, kernels_dir)) as gpu:
+    with device.stand_in(EmulatedGpu(arch, sms, smem_optin, order, kernels_dir, early_copies)) as gpu:
         yield gpu

@@ -13,7 +13,9 @@
 //   threads between two barriers (a race) gives different bits under different orders. A round in
 //   which no fiber makes progress is a deadlock and fails the launch.
 // - cp.async: a copy lands only when its thread waits for its group (the latest the hardware may
-//   deliver it), so a missing wait reads the poison left in shared memory.
+//   deliver it), so a missing wait reads the poison left in shared memory; or, in the launch's
+//   early mode, as it is issued (the earliest), so a buffer refilled while another thread still
+//   reads it gives that thread the new data.
 // - Shared memory is filled with 0xFF bytes (a NaN as fp32, -NaN as bf16) before every block.
 // - ldmatrix, mma.sync m16n8k16 bf16 and m16n8k4 f64 as warp-collective exchanges with the
 //   fragment layouts of the PTX ISA; the bf16 MMA sums its 16 exact products in double and rounds
@@ -101,6 +103,7 @@ struct WarpState {
 struct Launch {
     dim3_ grid{1, 1, 1}, block{1, 1, 1}, bidx{0, 0, 0};
     unsigned smem = 0;
+    bool early_copies = false;                  // cp.async lands as issued, not at its wait
     std::vector<Fiber> fibers;
     Fiber* cur = nullptr;
     jmp_buf sched;                              // the scheduler, where a fiber yields to
@@ -250,12 +253,12 @@ inline float __fdividef(float a, float b) { return a / b; }
 
 typedef unsigned int u32;
 
-inline void cp_async16(void* dst, const void* src, bool valid) {
-    emu::L->cur->open.push_back({dst, valid ? src : nullptr, 16});
+inline void cp_async_issue(void* dst, const void* src, int bytes) {
+    if (emu::L->early_copies) emu::apply({dst, src, bytes});
+    else emu::L->cur->open.push_back({dst, src, bytes});
 }
-inline void cp_async4(void* dst, const void* src, bool valid) {
-    emu::L->cur->open.push_back({dst, valid ? src : nullptr, 4});
-}
+inline void cp_async16(void* dst, const void* src, bool valid) { cp_async_issue(dst, valid ? src : nullptr, 16); }
+inline void cp_async4(void* dst, const void* src, bool valid) { cp_async_issue(dst, valid ? src : nullptr, 4); }
 inline void cp_async_commit() {
     auto* f = emu::L->cur;
     f->groups.push_back(std::move(f->open));
@@ -457,11 +460,14 @@ inline void trampoline() {
 }
 
 // Runs body(args) over the grid, one block at a time; `order` 0 runs a block's threads ascending,
-// 1 descending, >= 2 shuffled with that seed. Returns 0, or 1 with the message in `error`.
+// 1 descending, >= 2 shuffled with that seed; `early` lands cp.async copies as they are issued.
+// Returns 0, or 1 with the message in `error`.
 inline int launch(void (*body)(void**), void** args, dim3_ grid, dim3_ block, unsigned smem,
-                  unsigned char* dyn_smem, size_t dyn_capacity, int order, char* error, size_t error_size) {
+                  unsigned char* dyn_smem, size_t dyn_capacity, int order, int early, char* error,
+                  size_t error_size) {
     Launch launch;
     L = &launch;
+    launch.early_copies = early != 0;
     launch.grid = grid;
     launch.block = block;
     launch.smem = smem;
@@ -535,14 +541,15 @@ inline void call_with(void (*f)(A...), void** args, std::index_sequence<I...>) {
 }  // namespace emu
 
 
-// One exported launcher per kernel entry: emu_<entry>(args, grid, block, smem, order, error, size).
+// One exported launcher per kernel entry: emu_<entry>(args, grid, block, smem, order, early, error,
+// size).
 #define EMU_EXPORT(entry)                                                                              \
     extern "C" int emu_##entry(void** args, unsigned gx, unsigned gy, unsigned gz, unsigned bx,         \
-                               unsigned by, unsigned bz, unsigned smem, int order, char* error,        \
-                               unsigned error_size) {                                                  \
+                               unsigned by, unsigned bz, unsigned smem, int order, int early,          \
+                               char* error, unsigned error_size) {                                     \
         void (*body)(void**) = [](void** a) {                                                          \
             emu::call_with(&entry, a, std::make_index_sequence<emu::arity(&entry)>{});                 \
         };                                                                                             \
         return emu::launch(body, args, {gx, gy, gz}, {bx, by, bz}, smem, emu_dynamic_smem,             \
-                           EMU_SMEM_CAPACITY, order, error, error_size);                               \
+                           EMU_SMEM_CAPACITY, order, early, error, error_size);                        \
     }
