@@ -121,6 +121,17 @@ def test_wgmma_kernel_real_body_is_large_and_stub_is_small(defines, cache_dir):
     assert stub.resource("verify_attn_bf16_wgmma2").registers < 16
 
 
+@pytest.mark.parametrize("arch", ["sm_86", "sm_89", "sm_120"])
+@pytest.mark.parametrize("defines", [{"M99_SUM_SCATTER": 1}, {"M99_SKEW": 1}, {"M99_SUM_SCATTER": 1, "M99_SKEW": 1},
+                                     {"M99_SKEW": 1, "M99_ROWS": 32}])
+def test_bf16_mma99_knob_builds_fit_the_99k_gpus_registers_without_spills(defines, arch, cache_dir):
+    """The opt-in builds device-round's mma99ab times, on the GPUs the kernel serves: one block of 384
+    (or 256) threads an SM, so at most 168 registers (65,536 / 384) and nothing in local memory."""
+    r = nvrtc.compile_kernel("verify_attn_bf16_mma99.cu", arch, defines=defines).resource("verify_attn_bf16_mma99")
+    assert r.registers <= 65536 // (8 * int(defines.get("M99_ROWS", 48)))
+    assert (r.local_bytes, r.spill_stores, r.spill_loads) == (0, 0, 0), (defines, arch, r)
+
+
 def test_every_kernel_starts_with_its_contract():
     for path in nvrtc.kernel_files():
         head = path.read_text().lstrip()
