@@ -86,6 +86,25 @@ def test_each_warp_adds_its_row_groups_four_partials(rows):
 
 
 @pytest.mark.parametrize("rows", cuda.M99_CHOICES[cuda.M99_ROWS])
+def test_with_sum_scatter_each_warp_sums_one_quarter_and_reads_all_four(rows):
+    """M99_SUM_SCATTER: sQ = (float2*)sX + rg * 16 * 32, [quarter k][writer][lane]. Warp qd writes
+    quarter k of its partial to sQ[k][qd]; after the barrier it reads column qd (the four warps'
+    quarter qd) and writes their sum over sQ[qd][qd]; after the second, every warp reads the four
+    sums sQ[k][k]. Each row group's part is its own 4,096 B of sX's."""
+    groups = rows // 16
+    assert groups * 16 * 32 * 8 == rows // 4 * (KEYS // 8) * 32 * 16     # sQ fits sX exactly
+    for rg in range(groups):
+        base = rg * 16 * 32
+        written = {(base + (k * 4 + qd) * 32 + lane): qd for qd in range(4) for k in range(4) for lane in range(32)}
+        assert len(written) == 16 * 32 and min(written) == base and max(written) == base + 16 * 32 - 1
+        for qd in range(4):
+            column = {base + (qd * 4 + i) * 32 + lane for i in range(4) for lane in range(32)}
+            assert sorted(written[x] for x in column) == sorted(list(range(4)) * 32)     # one partial a warp
+        sums = {base + (k * 4 + k) * 32 + lane for k in range(4) for lane in range(32)}
+        assert {written[x] == (x - base) // 32 // 4 for x in sums} == {True}    # [k][k]: warp k's own slot
+
+
+@pytest.mark.parametrize("rows", cuda.M99_CHOICES[cuda.M99_ROWS])
 def test_a_tile_copy_covers_each_chunk_once(rows):
     threads = 8 * rows
     tpk = threads // KEYS
@@ -114,15 +133,17 @@ def test_each_output_element_has_one_writer(rows):
     assert lse == list(range(rows))
 
 
-@pytest.mark.parametrize("stages", cuda.M99_CHOICES[cuda.M99_STAGES])
+@pytest.mark.parametrize("stages, skew", [(s, 0) for s in cuda.M99_CHOICES[cuda.M99_STAGES]] + [(3, 1), (4, 1)])
 @pytest.mark.parametrize("ntiles", [0, 1, 2, 3, 4, 5, 9, 16])
-def test_the_rings_hand_each_step_its_own_tile(stages, ntiles):
-    """Commit group s (s < stages - 1) of the prologue holds tile s; group g = it + stages - 1 of
-    step it holds tile it + stages - 1 and the slots of tile it + 2 stages - 2. Step it waits until
-    groups 0..it landed (cp.async.wait_group stages - 2), then a barrier. Each copy must read its own
-    tile's slots (landed), each stage must hold the tile its step reads (landed), and nothing may be
-    overwritten that a later step still reads, or before the barrier after its last read."""
-    slots_n = 2 * stages - 2
+def test_the_rings_hand_each_step_its_own_tile(stages, skew, ntiles):
+    """With lead = stages - skew (M99_SKEW: the late row groups read tile it-1 at step it too):
+    commit group s (s < lead - 1) of the prologue holds tile s; group g = it + lead - 1 of step it
+    holds tile it + lead - 1 and the slots of tile it + 2 lead - 2. Step it waits until groups 0..it
+    landed (cp.async.wait_group lead - 2), then a barrier. Each copy must read its own tile's slots
+    (landed), each stage must hold the tile its step reads (landed), and nothing may be overwritten
+    that a later step still reads, or before the barrier after its last read."""
+    lead = stages - skew
+    slots_n = 2 * lead - 2
     slot_buf = {b: (b, -1) for b in range(slots_n)}        # buffer -> (tile, group it lands in); -1: plain load
     stage = {}                                             # stage -> (tile, group)
     last_read_slot, last_read_stage = {}, {}               # buffer / stage -> step of the last read
@@ -137,13 +158,16 @@ def test_the_rings_hand_each_step_its_own_tile(stages, ntiles):
         assert last_read_stage.get(s, -2) < step           # its last reader passed a barrier since
         stage[s] = (tile, group)
 
-    for s in range(stages - 1):                            # prologue (step -1)
+    for s in range(lead - 1):                              # prologue (step -1)
         if s < ntiles:
             copy(s, s, -1)
     for it in range(ntiles):
         tile, group = stage[it % stages]
         assert tile == it and group <= it                  # waited: groups 0..it landed
-        nxt, ahead, g = it + stages - 1, it + 2 * stages - 2, it + stages - 1
+        if skew and it > 0:                                # the late P.V of tile it-1
+            assert stage[(it - 1) % stages][0] == it - 1
+            last_read_stage[(it - 1) % stages] = it
+        nxt, ahead, g = it + lead - 1, it + 2 * lead - 2, it + lead - 1
         if nxt < ntiles:
             copy(nxt, g, it)
         if ahead < ntiles:
@@ -152,6 +176,8 @@ def test_the_rings_hand_each_step_its_own_tile(stages, ntiles):
             assert (held in copied or held >= ntiles) and last_read_slot.get(b, -2) < it   # read before this step
             slot_buf[b] = (ahead, g)
         last_read_stage[it % stages] = it
+    if skew and ntiles:                                    # after the loop: the last late P.V
+        assert stage[(ntiles - 1) % stages][0] == ntiles - 1
 
 
 @pytest.mark.parametrize("rows, tile", [(32, 32), (64, 32), (8, 32), (72, 48), (136, 48), (144, 48),
