@@ -22,7 +22,7 @@
 #   hints    the chain cases: the default, and each forced on every call: no L2 hint
 #            (WG2_KV_HINT=0), evict-first (=1); FlashMLA in its worker
 #   timeline scripts/graph-overlap.py --timeline, ours and FlashMLA, on four chain cases (on the mixed
-#            ones also the two schedules, WG2_LPT=1 and 2): each kernel's time and the gaps between
+#            ones also the schedules, WG2_LPT=1, 2 and 2 with the prefetch): each kernel's time and the gaps between
 #            consecutive kernels in graph replays (torch.profiler)
 #   segments the segment schedule (WG2_LPT=2) and it loading the next segment early
 #            (WG2_SEG_PREFETCH=1): the schedules' GPU tests (fresh inputs, poisoned outputs); if they
@@ -139,7 +139,7 @@ if want timeline; then
   # where a call's time goes back to back: kernel times and the gaps between them, from the trace
   for c in b32_h8_q4_p4096_mixed_chain b8_h8_q4_p8192_chain b1_h16_q4_p2048_chain b128_h16_q4_p16384_mixed_chain; do
     schedules=()
-    [[ $c == *mixed* ]] && schedules=(--define bf16_wgmma2:WG2_LPT=1 --define bf16_wgmma2:WG2_LPT=2)
+    [[ $c == *mixed* ]] && schedules=(--define bf16_wgmma2:WG2_LPT=1 --define bf16_wgmma2:WG2_LPT=2 --define "$seg_prefetch")
     step 60 python3 scripts/graph-overlap.py "$serving" "$c" --impl cuda --impl flashmla "${schedules[@]}" \
         --timeline >> "$rec/timeline.jsonl"
   done
