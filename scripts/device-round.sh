@@ -312,7 +312,7 @@ if want mma99ab; then
   pack
   step 170 kd bench results/suites/mma99-8x.yaml "${mma99[@]}" --define "${m99builds[0]}" \
       --define "${m99builds[1]}" --define "$m99both" --impl sglang_triton --time-limit 150 \
-      --json "$rec/bench-mma99-ab.json"
+      --json "$out/bench-mma99-ab.json"
   pack
   pick_goldens goldens-sanitize-m99 verify_attn/bf16_paged_b2_h16_p2048_n16 verify_attn/bf16_paged_b4_h16_p1024_n16_mixed
   for tool in racecheck synccheck; do
