@@ -213,6 +213,7 @@ __device__ __forceinline__ void bf16_mma99_block(ATTN_BF16_PAGED_PARAMS) {
     // the row groups' tensor work and softmax overlap instead of running in step. The same operations
     // on O in the same order (O += P_{it-1} V_{it-1}, then O *= alpha_it): the same bits.
     const bool late = rg & 1;
+    auto stage = [&](int tile) { return sK + (tile % NSTAGE) * KEYS * M99_STR; };   // the ring stage of a tile
     u32 pa_late[4] = {0u, 0u, 0u, 0u};
 #endif
     for (int it = 0; it < ntiles; ++it) {
@@ -231,7 +232,7 @@ __device__ __forceinline__ void bf16_mma99_block(ATTN_BF16_PAGED_PARAMS) {
         }
         const u16* Kt = sK + (it % NSTAGE) * KEYS * M99_STR;
 #if M99_SKEW
-        if (late && it > 0) pv(sK + ((it - 1) % NSTAGE) * KEYS * M99_STR, pa_late);
+        if (late && it > 0) pv(stage(it - 1), pa_late);
 #endif
 
         // partial S over this quarter's 144 dims: 16 rows x 16 keys
@@ -336,7 +337,7 @@ __device__ __forceinline__ void bf16_mma99_block(ATTN_BF16_PAGED_PARAMS) {
         pv(Kt, pa);
     }
 #if M99_SKEW
-    if (late && ntiles > 0) pv(sK + ((ntiles - 1) % NSTAGE) * KEYS * M99_STR, pa_late);
+    if (late && ntiles > 0) pv(stage(ntiles - 1), pa_late);
 #endif
     cp_async_wait<0>();
 

@@ -22,8 +22,8 @@
 #   hints    the chain cases: the default, and each forced on every call: no L2 hint
 #            (WG2_KV_HINT=0), evict-first (=1); FlashMLA in its worker
 #   timeline scripts/graph-overlap.py --timeline, ours and FlashMLA, on four chain cases (on the mixed
-#            ones also the schedules, WG2_LPT=1, 2 and 2 with the prefetch): each kernel's time and the gaps between
-#            consecutive kernels in graph replays (torch.profiler)
+#            ones also the schedules, WG2_LPT=1, 2 and 2 with the prefetch): each kernel's time and
+#            the gaps between consecutive kernels in graph replays (torch.profiler)
 #   segments the segment schedule (WG2_LPT=2) and it loading the next segment early
 #            (WG2_SEG_PREFETCH=1): the schedules' GPU tests (fresh inputs, poisoned outputs); if they
 #            pass, the mixed chain cases (SEGMENTS_CASES: another -k pattern), then the B=8 and B=32
@@ -302,16 +302,15 @@ if want ncu; then
   done
   pack
 fi
-m99builds=(bf16_mma99:M99_SUM_SCATTER=1 bf16_mma99:M99_SKEW=1)   # bf16_mma99's session-21 builds, then both
-m99both=bf16_mma99:M99_SUM_SCATTER=1,M99_SKEW=1
+m99both=bf16_mma99:M99_SUM_SCATTER=1,M99_SKEW=1       # bf16_mma99's two session-21 knobs together
 if want mma99ab; then
   [ -e goldens/verify_attn/bf16_paged_b4_h16_p1024_n16_mixed.kdtr ] || step 50 kd gen-refs specs/verify_attn.yaml -j 16 -q
   # the two-knob build runs both new paths; the bench below checks each build's bytes against the default's
   KDTREE_GPU=sm_120 step 60 kd verify goldens/verify_attn -k 'bf16_paged*' --define "$m99both" --trials 2 -q \
       --json "$rec/verify-as-sm120-m99both.json"
   pack
-  step 170 kd bench results/suites/mma99-8x.yaml "${mma99[@]}" --define "${m99builds[0]}" \
-      --define "${m99builds[1]}" --define "$m99both" --impl sglang_triton --time-limit 150 \
+  step 170 kd bench results/suites/mma99-8x.yaml "${mma99[@]}" --define bf16_mma99:M99_SUM_SCATTER=1 \
+      --define bf16_mma99:M99_SKEW=1 --define "$m99both" --impl sglang_triton --time-limit 150 \
       --json "$out/bench-mma99-ab.json"
   pack
   pick_goldens goldens-sanitize-m99 verify_attn/bf16_paged_b2_h16_p2048_n16 verify_attn/bf16_paged_b4_h16_p1024_n16_mixed
@@ -323,8 +322,8 @@ if want mma99ab; then
 fi
 if want mma99ncu; then
   mkdir -p "$rec/ncu-mma99"
-  for build in bf16_mma99 "$m99both"; do
-    flag=--kernel=$build; [ "$build" = "$m99both" ] && flag=--define=$build
+  for flag in --kernel=bf16_mma99 --define="$m99both"; do
+    build=${flag#*=}
     step 150 ncu --kernel-name verify_attn_bf16_mma99 --launch-skip 1 --launch-count 1 --set full --csv \
         --page details python3 scripts/launch-case.py --times 2 "$flag" "$serving" b8_h8_q33_p8192 \
         > "$rec/ncu-mma99/b8_h8_q33_p8192-${build//[:=,]/-}.csv" 2>&1

@@ -43,11 +43,8 @@ def main() -> int:
         builds = kernel_builds([args.kernel] if args.kernel else [], [args.define] if args.define else [])
         if len(builds) > 1:
             raise UsageError("--kernel and --define: one build at a time")
-        if builds:
-            impl = cuda_build(builds[0].label, builds[0].name, builds[0].defines)
-            args.impl = builds[0].label
-        else:
-            impl = resolve(args.impl)
+        label = builds[0].label if builds else args.impl
+        impl = cuda_build(label, builds[0].name, builds[0].defines) if builds else resolve(args.impl)
     except KdtreeError as err:
         print(f"launch-case: {err}", file=sys.stderr)
         return 2
@@ -57,8 +54,8 @@ def main() -> int:
         for _ in range(args.times):
             call()
         torch.cuda.synchronize()
-    if args.impl != "cuda":
-        print("ran", case.name, args.impl)
+    if label != "cuda":
+        print("ran", case.name, label)
         return 0
     kernel = op.kernel_choice(case.variant, gen.inputs, gen.params)
     print("ran", case.name, kernel, op.launch_grid(case.variant, gen.inputs, gen.params, kernel))

@@ -122,9 +122,9 @@ MMA99_BUILDS = [{"M99_ROWS": "32"}, {"M99_STAGES": "2"}, {"M99_STAGES": "3", "M9
 @pytest.mark.parametrize("splits", [1, 4])
 def test_bf16_mma99_knob_builds_give_the_default_builds_bytes(splits):
     """Rows a block, ring stages, the rescale skip, the scores summed a quarter a warp and P.V a step
-    late change who computes what and when, never a row's arithmetic: at one split count every build gives the default's bytes (4 splits of 3 tiles
-    run the ring's prologue past the split's tiles; the mixed prefixes give tiles of prefix and tree
-    keys together, the masked path)."""
+    late change who computes what and when, never a row's arithmetic: at one split count every build
+    gives the default's bytes (4 splits of 3 tiles run the ring's prologue past the split's tiles;
+    the mixed prefixes give tiles of prefix and tree keys together, the masked path)."""
     gen = generated(VERIFY_ATTN, "bf16_paged", FRESH_SEED, batch=2, heads=5, prefix=130, budget=12,
                     prefix_mode="mixed")
     want = VERIFY_ATTN.reference("bf16_paged", gen.inputs, gen.params)
@@ -217,8 +217,8 @@ MMA99_MUTANTS = {
     "scatter: no barrier before a quarter is added": (
         "    named_barrier(1 + rg, 128);\n    const float2* x =", "    const float2* x ="),
     # M99_SKEW: the late row groups' P.V from this step's V instead of the previous step's
-    "skew: the late P.V from the wrong stage": ("if (late && it > 0) pv(sK + ((it - 1) % NSTAGE)",
-                                                "if (late && it > 0) pv(sK + (it % NSTAGE)"),
+    "skew: the late P.V from the wrong stage": ("if (late && it > 0) pv(stage(it - 1)",
+                                                "if (late && it > 0) pv(stage(it)"),
     # M99_SKEW: the ring refills the stage the late row groups still read (one more tile in flight)
     "skew: the held stage refilled": ("NSTAGE - (M99_SKEW ? 1 : 0)", "NSTAGE - 0"),
     # M99_SKEW: the split's last P.V of the late row groups left out
