@@ -101,7 +101,7 @@ if want verifyab || want verify90; then
   step 45 kd verify goldens/verify_attn --backend cuda --trials 2 -q --json "$rec/verify-attn-native.json"
   want verifyab && KDTREE_GPU=sm_120 step 45 kd verify goldens/verify_attn --backend cuda --trials 2 -q \
       --json "$rec/verify-attn-as-sm120.json"
-  step 90 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_attn_schedule.py \
+  step 90 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_attn_launch.py \
       --junitxml "$rec/pytest-schedule-native.xml"
   pack
 fi
@@ -148,7 +148,7 @@ fi
 if want segments; then
   # the GPU tests first; the bench only if they pass (every row's outputs are checked there too);
   # then every golden and the sanitizers, packed part by part (a call cut short keeps what ended)
-  step 160 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_attn_schedule.py \
+  step 160 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_attn_launch.py \
       --junitxml "$rec/pytest-segments.xml"
   pack
   if grep -q 'errors="0" failures="0"' "$rec/pytest-segments.xml" 2>/dev/null; then
@@ -179,7 +179,7 @@ if want segments; then
 fi
 if want segquick; then
   # the segments part cut to a short call: its GPU tests, the mixed chain cases, racecheck on one golden
-  step 60 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_attn_schedule.py -k seg \
+  step 60 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_attn_launch.py -k seg \
       --junitxml "$rec/pytest-segments.xml"
   pack
   if grep -q 'errors="0" failures="0"' "$rec/pytest-segments.xml" 2>/dev/null; then
@@ -272,7 +272,7 @@ if want tests99; then
   KDTREE_GPU=sm_120 step 120 python3 -m pytest -q -m gpu -p no:cacheprovider -k "tree_build or isolation" \
       tests/kernels/test_cuda_kernels.py tests/impl/test_isolation.py --junitxml "$rec/pytest-tests99-as-sm120.xml"
   step 90 python3 -m pytest -q -m gpu -p no:cacheprovider tests/impl/test_isolation.py \
-      tests/kernels/test_attn_schedule.py --junitxml "$rec/pytest-isolation-schedule-native.xml"
+      tests/kernels/test_attn_launch.py --junitxml "$rec/pytest-isolation-schedule-native.xml"
   pack
 fi
 if want sglptx; then

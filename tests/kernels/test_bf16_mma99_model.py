@@ -195,7 +195,7 @@ def test_the_launch_builds_and_launches_the_chosen_tile(heads, budget, threads):
     from kdtr.dtypes import to_torch
     from kdtr.runtime import device
 
-    from .test_attn_schedule import RecordingGpu
+    from .test_attn_launch import RecordingGpu
     from .test_cuda_kernels import FRESH_SEED, generated, poisoned_outputs
 
     def launch(defines=None):
