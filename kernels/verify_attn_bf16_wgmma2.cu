@@ -188,7 +188,9 @@ verify_attn_bf16_wgmma2(ATTN_BF16_PAGED_PARAMS, int lpt_chunk, int lpt_sms, int*
 #if WG2_LPT == 2
     // the segment schedule: this block's tiles [seg_t, seg_t1) of the batch, from request seg_b on
     int seg_b = 0, seg_cum = 0, seg_t = 0, seg_t1 = 1, J0 = 0;
-    int seg_pre = 0;    // WG2_SEG_PREFETCH: this pass's tiles the pass before gathered (0-2; and Q)
+#if SEG_PF
+    int seg_pre = 0;    // this pass's tiles the pass before gathered (0-2; and Q)
+#endif
     if (n_splits == 0) {
         const SegRange range = seg_range(blockIdx.y, gridDim.y, kv_indptr, B, Q, lpt_meta,
                                          blockIdx.x == 0 && blockIdx.y == 0, (int*)(smem + WG_OFF_K + WG_TILE));
