@@ -34,6 +34,9 @@
 #   segquick segments cut to a short call: the segment GPU tests, the mixed chain cases (the default,
 #            WG2_LPT=2 with and without the prefetch, FlashMLA; 45 s), racecheck of the prefetch build
 #            on one mixed golden
+#   first    the two open A/Bs in about 4 minutes, no wheels: the segment GPU tests, then the mixed
+#            chain cases (default, WG2_LPT=2, the prefetch); the 8x-miss cases with bf16_mma,
+#            bf16_mma99 and its three session-21 builds (the bench checks their bytes)
 #   chunks   the balanced schedule's chunk on the two mixed chain cases: the default (uniform grid),
 #            WG2_LPT=1 (its chunk, an even share of the SMs) and WG2_LPT=1 at forced chunks (keys)
 #   targets  results/suites/targets.yaml: the large bf16 and the fp32 serving targets, ours alone
@@ -74,7 +77,7 @@
 #   tests99    the GPU tests of tree_build and of isolation as sm_120; of isolation and the balanced
 #              schedule natively
 set -uo pipefail
-out=${1:?usage: scripts/device-round.sh OUT [install|verifyab|verify90|chain|targets|ncuboost|sanitize90|hints|graphncu|mma99h128|mma99|refs|verify|verify99|sanitize99|e2e99|pytest90|pytest99|oob|serving|peers|knobs|ab|split|m99rows|tests99|ncu|sglptx|timeline|chunks|segments|segquick|mma99ab|mma99ncu]...}
+out=${1:?usage: scripts/device-round.sh OUT [install|verifyab|verify90|chain|targets|ncuboost|sanitize90|hints|graphncu|mma99h128|mma99|refs|verify|verify99|sanitize99|e2e99|pytest90|pytest99|oob|serving|peers|knobs|ab|split|m99rows|tests99|ncu|sglptx|timeline|chunks|segments|segquick|mma99ab|mma99ncu|first]...}
 shift
 parts=${*:-install verifyab chain graphncu sanitize90}
 rec=/tmp/device-round-records
@@ -87,6 +90,7 @@ serving=specs/bench/verify_attn_serving.yaml
 ab_suite=specs/ab/wgmma2_vs_flashmla.yaml
 new_wgmma2=bf16_wgmma2:WG2_LPT=1,WG2_PDL=1,WG2_STAGED_STORE=1
 seg_prefetch=bf16_wgmma2:WG2_LPT=2,WG2_SEG_PREFETCH=1    # the segment schedule loading the next segment early
+m99both=bf16_mma99:M99_SUM_SCATTER=1,M99_SKEW=1       # bf16_mma99's two session-21 knobs together
 wgmma2=(--no-baselines --no-sanity --kernel bf16_wgmma2 --impl flashmla -q)
 mma99=(--no-baselines --no-sanity --no-back-to-back --kernel bf16_mma --kernel bf16_mma99 -q)   # same card, same run
 pack() { tar -czf "$out/records.tgz.tmp" -C "$rec" . && mv "$out/records.tgz.tmp" "$out/records.tgz"; }
@@ -145,13 +149,28 @@ if want timeline; then
   done
   pack
 fi
+# the schedules' GPU tests (fresh inputs, poisoned outputs) under LIMIT seconds, pytest's ARGS added;
+# true when every one passed
+seg_tests_pass() { local limit=$1; shift
+  step "$limit" python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_attn_launch.py "$@" \
+      --junitxml "$rec/pytest-segments.xml"
+  pack
+  grep -q 'errors="0" failures="0"' "$rec/pytest-segments.xml" 2>/dev/null; }
+if want first; then
+  # the two open A/Bs in one short call (about 4 minutes, no wheels): the segment tests, then the
+  # mixed chain cases with the default, WG2_LPT=2 and the prefetch; bf16_mma99's three builds
+  if seg_tests_pass 60 -k seg; then
+    step 60 kd bench "$serving" -k mixed_chain --no-baselines --no-sanity --kernel bf16_wgmma2 -q \
+        --define bf16_wgmma2:WG2_LPT=2 --define "$seg_prefetch" --time-limit 45 --json "$out/bench-segments-mixed.json"
+  fi
+  step 90 kd bench results/suites/mma99-8x.yaml "${mma99[@]}" --define bf16_mma99:M99_SUM_SCATTER=1 \
+      --define bf16_mma99:M99_SKEW=1 --define "$m99both" --time-limit 75 --json "$out/bench-mma99-ab.json"
+  pack
+fi
 if want segments; then
   # the GPU tests first; the bench only if they pass (every row's outputs are checked there too);
   # then every golden and the sanitizers, packed part by part (a call cut short keeps what ended)
-  step 160 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_attn_launch.py \
-      --junitxml "$rec/pytest-segments.xml"
-  pack
-  if grep -q 'errors="0" failures="0"' "$rec/pytest-segments.xml" 2>/dev/null; then
+  if seg_tests_pass 160; then
     # the mixed chain cases, then batches of equal requests (B=8, B=32 H=16: does it cost there?)
     for sel in "mixed:${SEGMENTS_CASES:-mixed_chain}" "b8:b8_*chain" "b32:b32_h16*chain"; do
       step 100 kd bench "$serving" -k "${sel#*:}" "${wgmma2[@]}" --define bf16_wgmma2:WG2_LPT=1 \
@@ -179,10 +198,7 @@ if want segments; then
 fi
 if want segquick; then
   # the segments part cut to a short call: its GPU tests, the mixed chain cases, racecheck on one golden
-  step 60 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_attn_launch.py -k seg \
-      --junitxml "$rec/pytest-segments.xml"
-  pack
-  if grep -q 'errors="0" failures="0"' "$rec/pytest-segments.xml" 2>/dev/null; then
+  if seg_tests_pass 60 -k seg; then
     step 70 kd bench "$serving" -k mixed_chain "${wgmma2[@]}" --define bf16_wgmma2:WG2_LPT=2 \
         --define "$seg_prefetch" --time-limit 45 --json "$out/bench-segments-mixed.json"
   fi
@@ -302,7 +318,6 @@ if want ncu; then
   done
   pack
 fi
-m99both=bf16_mma99:M99_SUM_SCATTER=1,M99_SKEW=1       # bf16_mma99's two session-21 knobs together
 if want mma99ab; then
   [ -e goldens/verify_attn/bf16_paged_b4_h16_p1024_n16_mixed.kdtr ] || step 50 kd gen-refs specs/verify_attn.yaml -j 16 -q
   # the two-knob build runs both new paths; the bench below checks each build's bytes against the default's
