@@ -91,6 +91,8 @@ ab_suite=specs/ab/wgmma2_vs_flashmla.yaml
 new_wgmma2=bf16_wgmma2:WG2_LPT=1,WG2_PDL=1,WG2_STAGED_STORE=1
 seg_prefetch=bf16_wgmma2:WG2_LPT=2,WG2_SEG_PREFETCH=1    # the segment schedule loading the next segment early
 m99both=bf16_mma99:M99_SUM_SCATTER=1,M99_SKEW=1       # bf16_mma99's two session-21 knobs together
+seg_builds=(--define bf16_wgmma2:WG2_LPT=2 --define "$seg_prefetch")      # the segment schedule, then prefetching
+m99_builds=(--define bf16_mma99:M99_SUM_SCATTER=1 --define bf16_mma99:M99_SKEW=1 --define "$m99both")   # each, then both
 wgmma2=(--no-baselines --no-sanity --kernel bf16_wgmma2 --impl flashmla -q)
 mma99=(--no-baselines --no-sanity --no-back-to-back --kernel bf16_mma --kernel bf16_mma99 -q)   # same card, same run
 pack() { tar -czf "$out/records.tgz.tmp" -C "$rec" . && mv "$out/records.tgz.tmp" "$out/records.tgz"; }
@@ -143,7 +145,7 @@ if want timeline; then
   # where a call's time goes back to back: kernel times and the gaps between them, from the trace
   for c in b32_h8_q4_p4096_mixed_chain b8_h8_q4_p8192_chain b1_h16_q4_p2048_chain b128_h16_q4_p16384_mixed_chain; do
     schedules=()
-    [[ $c == *mixed* ]] && schedules=(--define bf16_wgmma2:WG2_LPT=1 --define bf16_wgmma2:WG2_LPT=2 --define "$seg_prefetch")
+    [[ $c == *mixed* ]] && schedules=(--define bf16_wgmma2:WG2_LPT=1 "${seg_builds[@]}")
     step 60 python3 scripts/graph-overlap.py "$serving" "$c" --impl cuda --impl flashmla "${schedules[@]}" \
         --timeline >> "$rec/timeline.jsonl"
   done
@@ -161,10 +163,10 @@ if want first; then
   # mixed chain cases with the default, WG2_LPT=2 and the prefetch; bf16_mma99's three builds
   if seg_tests_pass 60 -k seg; then
     step 60 kd bench "$serving" -k mixed_chain --no-baselines --no-sanity --kernel bf16_wgmma2 -q \
-        --define bf16_wgmma2:WG2_LPT=2 --define "$seg_prefetch" --time-limit 45 --json "$out/bench-segments-mixed.json"
+        "${seg_builds[@]}" --time-limit 45 --json "$out/bench-segments-mixed.json"
   fi
-  step 90 kd bench results/suites/mma99-8x.yaml "${mma99[@]}" --define bf16_mma99:M99_SUM_SCATTER=1 \
-      --define bf16_mma99:M99_SKEW=1 --define "$m99both" --time-limit 75 --json "$out/bench-mma99-ab.json"
+  step 90 kd bench results/suites/mma99-8x.yaml "${mma99[@]}" "${m99_builds[@]}" --time-limit 75 \
+      --json "$out/bench-mma99-ab.json"
   pack
 fi
 if want segments; then
@@ -174,8 +176,7 @@ if want segments; then
     # the mixed chain cases, then batches of equal requests (B=8, B=32 H=16: does it cost there?)
     for sel in "mixed:${SEGMENTS_CASES:-mixed_chain}" "b8:b8_*chain" "b32:b32_h16*chain"; do
       step 100 kd bench "$serving" -k "${sel#*:}" "${wgmma2[@]}" --define bf16_wgmma2:WG2_LPT=1 \
-          --define bf16_wgmma2:WG2_LPT=2 --define "$seg_prefetch" \
-          --time-limit "${SEGMENTS_SECONDS:-60}" --json "$out/bench-segments-${sel%%:*}.json"
+          "${seg_builds[@]}" --time-limit "${SEGMENTS_SECONDS:-60}" --json "$out/bench-segments-${sel%%:*}.json"
     done
   else
     echo "== segments: the GPU tests did not all pass: no bench"
@@ -199,8 +200,8 @@ fi
 if want segquick; then
   # the segments part cut to a short call: its GPU tests, the mixed chain cases, racecheck on one golden
   if seg_tests_pass 60 -k seg; then
-    step 70 kd bench "$serving" -k mixed_chain "${wgmma2[@]}" --define bf16_wgmma2:WG2_LPT=2 \
-        --define "$seg_prefetch" --time-limit 45 --json "$out/bench-segments-mixed.json"
+    step 70 kd bench "$serving" -k mixed_chain "${wgmma2[@]}" "${seg_builds[@]}" --time-limit 45 \
+        --json "$out/bench-segments-mixed.json"
   fi
   [ -e goldens/verify_attn/bf16_paged_b4_h16_p1024_n16_mixed.kdtr ] || step 50 kd gen-refs specs/verify_attn.yaml -j 16 -q
   pick_goldens goldens-sanitize-seg verify_attn/bf16_paged_b4_h16_p1024_n16_mixed
@@ -324,9 +325,8 @@ if want mma99ab; then
   KDTREE_GPU=sm_120 step 60 kd verify goldens/verify_attn -k 'bf16_paged*' --define "$m99both" --trials 2 -q \
       --json "$rec/verify-as-sm120-m99both.json"
   pack
-  step 170 kd bench results/suites/mma99-8x.yaml "${mma99[@]}" --define bf16_mma99:M99_SUM_SCATTER=1 \
-      --define bf16_mma99:M99_SKEW=1 --define "$m99both" --impl sglang_triton --time-limit 150 \
-      --json "$out/bench-mma99-ab.json"
+  step 170 kd bench results/suites/mma99-8x.yaml "${mma99[@]}" "${m99_builds[@]}" --impl sglang_triton \
+      --time-limit 150 --json "$out/bench-mma99-ab.json"
   pack
   pick_goldens goldens-sanitize-m99 verify_attn/bf16_paged_b2_h16_p2048_n16 verify_attn/bf16_paged_b4_h16_p1024_n16_mixed
   for tool in racecheck synccheck; do

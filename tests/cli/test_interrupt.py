@@ -117,11 +117,11 @@ def _stat(pid: int) -> tuple[str, float] | None:
 
 
 # A worker whose parent was killed goes at once where it can run: 0.00-0.25 s in 150 kills (early
-# in a run) under a whole test run's load on the 2-core box. Past QUICK_S it is waited for only while it is plainly
-# not able to act: held in a kernel call (state D: no signal acts before the call returns) or
-# runnable but starved of the CPU (state R with less than WORKING_CPU_S used since the kill: a
-# loaded CI box; its start took 0.13-0.23 s of CPU), up to HELD_S. A worker asleep by choice
-# (waiting for work that will never come, or a timer) for ASLEEP_S, or working on past
+# in a run) under a whole test run's load on the 2-core box. Past QUICK_S it is waited for only
+# while it is plainly not able to act: held in a kernel call (state D: no signal acts before the
+# call returns) or runnable but starved of the CPU (state R with less than WORKING_CPU_S used since
+# the kill: a loaded CI box; its start took 0.13-0.23 s of CPU), up to HELD_S. A worker asleep by
+# choice (waiting for work that will never come, or a timer) for ASLEEP_S, or working on past
 # WORKING_CPU_S, is not going: that fails at once.
 QUICK_S, HELD_S, ASLEEP_S, WORKING_CPU_S = 5.0, 60.0, 1.0, 1.0
 
@@ -138,9 +138,10 @@ def _outliving(workers: list[int], cpu_at_kill: dict[int, float]) -> tuple[list[
                 continue
             alive.append(pid)
             state, cpu = seen
+            used = cpu - cpu_at_kill.get(pid, 0.0)
             asleep_since[pid] = asleep_since.get(pid, now) if state not in "RD" else now
-            if cpu - cpu_at_kill.get(pid, 0.0) >= WORKING_CPU_S:
-                why.append(f"used {cpu - cpu_at_kill.get(pid, 0.0):.1f} s of CPU since the kill")
+            if used >= WORKING_CPU_S:
+                why.append(f"used {used:.1f} s of CPU since the kill")
             elif now - asleep_since[pid] >= ASLEEP_S:
                 why.append(f"asleep (state {state}) for {now - asleep_since[pid]:.1f} s")
         if not alive:
